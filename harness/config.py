@@ -1,0 +1,110 @@
+"""Harness settings: the fixed constants of a project, chosen by preset and overridable by env.
+
+A preset fills in defaults; environment variables (or keyword overrides) replace single values.
+Every value that can change a score is part of the harness id (see `scoring_fields`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PresetName = Literal["h100", "cpu", "test"]
+DataSource = Literal["builtin", "local", "climbmix"]
+
+# Preset defaults. h100 mirrors the autoresearch project; cpu is a demo that learns something on
+# a 2-core laptop in about a minute; test runs an experiment in seconds for the test suite.
+PRESETS: dict[str, dict[str, Any]] = {
+    "h100": {
+        "time_budget": 300.0,
+        "seq_len": 2048,
+        "vocab_size": 8192,
+        "eval_tokens": 40 * 524288,
+        "eval_batch_rows": 64,
+        "compile_allowance": 120.0,
+        "train_tokens_max": 0,
+        "memory_limit_gb": 0.0,
+    },
+    "cpu": {
+        "time_budget": 60.0,
+        "seq_len": 256,
+        "vocab_size": 4096,
+        "eval_tokens": 64 * 256 * 8,
+        "eval_batch_rows": 32,
+        "compile_allowance": 10.0,
+        "train_tokens_max": 0,
+        "memory_limit_gb": 8.0,
+    },
+    "test": {
+        "time_budget": 3.0,
+        "seq_len": 64,
+        "vocab_size": 512,
+        "eval_tokens": 32 * 64,
+        "eval_batch_rows": 16,
+        "compile_allowance": 5.0,
+        "train_tokens_max": 2_000_000,
+        "memory_limit_gb": 4.0,
+    },
+}
+
+CLIMBMIX_URL = "https://huggingface.co/datasets/karpathy/climbmix-400b-shuffle/resolve/main"
+CLIMBMIX_VAL_SHARD = 6542
+
+
+class HarnessSettings(BaseSettings):
+    """All harness constants. Env vars use the field name in upper case (DATA_DIR, VOCAB_SIZE...)."""
+
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", frozen=True)
+
+    preset: PresetName = "cpu"
+    data_source: DataSource = "builtin"
+    data_dir: Path = Path("data")
+    local_data_dir: Path | None = None  # the folder for data_source=local
+    climbmix_url: str = CLIMBMIX_URL
+    climbmix_train_shards: int = 8
+    num_proc: int = 4
+    hf_token: str | None = None
+
+    # Scoring-relevant constants (filled from the preset unless set explicitly).
+    time_budget: float = Field(default=0.0, description="training seconds per experiment")
+    seq_len: int = 0
+    vocab_size: int = 0
+    eval_tokens: int = 0
+    eval_batch_rows: int = 0
+    compile_allowance: float = 0.0  # seconds of startup/compile not counted as training
+    train_tokens_max: int = 0  # 0 = all prepared training tokens
+    memory_limit_gb: float = 0.0  # 0 = no limit beyond the machine's
+    seed: int = 1337
+
+
+def load_settings(preset: str | None = None, **overrides: Any) -> HarnessSettings:
+    """Settings for `preset` (or $PRESET, default cpu): preset defaults < env vars < overrides."""
+    base = HarnessSettings(**({"preset": preset} if preset else {}))
+    chosen = base.preset
+    if chosen not in PRESETS:
+        raise ValueError(f"unknown preset {chosen!r}; choose one of {', '.join(PRESETS)}")
+    values = base.model_dump()
+    explicit = base.model_fields_set
+    for key, default in PRESETS[chosen].items():
+        if key not in explicit:
+            values[key] = default
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return HarnessSettings(**values)
+
+
+def scoring_fields(settings: HarnessSettings) -> dict[str, Any]:
+    """The values that define what a score means; they go into the harness id."""
+    return {
+        "preset": settings.preset,
+        "data_source": settings.data_source,
+        "time_budget": settings.time_budget,
+        "seq_len": settings.seq_len,
+        "vocab_size": settings.vocab_size,
+        "eval_tokens": settings.eval_tokens,
+        "compile_allowance": settings.compile_allowance,
+        "train_tokens_max": settings.train_tokens_max,
+        "seed": settings.seed,
+    }

@@ -1,0 +1,55 @@
+"""The result record of one experiment: what the runner produces and the server stores."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+RunStatus = Literal["ok", "crash", "timeout", "over_budget", "invalid"]
+
+# Error classes, so that agents can learn from failures without parsing logs.
+ErrorClass = Literal[
+    "syntax_error",  # train.py does not parse or fails at import
+    "build_model_error",  # exception in build_model
+    "train_error",  # exception in train
+    "out_of_memory",  # CUDA or host OOM (incl. the sandbox memory limit)
+    "nan_loss",  # NaN or exploding loss, failed fast
+    "timeout",  # past the hard deadline
+    "killed",  # killed by a signal not otherwise explained
+    "invalid_output",  # wrong logits shape/dtype, NaN logits
+    "non_causal",  # later tokens changed earlier logits
+    "over_budget",  # trained longer than budget + tolerance
+    "sandbox_error",  # the sandbox could not start (infrastructure, not the candidate)
+]
+
+
+class ProgressEvent(BaseModel):
+    """A live progress sample, sent at most once a second."""
+
+    step: int
+    loss: float | None = None
+    tokens_per_s: float | None = None
+    fraction: float = Field(0.0, description="fraction of the training budget used, 0..1")
+    phase: Literal["startup", "train", "score"] = "train"
+    elapsed_s: float = 0.0
+
+
+class RunResult(BaseModel):
+    """One experiment's measured outcome. Every number here is measured by the harness."""
+
+    status: RunStatus
+    error_class: ErrorClass | None = None
+    error_message: str | None = None
+    val_bpb: float | None = None
+    training_seconds: float | None = None
+    total_seconds: float | None = None
+    peak_memory_mb: float | None = None
+    tokens: int | None = None
+    steps: int | None = None
+    num_params: int | None = None
+    mfu_percent: float | None = None
+    device: str = "cpu"
+    harness_id: str = ""
+    sandbox: bool = True
+    log_tail: str = ""
