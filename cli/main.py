@@ -1,0 +1,30 @@
+"""Entry point of the `autoresearch` command: one module per command, each with `register()`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Each module defines `register(subparsers)`, which adds its command(s) and sets `func`.
+COMMAND_MODULES: list[str] = []
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="autoresearch",
+        description="Autonomous experiment server for small LLM pretraining research.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

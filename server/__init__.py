@@ -1,0 +1,1 @@
+"""The autoresearch FastAPI service."""

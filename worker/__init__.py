@@ -1,0 +1,1 @@
+"""The GPU worker: claims experiments over HTTP and runs them with the harness runner."""
