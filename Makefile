@@ -1,0 +1,28 @@
+# Two commands set up a fresh machine: `make run` and `make test` (see README.md).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml | sha256sum | cut -c1-12)
+PRESET ?= cpu
+WORKERS ?= 1
+
+.PHONY: run test lint bench
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
+	@rm -f $(VENV)/.installed-*; touch $@
+
+# Creates the venv, installs, prepares the built-in data, starts server + worker, prints the URL.
+run: $(STAMP)
+	$(VENV)/bin/autoresearch up --preset $(PRESET) --workers $(WORKERS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: $(STAMP) lint
+	$(VENV)/bin/pytest -q
+
+bench: $(STAMP)
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
