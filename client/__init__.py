@@ -1,1 +1,6 @@
 """Python SDK for the autoresearch server's REST API."""
+
+from client.api import Client
+from client.errors import ApiError
+
+__all__ = ["ApiError", "Client"]

@@ -1,0 +1,202 @@
+"""`Client`: the autoresearch REST API from Python (agents, the CLI and the worker use it).
+
+Every method returns the decoded JSON answer documented in docs/api.md and raises `ApiError`
+(with the problem+json body) on an error status. Transport errors are httpx's own
+(`httpx.TransportError`), so callers can tell "the server said no" from "no answer".
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import httpx
+from pydantic import BaseModel
+
+from client.errors import ApiError
+
+API_PREFIX = "/api/v1"
+FINAL_STATUSES = frozenset({"kept", "reverted", "rebased", "stale", "cancelled", "infra_failed", "imported"})
+JSON = dict[str, Any]
+
+
+def _plain(value: BaseModel | Mapping[str, Any]) -> JSON:
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else dict(value)
+
+
+class Client:
+    """A session with one server. `token` is an agent, worker or admin token (or None)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(
+            base_url=base_url.rstrip("/") + API_PREFIX, headers=headers, timeout=timeout, transport=transport
+        )
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _send(self, method: str, path: str, timeout: float | None = None, **kwargs: Any) -> httpx.Response:
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        response = self.http.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            try:
+                problem = response.json()
+            except ValueError:
+                problem = {"title": response.reason_phrase, "detail": response.text[:500]}
+            if not isinstance(problem, dict):
+                problem = {"title": response.reason_phrase, "detail": str(problem)[:500]}
+            raise ApiError(response.status_code, problem, method, str(response.url))
+        return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self._send(method, path, **kwargs).json()
+
+    # Agents -----------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        description: str,
+        *,
+        patch: str | None = None,
+        train_py: str | None = None,
+        base: str | None = None,
+        hypothesis: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> JSON:
+        """Queue a change of train.py (a unified diff against `base`, or a whole `train_py`).
+
+        Returns the experiment; `existing` is true when the same train.py was already run.
+        """
+        body = {
+            "description": description,
+            "patch": patch,
+            "train_py": train_py,
+            "base": base,
+            "hypothesis": hypothesis,
+        }
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        response = self._send(
+            "POST", "/experiments", json={k: v for k, v in body.items() if v is not None}, headers=headers
+        )
+        return {**response.json(), "existing": response.status_code == 200}
+
+    def experiment(self, experiment_id: int) -> JSON:
+        return self._json("GET", f"/experiments/{experiment_id}")
+
+    def experiments(
+        self,
+        *,
+        status: str | None = None,
+        agent: str | None = None,
+        base: str | None = None,
+        since: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> JSON:
+        """One page: `{"items": [...], "next_cursor": str | None}`, newest first."""
+        params = {
+            "status": status,
+            "agent": agent,
+            "base": base,
+            "since": since,
+            "limit": limit,
+            "cursor": cursor,
+        }
+        return self._json("GET", "/experiments", params={k: v for k, v in params.items() if v is not None})
+
+    def iter_experiments(self, **filters: Any) -> Iterator[JSON]:
+        """Every experiment matching the filters, following the cursor."""
+        cursor: str | None = None
+        while True:
+            page = self.experiments(cursor=cursor, **filters)
+            yield from page["items"]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return
+
+    def diff(self, experiment_id: int) -> str:
+        return self._send("GET", f"/experiments/{experiment_id}/diff").text
+
+    def log(self, experiment_id: int) -> str:
+        return self._send("GET", f"/experiments/{experiment_id}/log").text
+
+    def cancel(self, experiment_id: int) -> JSON:
+        return self._json("POST", f"/experiments/{experiment_id}/cancel")
+
+    def best(self) -> JSON:
+        return self._json("GET", "/best")
+
+    def leaderboard(self) -> JSON:
+        return self._json("GET", "/leaderboard")
+
+    def children(self, commit: str) -> JSON:
+        return self._json("GET", f"/commits/{commit}/children")
+
+    def agents(self) -> JSON:
+        return self._json("GET", "/agents")
+
+    def results_tsv(self) -> str:
+        return self._send("GET", "/results.tsv").text
+
+    def import_results_tsv(self, tsv: str) -> JSON:
+        headers = {"Content-Type": "text/tab-separated-values"}
+        return self._json("POST", "/import/results.tsv", content=tsv.encode(), headers=headers)
+
+    def wait_for_decision(self, experiment_id: int, timeout: float = 3600.0, poll_s: float = 2.0) -> JSON:
+        """Poll until the experiment reaches a final state; return it (TimeoutError after `timeout`)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            experiment = self.experiment(experiment_id)
+            if experiment["status"] in FINAL_STATUSES:
+                return experiment
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"experiment {experiment_id} still {experiment['status']} after {timeout:.0f} s"
+                )
+            time.sleep(poll_s)
+
+    # Workers ----------------------------------------------------------------------------------
+
+    def register(self, *, name: str, device: str, memory_gb: float, harness_id: str) -> JSON:
+        body = {"name": name, "device": device, "memory_gb": memory_gb, "harness_id": harness_id}
+        return self._json("POST", "/worker/register", json=body)
+
+    def claim(self, worker_id: str, wait_s: float = 0.0) -> JSON | None:
+        """The next experiment under a new lease, or None when none came within `wait_s`."""
+        response = self._send(
+            "POST",
+            "/worker/claim",
+            json={"worker_id": worker_id, "wait_s": wait_s},
+            timeout=wait_s + self.http.timeout.read + 5 if self.http.timeout.read else None,
+        )
+        return None if response.status_code == 204 else response.json()
+
+    def heartbeat(self, lease_id: str) -> JSON:
+        return self._json("POST", f"/worker/leases/{lease_id}/heartbeat", json={})
+
+    def progress(self, lease_id: str, events: Iterable[BaseModel | Mapping[str, Any]]) -> None:
+        self._send(
+            "POST", f"/worker/leases/{lease_id}/progress", json={"events": [_plain(e) for e in events]}
+        )
+
+    def result(self, lease_id: str, result_id: str, result: BaseModel | Mapping[str, Any]) -> JSON:
+        body = {"result_id": result_id, "result": _plain(result)}
+        return self._json("POST", f"/worker/leases/{lease_id}/result", json=body)
+
+    def release(self, lease_id: str, reason: str) -> None:
+        self._send("POST", f"/worker/leases/{lease_id}/release", json={"reason": reason})

@@ -1,0 +1,32 @@
+"""The SDK's error: an HTTP error answer with its problem+json body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    """The server answered with an error status. `problem` is its problem+json body."""
+
+    def __init__(self, status: int, problem: dict[str, Any], method: str = "", url: str = "") -> None:
+        self.status = status
+        self.problem = problem
+        self.method = method
+        self.url = url
+        super().__init__(str(self))
+
+    @property
+    def type(self) -> str:
+        return str(self.problem.get("type", ""))
+
+    @property
+    def title(self) -> str:
+        return str(self.problem.get("title", ""))
+
+    @property
+    def detail(self) -> str:
+        return str(self.problem.get("detail", ""))
+
+    def __str__(self) -> str:
+        head = f"{self.status} {self.title}".strip()
+        return f"{head}: {self.detail}" if self.detail else head
