@@ -1,0 +1,42 @@
+"""Device pinning and the platform a worker reports (this machine has no GPU: the real probe says so)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from worker.device import PlatformError, memory_gb, pin_cpu, pin_gpu, probe_cpu, probe_gpu
+
+
+def test_cpu_platform_names_the_model_threads_and_memory() -> None:
+    platform = probe_cpu()
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    model = next(line.split(":", 1)[1] for line in cpuinfo.splitlines() if line.startswith("model name"))
+    assert platform.device == f"cpu: {' '.join(model.split())} ({len(os.sched_getaffinity(0))} threads)"
+    assert 0 < platform.memory_gb == memory_gb()
+    assert not platform.cuda
+
+
+def test_pin_gpu_counts_among_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    assert pin_gpu(1) == "6"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "6"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert pin_gpu(3) == "3"
+
+
+def test_pin_gpu_out_of_range_says_which_are_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    with pytest.raises(PlatformError, match=r"--gpu 0\.\.1"):
+        pin_gpu(2)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,6"
+
+
+def test_no_gpu_is_an_error_that_points_to_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # restored after the test
+    pin_cpu()  # hides every GPU, as --cpu does
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    with pytest.raises(PlatformError, match="pass --cpu"):
+        probe_gpu()

@@ -1,0 +1,143 @@
+"""Keeping one lease alive while its experiment runs and until its result is acknowledged.
+
+A background thread heartbeats the lease every `heartbeat_seconds` and sends the progress
+events the runner reports, batched, at most about once a second. When the server says the
+lease is gone (409) or asks to cancel, it sets `cancel`, which the runner watches. While the
+server is unreachable it keeps trying: training goes on, and the lease survives a server
+restart that is shorter than the lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from client import ApiError
+from harness.result import ProgressEvent
+from worker.backoff import Backoff, describe, is_transient
+
+# Progress is a sample for humans watching; when the server is away, keep only the newest.
+MAX_BUFFERED_EVENTS = 100
+
+
+class LeaseKeeper:
+    """Heartbeats and progress for one lease; `cancel` is set when the run must stop."""
+
+    def __init__(
+        self,
+        client: Any,
+        lease_id: str,
+        heartbeat_seconds: float,
+        log: logging.Logger,
+        progress_interval: float = 1.0,
+    ) -> None:
+        self.client = client
+        self.lease_id = lease_id
+        self.heartbeat_seconds = heartbeat_seconds
+        self.progress_interval = progress_interval
+        self.log = log
+        self.cancel = threading.Event()
+        self.cancel_reason: str | None = None
+        self.lost = False  # the server no longer holds this lease for us
+        self.expires_at: str | None = None
+        self._unreachable = False  # logged once per outage, not once per second
+        self._events: list[ProgressEvent] = []
+        self._events_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"lease-{lease_id}", daemon=True)
+
+    def start(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop heartbeating (the result was acknowledged, or the lease was released or lost)."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def add_progress(self, event: ProgressEvent) -> None:
+        """The runner's on_progress callback: cheap, never blocks on the network."""
+        with self._events_lock:
+            self._events.append(event)
+            del self._events[:-MAX_BUFFERED_EVENTS]
+
+    def stop_progress(self) -> None:
+        """The run is over: drop progress not yet sent (the result supersedes it)."""
+        with self._events_lock:
+            self._events.clear()
+
+    def _cancel(self, reason: str, lost: bool) -> None:
+        if not self.cancel.is_set():
+            self.log.warning("lease %s: %s; cancelling the run", self.lease_id, reason)
+        self.cancel_reason = self.cancel_reason or reason
+        self.lost = self.lost or lost
+        self.cancel.set()
+
+    def _loop(self) -> None:
+        backoff = Backoff(base=1.0, cap=max(1.0, self.heartbeat_seconds / 2))
+        next_beat = time.monotonic() + self.heartbeat_seconds
+        while not self.lost:
+            timeout = max(0.0, min(self.progress_interval, next_beat - time.monotonic()))
+            if self._stop.wait(timeout):
+                return
+            self._send_progress()
+            if time.monotonic() >= next_beat and not self.lost:
+                ok = self._heartbeat()
+                if ok:
+                    backoff.reset()
+                    next_beat = time.monotonic() + self.heartbeat_seconds
+                else:
+                    next_beat = time.monotonic() + backoff.next_delay()
+
+    def _heartbeat(self) -> bool:
+        try:
+            answer = self.client.heartbeat(self.lease_id)
+        except Exception as exc:
+            self._on_error("heartbeat", exc)
+            return False
+        self.expires_at = answer.get("lease_expires_at")
+        self._reachable()
+        if answer.get("cancel"):
+            self._cancel("the server asked to cancel this experiment", lost=False)
+        return True
+
+    def _send_progress(self) -> None:
+        with self._events_lock:
+            batch, self._events = self._events, []
+        if not batch:
+            return
+        try:
+            self.client.progress(self.lease_id, batch)
+        except Exception as exc:
+            with self._events_lock:
+                self._events[:0] = batch  # keep order; trimmed to the newest below
+                del self._events[:-MAX_BUFFERED_EVENTS]
+            self._on_error("progress", exc)
+        else:
+            self._reachable()
+
+    def _reachable(self) -> None:
+        if self._unreachable:
+            self._unreachable = False
+            self.log.info("lease %s: the server answers again; heartbeats resumed", self.lease_id)
+
+    def _on_error(self, what: str, exc: Exception) -> None:
+        if is_transient(exc):
+            if self._unreachable:
+                return
+            self._unreachable = True
+            until = f" (lease held until {self.expires_at})" if self.expires_at else ""
+            self.log.warning(
+                "lease %s: %s not delivered, waiting for the server: %s; the run goes on%s",
+                self.lease_id,
+                what,
+                describe(exc),
+                until,
+            )
+        elif isinstance(exc, ApiError) and exc.status == 409:
+            self._cancel(f"the server no longer holds this lease ({describe(exc)})", lost=True)
+        else:
+            self._cancel(f"{what} refused: {describe(exc)}", lost=True)
