@@ -1,0 +1,339 @@
+"""The worker loop: register, claim, run with the harness runner, spool and report; repeat.
+
+It needs only the server URL and a worker token. One worker runs per GPU; several workers on a
+host share the prepared data cache and each keep their own state folder (spool, work dirs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from client import ApiError, Client
+from harness.config import HarnessSettings
+from harness.runner import run_experiment
+from worker.backoff import Backoff, Stopped, describe, retry
+from worker.datacache import ensure_prepared
+from worker.delivery import ResultSender
+from worker.device import Platform, PlatformError, pin_cpu, pin_gpu, probe_cpu, probe_gpu
+from worker.lease import LeaseKeeper
+from worker.signals import StopControl
+from worker.spool import Spool, new_entry
+
+log = logging.getLogger("autoresearch.worker")
+
+# Long-poll length of one claim: the server answers as soon as an experiment is queued, so this
+# only bounds how long a first SIGTERM waits while the worker is idle.
+CLAIM_WAIT_S = 5.0
+# Consecutive runner failures (not candidate failures: those are results) before giving up.
+MAX_RUNNER_FAILURES = 3
+
+
+class WorkerError(Exception):
+    """A condition the worker cannot run under; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    server: str
+    token: str
+    name: str | None = None
+    gpu: int | None = None
+    cpu: bool = False
+    state_dir: Path | None = None
+    stop_now: bool = False
+    unsafe_no_sandbox: bool = False
+    timings: Path | None = None  # append one JSON line per experiment (bench/worker_idle.py)
+
+
+def default_name(options: WorkerOptions) -> str:
+    device = "cpu" if options.cpu else f"gpu{options.gpu if options.gpu is not None else 0}"
+    return f"{socket.gethostname()}-{device}"
+
+
+def select_device(options: WorkerOptions) -> Platform:
+    """Pin the worker (and the experiments it starts) to its device and describe it."""
+    if options.cpu:
+        pin_cpu()
+        return probe_cpu()
+    if options.gpu is not None:
+        pin_gpu(options.gpu)
+    return probe_gpu()
+
+
+@dataclass
+class Worker:
+    """The state of one running worker; `run` is its main loop."""
+
+    options: WorkerOptions
+    settings: HarnessSettings
+    name: str
+    platform: Platform
+    harness_id: str
+    client: Client
+    spool: Spool
+    sender: ResultSender
+    stop: StopControl
+    work_root: Path
+    worker_id: Any = None
+    heartbeat_seconds: float = 20.0
+
+    def register(self) -> None:
+        url = self.options.server
+        try:
+            answer = retry(
+                lambda: self.client.register(
+                    name=self.name,
+                    device=self.platform.device,
+                    memory_gb=self.platform.memory_gb,
+                    harness_id=self.harness_id,
+                ),
+                f"the server at {url} to register",
+                self.stop.finish,
+                log,
+            )
+        except ApiError as exc:
+            if exc.status == 409:
+                raise WorkerError(
+                    f"the server's project does not use this worker's harness ({describe(exc)}); this "
+                    f"worker's harness id is {self.harness_id} (preset {self.settings.preset}, data "
+                    f"{self.settings.data_source}): run it with the server's PRESET and DATA_SOURCE"
+                ) from exc
+            if exc.status in (401, 403):
+                raise WorkerError(
+                    f"the server refused the worker token ({describe(exc)}); pass a worker token "
+                    "with --token or AUTORESEARCH_WORKER_TOKEN"
+                ) from exc
+            raise
+        if answer["harness_id"] != self.harness_id:
+            raise WorkerError(
+                f"the server registered this worker for harness {answer['harness_id']}, "
+                f"but its data is prepared for {self.harness_id}"
+            )
+        self.worker_id = answer["worker_id"]
+        self.heartbeat_seconds = float(answer["heartbeat_seconds"])
+        log.info(
+            "registered as worker %s (%s, platform %s, lease %s s, heartbeat %s s)",
+            self.worker_id,
+            self.name,
+            answer["platform"],
+            answer["lease_seconds"],
+            answer["heartbeat_seconds"],
+        )
+
+    def claim(self) -> dict[str, Any] | None:
+        try:
+            return retry(
+                lambda: self.client.claim(self.worker_id, wait_s=CLAIM_WAIT_S),
+                "the server to hand out work",
+                self.stop.finish,
+                log,
+            )
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            # The server no longer knows this worker (e.g. a fresh database): register again.
+            log.warning(
+                "the server does not know worker %s (%s); registering again", self.worker_id, describe(exc)
+            )
+            self.register()
+            return None
+
+    def run(self) -> None:
+        self.register()
+        idle = False
+        failures = 0
+        while not self.stop.finish.is_set():
+            claim = self.claim()
+            if claim is None:
+                if not idle:
+                    log.info("idle: waiting for queued experiments")
+                    idle = True
+                continue
+            idle = False
+            if self.stop.finish.is_set():
+                self.release(claim["lease_id"], "worker stopping before the run started")
+                break
+            try:
+                self.run_claimed(claim)
+            except Exception as exc:
+                failures += 1
+                log.exception("experiment %s: the runner failed", claim["experiment_id"])
+                self.release(claim["lease_id"], f"worker error: {describe(exc)}")
+                if failures >= MAX_RUNNER_FAILURES:
+                    raise WorkerError(
+                        f"the runner failed {failures} times in a row; see the log above"
+                    ) from exc
+                self.stop.finish.wait(2.0 * failures)
+            else:
+                failures = 0
+
+    def run_claimed(self, claim: dict[str, Any]) -> None:
+        claimed_at = time.time()
+        lease_id, experiment_id = claim["lease_id"], claim["experiment_id"]
+        log.info(
+            "experiment %s (attempt %s): claimed, lease %s", experiment_id, claim.get("attempt"), lease_id
+        )
+        train_py: str = claim["train_py"]
+        digest = hashlib.sha256(train_py.encode()).hexdigest()
+        if digest != claim["train_py_sha256"]:
+            log.error(
+                "experiment %s: train.py has sha256 %s, the server said %s; not running it",
+                experiment_id,
+                digest,
+                claim["train_py_sha256"],
+            )
+            self.release(lease_id, "train.py content hash mismatch")
+            return
+        keeper = LeaseKeeper(self.client, lease_id, self.heartbeat_seconds, log).start()
+        self.stop.watch_run(keeper.cancel)
+        started_at = time.time()
+        try:
+            result = run_experiment(
+                train_py,
+                self.settings,
+                on_progress=keeper.add_progress,
+                unsafe_no_sandbox=self.options.unsafe_no_sandbox,
+                work_root=self.work_root,
+                cancel=keeper.cancel,
+            )
+        except BaseException:
+            keeper.stop()
+            raise
+        finally:
+            self.stop.watch_run(None)
+            keeper.stop_progress()
+        ended_at = time.time()
+        if keeper.cancel.is_set():
+            keeper.stop()
+            if keeper.lost:
+                log.warning(
+                    "experiment %s: dropped, the lease was lost (%s)", experiment_id, keeper.cancel_reason
+                )
+            else:
+                self.release(lease_id, keeper.cancel_reason or "worker stopping now")
+            return
+        entry = new_entry(lease_id, experiment_id, result.model_dump(mode="json"))
+        self.spool.put(entry)
+        self.sender.submit(entry, keeper)
+        log.info(
+            "experiment %s: %s, val_bpb %s, %.1f s; result %s spooled",
+            experiment_id,
+            result.status,
+            result.val_bpb,
+            ended_at - started_at,
+            entry.result_id,
+        )
+        if self.options.timings is not None:
+            self.record_timings(claim, claimed_at, started_at, ended_at, result.model_dump(mode="json"))
+
+    def release(self, lease_id: str, reason: str) -> None:
+        """Give the experiment back to the queue; a few quick tries, then lease expiry covers it."""
+        backoff = Backoff(base=0.5, cap=2.0)
+        for _ in range(3):
+            try:
+                self.client.release(lease_id, reason)
+            except ApiError as exc:
+                if exc.status not in (409, 404) and exc.status < 500:
+                    log.error("lease %s: release refused: %s", lease_id, describe(exc))
+                    return
+                if exc.status in (409, 404):
+                    return  # already gone: nothing to give back
+            except Exception as exc:
+                log.warning("lease %s: release not delivered: %s", lease_id, describe(exc))
+            else:
+                log.info("lease %s released: %s", lease_id, reason)
+                return
+            time.sleep(backoff.next_delay())
+        log.warning("lease %s: could not release it; it returns to the queue when it expires", lease_id)
+
+    def record_timings(
+        self,
+        claim: dict[str, Any],
+        claimed_at: float,
+        started_at: float,
+        ended_at: float,
+        result: dict[str, Any],
+    ) -> None:
+        assert self.options.timings is not None
+        line = {
+            "experiment_id": claim["experiment_id"],
+            "claimed_at": claimed_at,
+            "run_started_at": started_at,
+            "run_ended_at": ended_at,
+            "spooled_at": time.time(),
+            "training_seconds": result.get("training_seconds"),
+            "total_seconds": result.get("total_seconds"),
+            "status": result.get("status"),
+        }
+        with open(self.options.timings, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
+def run_worker(options: WorkerOptions, settings: HarnessSettings) -> int:
+    """Run a worker until it is told to stop; 0 on a clean stop, 1 when it cannot work."""
+    stop = StopControl(log, stop_now_on_first=options.stop_now)
+    stop.install()
+    try:
+        platform = select_device(options)
+    except PlatformError as exc:
+        log.error("%s", exc)
+        return 1
+    name = options.name or default_name(options)
+    state_dir = options.state_dir or settings.data_dir / "workers" / name
+    state_dir.mkdir(parents=True, exist_ok=True)
+    state_lock = FileLock(state_dir / "worker.lock")
+    try:
+        state_lock.acquire(timeout=0)
+    except Timeout:
+        log.error("another worker is using %s; give each worker its own --name or --state-dir", state_dir)
+        return 1
+    try:
+        return _run_with_state(options, settings, stop, platform, name, state_dir)
+    finally:
+        state_lock.release()
+
+
+def _run_with_state(
+    options: WorkerOptions,
+    settings: HarnessSettings,
+    stop: StopControl,
+    platform: Platform,
+    name: str,
+    state_dir: Path,
+) -> int:
+    log.info("worker %s on %s (%.1f GB), state in %s", name, platform.device, platform.memory_gb, state_dir)
+    spool = Spool(state_dir / "spool")
+    spool.clean_temporary()
+    leftovers = spool.pending()
+    if leftovers:
+        log.info("resending %d result(s) spooled by an earlier run of this worker", len(leftovers))
+    client = Client(options.server, options.token)
+    sender = ResultSender(spool, client, log).start()
+    try:
+        harness_id = ensure_prepared(settings, log)
+        work_root = state_dir / "work"
+        work_root.mkdir(exist_ok=True)
+        worker = Worker(options, settings, name, platform, harness_id, client, spool, sender, stop, work_root)
+        worker.run()
+    except Stopped:
+        pass
+    except (WorkerError, ApiError) as exc:
+        log.error("%s", exc if isinstance(exc, WorkerError) else f"the server refused: {describe(exc)}")
+        sender.close()
+        client.close()
+        return 1
+    if not stop.now.is_set():
+        sender.drain(stop.now)
+    sender.close()
+    client.close()
+    log.info("worker %s stopped", name)
+    return 0
