@@ -47,6 +47,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "compile_allowance": 5.0,
         "train_tokens_max": 2_000_000,
         "memory_limit_gb": 4.0,
+        # A slice of the built-in corpus keeps `prepare` to a few seconds for the test suite.
+        "corpus_max_bytes": 3_000_000,
     },
 }
 
@@ -67,6 +69,12 @@ class HarnessSettings(BaseSettings):
     climbmix_train_shards: int = 8
     num_proc: int = 4
     hf_token: str | None = None
+    local_val_file: str | None = None  # data_source=local: the validation file (default: last by name)
+    corpus_max_bytes: int = 0  # cap on training text bytes taken from the source, 0 = all
+    tokenizer_max_chars: int = 200_000_000  # training text characters the tokenizer learns from
+    download_retries: int = 5  # attempts per shard before giving up
+    download_backoff_s: float = 1.0  # first retry delay, doubled on each further attempt
+    download_timeout_s: float = 60.0  # per-request connect/read timeout
 
     # Scoring-relevant constants (filled from the preset unless set explicitly).
     time_budget: float = Field(default=0.0, description="training seconds per experiment")
@@ -107,4 +115,8 @@ def scoring_fields(settings: HarnessSettings) -> dict[str, Any]:
         "compile_allowance": settings.compile_allowance,
         "train_tokens_max": settings.train_tokens_max,
         "seed": settings.seed,
+        "corpus_max_bytes": settings.corpus_max_bytes,
+        "tokenizer_max_chars": settings.tokenizer_max_chars,
+        "climbmix_train_shards": settings.climbmix_train_shards if settings.data_source == "climbmix" else 0,
+        "local_val_file": settings.local_val_file if settings.data_source == "local" else None,
     }

@@ -1,0 +1,119 @@
+"""evaluate_bpb: validation bits per byte, computed by the harness from the model's logits.
+
+The model only produces logits; the loss is computed here, never taken from model code. For the
+fixed evaluation rows: bpb = (sum of per-target cross-entropy in nats) / (ln 2 * sum of target
+byte lengths), where targets that are special tokens (byte length 0, e.g. BOS) are left out of
+both sums. Cross-entropy is computed in float64 from the given logits, chunk by chunk so that
+memory stays bounded, which makes the sum independent of how the rows are batched.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from harness.data.errors import DataError
+
+# float64 elements per chunk of log-softmax work (256 MiB).
+CHUNK_ELEMENTS = 1 << 25
+
+
+@dataclass(frozen=True)
+class EvalRows:
+    """The fixed evaluation rows, [N, T] each: inputs, targets, byte length of each target."""
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    target_bytes: torch.Tensor
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.inputs.shape[0])
+
+
+def load_eval_rows(val_dir: Path) -> EvalRows:
+    """Load val/inputs.npy, targets.npy and target_bytes.npy as int64 tensors."""
+    val_dir = Path(val_dir)
+    arrays = []
+    for name in ("inputs.npy", "targets.npy", "target_bytes.npy"):
+        try:
+            arrays.append(torch.from_numpy(np.load(val_dir / name).astype(np.int64)))
+        except (OSError, ValueError) as exc:
+            raise DataError(f"{val_dir / name}: unreadable ({exc}); run `autoresearch prepare`") from exc
+    inputs, targets, target_bytes = arrays
+    if not (inputs.ndim == 2 and inputs.shape == targets.shape == target_bytes.shape):
+        raise DataError(
+            f"{val_dir}: evaluation arrays disagree in shape ({tuple(inputs.shape)}, {tuple(targets.shape)}, "
+            f"{tuple(target_bytes.shape)}); run `autoresearch prepare` again"
+        )
+    return EvalRows(inputs=inputs, targets=targets, target_bytes=target_bytes)
+
+
+def sum_nats_and_bytes(
+    logits: torch.Tensor, targets: torch.Tensor, target_bytes: torch.Tensor
+) -> tuple[float, int]:
+    """(sum of cross-entropy in nats, sum of bytes) over the targets with a nonzero byte length.
+
+    `logits` [B, T, V] (any float dtype, any device), `targets` and `target_bytes` [B, T]. A pure
+    function of its inputs; raises ValueError on shapes that disagree, targets outside the
+    vocabulary, or non-finite logits.
+    """
+    if logits.ndim != 3 or targets.shape != logits.shape[:2] or target_bytes.shape != targets.shape:
+        raise ValueError(
+            f"logits {tuple(logits.shape)} must be [B, T, V] with targets and target_bytes [B, T], "
+            f"got targets {tuple(targets.shape)} and target_bytes {tuple(target_bytes.shape)}"
+        )
+    if not logits.is_floating_point():
+        raise ValueError(f"logits must be floating point, got {logits.dtype}")
+    vocab = logits.shape[-1]
+    targets = targets.to(logits.device, torch.int64)
+    target_bytes = target_bytes.to(logits.device, torch.int64)
+    if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= vocab):
+        raise ValueError(f"targets must lie in [0, {vocab}), the logits' vocabulary")
+    if target_bytes.numel() and int(target_bytes.min()) < 0:
+        raise ValueError("target_bytes must be non-negative")
+    flat_logits = logits.reshape(-1, vocab)
+    flat_targets = targets.reshape(-1)
+    counted = target_bytes.reshape(-1) > 0
+    chunk = max(1, CHUNK_ELEMENTS // max(1, vocab))
+    total_nats = 0.0
+    for first in range(0, flat_targets.numel(), chunk):
+        part = flat_logits[first : first + chunk].to(torch.float64)
+        if not bool(torch.isfinite(part).all()):
+            raise ValueError("logits contain NaN or infinity")
+        keep = counted[first : first + chunk]
+        picked = part.gather(1, flat_targets[first : first + chunk, None]).squeeze(1)
+        nats = torch.logsumexp(part, dim=1) - picked
+        total_nats += float(nats[keep].sum())
+    return total_nats, int(target_bytes.sum())
+
+
+def bpb(total_nats: float, total_bytes: int) -> float:
+    """Bits per byte from summed nats and bytes."""
+    if total_bytes <= 0:
+        raise ValueError("no target bytes to score")
+    return total_nats / (math.log(2) * total_bytes)
+
+
+@torch.no_grad()
+def evaluate_bpb(model: torch.nn.Module, val_dir: Path, device: torch.device, batch_rows: int) -> float:
+    """Validation bpb of `model` (forward: idx [B, T] -> logits [B, T, V]) on the fixed rows."""
+    rows = load_eval_rows(val_dir)
+    was_training = model.training
+    model.eval()
+    total_nats = 0.0
+    total_bytes = 0
+    try:
+        for first in range(0, rows.num_rows, batch_rows):
+            chunk = slice(first, first + batch_rows)
+            logits = model(rows.inputs[chunk].to(device))
+            nats, nbytes = sum_nats_and_bytes(logits, rows.targets[chunk], rows.target_bytes[chunk])
+            total_nats += nats
+            total_bytes += nbytes
+    finally:
+        model.train(was_training)
+    return bpb(total_nats, total_bytes)
