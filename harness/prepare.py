@@ -110,16 +110,21 @@ def _source_inputs(settings: HarnessSettings) -> dict[str, Any]:
     return {"url": settings.climbmix_url, "shards": settings.climbmix_train_shards}
 
 
+def _raw_listing(raw_dir: Path) -> str:
+    """A cheap fingerprint of the raw shards (names and sizes), to notice missing or changed ones."""
+    files = train_shards(raw_dir) + val_shards(raw_dir)
+    return _hash([(p.relative_to(raw_dir).as_posix(), p.stat().st_size) for p in files])
+
+
 def _raw_stage(settings: HarnessSettings, paths: PreparedPaths, progress: bool) -> str:
     inputs = _hash({"source": settings.data_source, **_source_inputs(settings)})
     done = _stage_output(paths, "raw", inputs)
-    if done is not None:
+    if done is not None and done == _raw_listing(paths.raw_dir):
         return done
     fetch_raw(settings, paths.raw_dir, progress)
-    files = train_shards(paths.raw_dir) + val_shards(paths.raw_dir)
     if not train_shards(paths.raw_dir) or not val_shards(paths.raw_dir):
         raise DataError(f"{paths.raw_dir}: the source produced no training or no validation shard")
-    output = _hash([(p.relative_to(paths.raw_dir).as_posix(), p.stat().st_size) for p in files])
+    output = _raw_listing(paths.raw_dir)
     _mark_stage(paths, "raw", inputs, output)
     return output
 
@@ -257,14 +262,22 @@ def prepare(settings: HarnessSettings, progress: bool = True) -> PreparedPaths:
     """Prepare data, tokenizer, token files and evaluation rows for `settings`; idempotent."""
     check_settings(settings)
     paths = prepared_paths(settings)
+    created = not paths.root.exists()
     try:
         paths.root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DataError(f"DATA_DIR={settings.data_dir}: cannot create {paths.root} ({exc})") from exc
-    with FileLock(paths.root / ".lock"):
-        raw = _raw_stage(settings, paths, progress)
-        tokenizer_sha = _tokenizer_stage(settings, paths, raw, progress)
-        train_meta = _train_stage(settings, paths, raw, tokenizer_sha, progress)
-        _val_stage(settings, paths, raw, tokenizer_sha, progress)
-        _write_manifest(settings, paths, train_meta)
+    try:
+        with FileLock(paths.root / ".lock"):
+            raw = _raw_stage(settings, paths, progress)
+            tokenizer_sha = _tokenizer_stage(settings, paths, raw, progress)
+            train_meta = _train_stage(settings, paths, raw, tokenizer_sha, progress)
+            _val_stage(settings, paths, raw, tokenizer_sha, progress)
+            _write_manifest(settings, paths, train_meta)
+    except DataError:
+        # A first attempt that failed on bad input leaves nothing behind; downloaded shards stay,
+        # so that the next attempt resumes.
+        if created and settings.data_source != "climbmix":
+            shutil.rmtree(paths.root, ignore_errors=True)
+        raise
     return paths

@@ -78,7 +78,8 @@ def best_fit_batches(
             end = (row + 1) * row_len
             pos = row * row_len
             while pos < end:
-                if not lengths:
+                if not lengths:  # out of documents: the unfinished row is dropped
+                    stats.dropped_tokens += pos - row * row_len
                     if row:
                         yield batch[:row]
                     return
