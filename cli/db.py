@@ -1,0 +1,49 @@
+"""`autoresearch db upgrade|downgrade|current`: Alembic migrations, the only way the schema changes."""
+
+from __future__ import annotations
+
+import argparse
+
+from server.core.config import ServerSettings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "db",
+        help="migrate the database (DATABASE_URL, default a SQLite file in DATA_DIR)",
+        description="Apply or roll back schema migrations. `serve` upgrades automatically at start.",
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    up = actions.add_parser("upgrade", help="migrate to the newest schema (or --revision)")
+    up.add_argument("--revision", default="head")
+    up.set_defaults(func=upgrade)
+    down = actions.add_parser("downgrade", help="roll back one migration (or to --revision, e.g. base)")
+    down.add_argument("--revision", default="-1")
+    down.set_defaults(func=downgrade)
+    current = actions.add_parser("current", help="print the revision the database is at")
+    current.set_defaults(func=show_current)
+
+
+def upgrade(args: argparse.Namespace) -> int:
+    from server.core import migrate
+
+    url = ServerSettings().resolved_database_url
+    migrate.upgrade(url, args.revision)
+    print(f"database at revision {migrate.current_revision(url)}")
+    return 0
+
+
+def downgrade(args: argparse.Namespace) -> int:
+    from server.core import migrate
+
+    url = ServerSettings().resolved_database_url
+    migrate.downgrade(url, args.revision)
+    print(f"database at revision {migrate.current_revision(url) or 'base (empty)'}")
+    return 0
+
+
+def show_current(_args: argparse.Namespace) -> int:
+    from server.core import migrate
+
+    print(migrate.current_revision(ServerSettings().resolved_database_url) or "base (empty)")
+    return 0

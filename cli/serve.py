@@ -1,0 +1,43 @@
+"""`autoresearch serve`: run the API server (migrates the database first)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from server.core.config import ServerSettings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the experiment server (REST API, events, pages)",
+        description="Run the server for the research repo made by `autoresearch init`. Settings come "
+        "from the environment (see docs/operations.md); --host and --port override HOST and PORT.",
+    )
+    parser.add_argument("--host", help="address to listen on (default: $HOST, else 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (default: $PORT, else 8000)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from server.harness_pin import ProjectMismatch
+    from server.main import StartupError, create_app
+
+    overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
+    settings = ServerSettings(**overrides)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        app = create_app(settings)
+    except (StartupError, ProjectMismatch) as exc:
+        print(f"autoresearch serve: {exc}", file=sys.stderr)
+        return 2
+    # One process: git writes are serialised and events broadcast in-process (docs/operations.md).
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, workers=1)
+    return 0

@@ -1,0 +1,84 @@
+"""Request dependencies: the app context and who is calling (bearer tokens).
+
+Agents (and admins) submit and cancel; workers use the worker endpoints only; reads are public
+unless PUBLIC_READS is false, in which case any valid token may read.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from server.context import AppContext
+from server.core.problems import Problem
+from server.crud.tokens import Principal, find_principal
+
+_bearer = HTTPBearer(auto_error=False, description="an agent, worker or admin token")
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
+def get_ctx(request: Request) -> AppContext:
+    return request.app.state.ctx
+
+
+Ctx = Annotated[AppContext, Depends(get_ctx)]
+
+
+def caller(
+    ctx: Ctx, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Principal | None:
+    if credentials is None:
+        return None
+    with ctx.db.read() as session:
+        principal = find_principal(session, credentials.credentials)
+    if principal is None:
+        raise Problem(401, "invalid-token", "the bearer token is unknown or revoked", headers=_CHALLENGE)
+    return principal
+
+
+Caller = Annotated[Principal | None, Depends(caller)]
+
+
+def _authenticated(principal: Principal | None) -> Principal:
+    if principal is None:
+        raise Problem(401, "missing-token", "send `Authorization: Bearer <token>`", headers=_CHALLENGE)
+    return principal
+
+
+def require_agent(principal: Caller) -> Principal:
+    principal = _authenticated(principal)
+    if principal.kind not in ("agent", "admin"):
+        raise Problem(
+            403, "agents-only", f"{principal.kind} tokens cannot call agent endpoints; use an agent token"
+        )
+    return principal
+
+
+def require_worker(principal: Caller) -> Principal:
+    principal = _authenticated(principal)
+    if principal.kind != "worker":
+        raise Problem(
+            403, "workers-only", f"{principal.kind} tokens cannot call worker endpoints; use a worker token"
+        )
+    return principal
+
+
+def require_admin(principal: Caller) -> Principal:
+    principal = _authenticated(principal)
+    if principal.kind != "admin":
+        raise Problem(403, "admins-only", "this needs an admin token")
+    return principal
+
+
+def require_reader(ctx: Ctx, principal: Caller) -> Principal | None:
+    if not ctx.settings.public_reads:
+        return _authenticated(principal)
+    return principal
+
+
+Agent = Annotated[Principal, Depends(require_agent)]
+WorkerToken = Annotated[Principal, Depends(require_worker)]
+Admin = Annotated[Principal, Depends(require_admin)]
+Reader = Annotated[Principal | None, Depends(require_reader)]

@@ -1,0 +1,3 @@
+"""API routers; `server.main` includes every module listed in ROUTERS."""
+
+ROUTERS = ["experiments", "worker", "project", "events", "tsv", "ops"]

@@ -1,0 +1,66 @@
+"""GET /events: server-sent events of the queue and decisions."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import StreamingResponse
+
+from server.api.deps import Ctx, Reader
+from server.core.problems import Problem
+from server.events import EVENT_TYPES
+
+router = APIRouter(tags=["events"])
+
+
+@router.get(
+    "/events",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "an endless event stream"}},
+)
+async def events(
+    request: Request,
+    ctx: Ctx,
+    _reader: Reader,
+    types: Annotated[
+        str | None,
+        Query(max_length=200, description=f"comma-separated subset of: {', '.join(EVENT_TYPES)}"),
+    ] = None,
+    last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+) -> StreamingResponse:
+    """Queued, started, progress, finished, kept, reverted, rebased and stale events, as they happen.
+
+    Reconnect with `Last-Event-ID` to receive what was missed (from a bounded in-memory buffer).
+    """
+    wanted = frozenset(EVENT_TYPES)
+    if types:
+        wanted = frozenset(t.strip() for t in types.split(",") if t.strip())
+        unknown = sorted(wanted - set(EVENT_TYPES))
+        if unknown or not wanted:
+            raise Problem(
+                422, "unknown-event-type", f"unknown event types {unknown}; choose from {list(EVENT_TYPES)}"
+            )
+    resume = int(last_event_id) if last_event_id and last_event_id.isdigit() else None
+    subscriber = ctx.bus.subscribe(wanted, resume)
+    keepalive = ctx.settings.sse_keepalive_seconds
+
+    async def stream() -> AsyncIterator[str]:
+        try:
+            yield "retry: 3000\n\n"
+            while not await request.is_disconnected():
+                try:
+                    event = await asyncio.wait_for(subscriber.queue.get(), keepalive)
+                except TimeoutError:
+                    yield ": keepalive\n\n"
+                    continue
+                if event is None:  # this client fell too far behind; it reconnects and resumes
+                    return
+                yield event.encode()
+        finally:
+            ctx.bus.unsubscribe(subscriber)
+
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)

@@ -1,0 +1,180 @@
+"""Experiments: submit, read, list, diff, log, progress, cancel."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Path, Query, Response
+from fastapi.responses import PlainTextResponse
+from sqlalchemy import select
+
+from harness.result import ProgressEvent
+from server.api.deps import Agent, Ctx, Reader
+from server.core.problems import Problem
+from server.crud import experiments as crud
+from server.crud.leases import progress_of
+from server.models import CANCELLED, FINAL_STATUSES, QUEUED, RUNNING, Experiment, Result, utcnow
+from server.patches import make_patch
+from server.schemas import (
+    CancelOut,
+    ExperimentOut,
+    ExperimentPage,
+    ExperimentStatus,
+    ProgressOut,
+    SubmitIn,
+)
+from server.submissions import submit
+
+router = APIRouter(prefix="/experiments", tags=["experiments"])
+ExperimentId = Annotated[int, Path(ge=1, le=2**62)]
+_ERRORS = {
+    401: {"description": "missing or unknown token"},
+    403: {"description": "wrong kind of token"},
+    404: {"description": "no such experiment"},
+}
+
+
+def _not_found(experiment_id: int) -> Problem:
+    return Problem(404, "unknown-experiment", f"no experiment {experiment_id}")
+
+
+@router.post(
+    "",
+    status_code=201,
+    responses={
+        200: {
+            "model": ExperimentOut,
+            "description": "the same train.py was already submitted: that experiment",
+        },
+        409: {"description": "the project has no baseline yet"},
+        413: {"description": "patch or train.py over the size limit"},
+        422: {"description": "invalid change (precise reason in `detail`)"},
+        429: {"description": "too many queued experiments for this agent"},
+        **_ERRORS,
+    },
+)
+def submit_experiment(
+    ctx: Ctx,
+    agent: Agent,
+    body: SubmitIn,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> ExperimentOut:
+    """Queue a change of train.py: a unified diff against `base` (default: the best) or a whole file."""
+    outcome = submit(ctx, agent, body, idempotency_key)
+    response.status_code = 201 if outcome.created else 200
+    response.headers["Location"] = f"/api/v1/experiments/{outcome.experiment_id}"
+    with ctx.db.read() as session:
+        view = crud.get_view(session, outcome.experiment_id)
+    assert view is not None
+    return view
+
+
+@router.get("", responses=_ERRORS)
+def list_experiments(
+    ctx: Ctx,
+    _reader: Reader,
+    status: ExperimentStatus | None = None,
+    agent: Annotated[str | None, Query(max_length=100)] = None,
+    base: Annotated[str | None, Query(pattern=r"^[0-9a-fA-F]{40}$", description="full commit id")] = None,
+    since: datetime | None = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[
+        str | None, Query(pattern=r"^[1-9][0-9]{0,17}$", description="next_cursor of the previous page")
+    ] = None,
+) -> ExperimentPage:
+    """Experiments, newest first, one page at a time (follow `next_cursor`)."""
+    if since is not None and since.tzinfo is None:
+        raise Problem(422, "naive-datetime", "`since` needs a timezone, e.g. 2025-01-01T00:00:00Z")
+    with ctx.db.read() as session:
+        return crud.list_page(
+            session,
+            status=status,
+            agent=agent,
+            base=base,
+            since=since,
+            limit=limit,
+            before_id=int(cursor) if cursor else None,
+        )
+
+
+@router.get("/{experiment_id}", responses=_ERRORS)
+def get_experiment(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> ExperimentOut:
+    """Status, result and metrics, decision and its reason, timing."""
+    with ctx.db.read() as session:
+        view = crud.get_view(session, experiment_id)
+    if view is None:
+        raise _not_found(experiment_id)
+    return view
+
+
+@router.get("/{experiment_id}/diff", response_class=PlainTextResponse, responses=_ERRORS)
+def get_diff(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> PlainTextResponse:
+    """The unified diff of train.py from the experiment's base to its commit."""
+    with ctx.db.read() as session:
+        experiment = session.get(Experiment, experiment_id)
+    if experiment is None:
+        raise _not_found(experiment_id)
+    new = ctx.repo.train_py(experiment.commit_sha).decode("utf-8", "replace")
+    old = (
+        ctx.repo.train_py(experiment.base_commit).decode("utf-8", "replace") if experiment.base_commit else ""
+    )
+    return PlainTextResponse(make_patch(old, new), media_type="text/x-diff")
+
+
+@router.get("/{experiment_id}/log", response_class=PlainTextResponse, responses=_ERRORS)
+def get_log(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> PlainTextResponse:
+    """The end of the run's output (as the harness captured it); empty until a result arrives."""
+    with ctx.db.read() as session:
+        experiment = session.get(Experiment, experiment_id)
+        if experiment is None:
+            raise _not_found(experiment_id)
+        result = session.scalars(select(Result).where(Result.experiment_id == experiment_id)).first()
+    text = ""
+    if result is not None:
+        text = result.log_tail
+        if result.error_message:
+            text += f"\n[{result.status}: {result.error_class}] {result.error_message}\n"
+    return PlainTextResponse(text)
+
+
+@router.get("/{experiment_id}/progress", responses=_ERRORS)
+def get_progress(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> ProgressOut:
+    """The stored progress samples (loss curve) of the latest attempt, oldest first."""
+    with ctx.db.read() as session:
+        if session.get(Experiment, experiment_id) is None:
+            raise _not_found(experiment_id)
+    samples = progress_of(ctx, experiment_id)
+    return ProgressOut(
+        experiment_id=experiment_id,
+        events=[ProgressEvent.model_validate(sample, from_attributes=True) for sample in samples],
+    )
+
+
+@router.post("/{experiment_id}/cancel", responses={409: {"description": "already finished"}, **_ERRORS})
+def cancel_experiment(ctx: Ctx, agent: Agent, experiment_id: ExperimentId) -> CancelOut:
+    """Cancel a queued experiment at once, or ask the worker running it to stop."""
+    with ctx.transaction() as tx:
+        experiment = tx.session.get(Experiment, experiment_id, with_for_update=True)
+        if experiment is None:
+            raise _not_found(experiment_id)
+        if agent.kind != "admin" and experiment.agent_id != agent.id:
+            raise Problem(403, "not-yours", f"experiment {experiment_id} belongs to another agent")
+        if experiment.status in FINAL_STATUSES:
+            raise Problem(
+                409, "already-finished", f"experiment {experiment_id} is already {experiment.status}"
+            )
+        if experiment.status == QUEUED:
+            experiment.status = CANCELLED
+            experiment.finished_at = utcnow()
+            experiment.decision_reason = f"cancelled by {agent.name} while queued"
+            tx.emit(
+                "finished", experiment_id=experiment_id, status=CANCELLED, reason=experiment.decision_reason
+            )
+        elif experiment.status == RUNNING:
+            experiment.cancel_requested = True
+    with ctx.db.read() as session:
+        view = crud.get_view(session, experiment_id)
+    assert view is not None
+    return CancelOut(experiment=view)

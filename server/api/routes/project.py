@@ -1,0 +1,72 @@
+"""The project's state: best, leaderboard, what was tried on a commit, agents."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from server.api.deps import Ctx, Reader
+from server.core.problems import Problem
+from server.crud import standings
+from server.crud.experiments import by_commit, children
+from server.crud.project import load_project
+from server.research_repo import UnknownCommit
+from server.schemas import AgentsOut, BestOut, ChildrenOut, LeaderboardOut
+
+router = APIRouter(tags=["project"])
+_AUTH = {401: {"description": "reads need a token (PUBLIC_READS=false)"}}
+
+
+def _best(ctx: Ctx) -> BestOut:
+    with ctx.db.read() as session:
+        best = standings.best(session, ctx.repo)
+    if best is None:
+        raise Problem(409, "not-initialised", "the project has no baseline yet; run `autoresearch init`")
+    return best
+
+
+@router.get("/best", responses={**_AUTH, 409: {"description": "not initialised"}})
+def get_best(ctx: Ctx, _reader: Reader) -> BestOut:
+    """The current best: commit, val_bpb, its experiment and its train.py."""
+    return _best(ctx)
+
+
+@router.get("/leaderboard", responses={**_AUTH, 409: {"description": "not initialised"}})
+def get_leaderboard(ctx: Ctx, _reader: Reader) -> LeaderboardOut:
+    """The kept lineage from the baseline, the best results, and each agent's standing."""
+    best = _best(ctx).model_copy(update={"train_py": ""})
+    with ctx.db.read() as session:
+        platform = load_project(session).platform
+        return LeaderboardOut(
+            best=best,
+            lineage=standings.lineage(session),
+            top=standings.top_results(session, platform),
+            agents=standings.agent_standings(session),
+        )
+
+
+@router.get("/commits/{sha}/children", responses={**_AUTH, 404: {"description": "unknown commit"}})
+def get_children(
+    ctx: Ctx,
+    _reader: Reader,
+    sha: Annotated[str, Path(pattern=r"^[0-9a-fA-F]{4,40}$")],
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> ChildrenOut:
+    """The experiments tried on top of a commit (newest first)."""
+    try:
+        commit = ctx.repo.resolve_commit(sha)
+    except UnknownCommit as exc:
+        raise Problem(404, "unknown-commit", f"no commit {sha} in the research repo") from exc
+    with ctx.db.read() as session:
+        own = by_commit(session, commit)
+        return ChildrenOut(
+            commit=commit, experiment_id=own.id if own else None, children=children(session, commit, limit)
+        )
+
+
+@router.get("/agents", responses=_AUTH)
+def get_agents(ctx: Ctx, _reader: Reader) -> AgentsOut:
+    """Every agent with its standing (same ordering as the leaderboard)."""
+    with ctx.db.read() as session:
+        return AgentsOut(agents=standings.agent_standings(session))

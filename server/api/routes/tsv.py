@@ -1,0 +1,57 @@
+"""results.tsv export and import (autoresearch's 5-column log)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse
+from starlette.concurrency import run_in_threadpool
+
+from server.api.deps import Admin, Ctx, Reader
+from server.core.problems import Problem
+from server.crud import tsv
+from server.schemas import ImportOut
+
+router = APIRouter(tags=["results.tsv"])
+MAX_IMPORT_BYTES = 20_000_000
+
+
+@router.get("/results.tsv", response_class=PlainTextResponse)
+def export_tsv(ctx: Ctx, _reader: Reader) -> PlainTextResponse:
+    """Every result so far (imported history first) as commit, val_bpb, memory_gb, status, description."""
+    with ctx.db.read() as session:
+        lines = [tsv.HEADER, *(row.line() for row in tsv.export_rows(session))]
+    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/tab-separated-values")
+
+
+@router.post(
+    "/import/results.tsv",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"text/tab-separated-values": {"schema": {"type": "string"}}},
+        }
+    },
+    responses={
+        401: {"description": "no token"},
+        403: {"description": "not an admin"},
+        422: {"description": "bad TSV"},
+    },
+)
+async def import_tsv(ctx: Ctx, _admin: Admin, request: Request) -> ImportOut:
+    """Bring a results.tsv in as history (never compared with the best). Admin only."""
+    body = await request.body()
+    if len(body) > MAX_IMPORT_BYTES:
+        raise Problem(413, "tsv-too-large", f"the file is {len(body)} bytes; the limit is {MAX_IMPORT_BYTES}")
+    try:
+        rows = tsv.parse(body.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise Problem(422, "tsv-not-utf8", "results.tsv must be UTF-8 text") from exc
+    except tsv.TsvError as exc:
+        raise Problem(422, "tsv-invalid", str(exc)) from exc
+    return await run_in_threadpool(_store, ctx, rows)
+
+
+def _store(ctx: Ctx, rows: list[tsv.TsvRow]) -> ImportOut:
+    with ctx.transaction() as tx:
+        imported, skipped = tsv.import_rows(tx.session, rows)
+    return ImportOut(imported=imported, skipped=skipped)

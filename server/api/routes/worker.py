@@ -1,0 +1,90 @@
+"""The worker protocol (worker tokens only); see docs/api.md."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response
+from starlette.concurrency import run_in_threadpool
+
+from server.api.deps import Ctx, WorkerToken
+from server.crud import leases
+from server.crud.results import record_result
+from server.crud.workers import register
+from server.schemas import (
+    ClaimIn,
+    ClaimOut,
+    HeartbeatOut,
+    ProgressIn,
+    RegisterIn,
+    RegisterOut,
+    ReleaseIn,
+    ResultIn,
+    ResultOutcome,
+)
+
+router = APIRouter(prefix="/worker", tags=["worker"])
+LeaseId = Annotated[str, Path(min_length=1, max_length=36)]
+_AUTH = {401: {"description": "missing or unknown token"}, 403: {"description": "not a worker token"}}
+_HELD = {
+    **_AUTH,
+    404: {"description": "no such lease for this token"},
+    409: {"description": "lease no longer held"},
+}
+# Long polls wake at least this often, to see work queued by lease expiry or another process.
+_POLL_S = 1.0
+
+
+@router.post("/register", responses={**_AUTH, 409: {"description": "harness id or platform mismatch"}})
+def register_worker(ctx: Ctx, worker: WorkerToken, body: RegisterIn) -> RegisterOut:
+    """Register (or re-register) a worker; pins the project's harness id and platform on first use."""
+    return register(ctx, worker, body)
+
+
+@router.post(
+    "/claim",
+    response_model=ClaimOut,
+    responses={
+        **_AUTH,
+        204: {"description": "nothing to run within wait_s"},
+        404: {"description": "unknown worker"},
+    },
+)
+async def claim(ctx: Ctx, worker: WorkerToken, body: ClaimIn) -> ClaimOut | Response:
+    """Lease the next queued experiment; waits up to `wait_s` seconds for one (long poll)."""
+    deadline = time.monotonic() + min(body.wait_s, ctx.settings.claim_max_wait_s)
+    while True:
+        claimed = await run_in_threadpool(leases.claim, ctx, worker, body.worker_id)
+        if claimed is not None:
+            return claimed
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return Response(status_code=204)
+        await ctx.bus.wait_for_queued(min(remaining, _POLL_S))
+
+
+@router.post("/leases/{lease_id}/heartbeat", responses=_HELD)
+def heartbeat(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId) -> HeartbeatOut:
+    """Renew the lease; `cancel` asks the worker to stop the run and release the lease."""
+    return leases.heartbeat(ctx, worker, lease_id)
+
+
+@router.post("/leases/{lease_id}/progress", status_code=204, responses=_HELD)
+def progress(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ProgressIn) -> Response:
+    """Live progress samples of the run."""
+    leases.record_progress(ctx, worker, lease_id, body.events)
+    return Response(status_code=204)
+
+
+@router.post("/leases/{lease_id}/result", responses=_HELD)
+def result(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ResultIn) -> ResultOutcome:
+    """Record the run's result and decide keep/revert; the same result_id again gets the same answer."""
+    return record_result(ctx, worker, lease_id, body)
+
+
+@router.post("/leases/{lease_id}/release", status_code=204, responses=_HELD)
+def release(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ReleaseIn) -> Response:
+    """Give the experiment back to the queue without counting an attempt."""
+    leases.release(ctx, worker, lease_id, body.reason)
+    return Response(status_code=204)

@@ -1,0 +1,68 @@
+"""Creating candidate experiments (from submissions and from re-applying onto a new best)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from server.context import AppContext, Tx
+from server.models import NOT_RERUN_STATUSES, QUEUED, Experiment, utcnow
+
+
+def find_same_train_py(session: Session, blob: str) -> Experiment | None:
+    """An experiment with this exact train.py that was run or will be (not cancelled/infra-failed)."""
+    statement = (
+        select(Experiment)
+        .where(Experiment.train_py_blob == blob, Experiment.status.in_(NOT_RERUN_STATUSES))
+        .order_by(Experiment.id)
+        .limit(1)
+    )
+    return session.scalars(statement).first()
+
+
+def commit_message(description: str, hypothesis: str | None) -> str:
+    return f"{description}\n\nHypothesis: {hypothesis}\n" if hypothesis else f"{description}\n"
+
+
+def queue_candidate(
+    ctx: AppContext,
+    tx: Tx,
+    *,
+    agent_id: int | None,
+    source: str,
+    description: str,
+    hypothesis: str | None,
+    base_commit: str,
+    commit_sha: str,
+    blob: str,
+    queued_at: datetime | None = None,
+    rebased_from_id: int | None = None,
+) -> Experiment:
+    """Insert a queued experiment for an existing candidate commit and point its ref at it."""
+    now = utcnow()
+    experiment = Experiment(
+        agent_id=agent_id,
+        source=source,
+        description=description,
+        hypothesis=hypothesis,
+        base_commit=base_commit,
+        commit_sha=commit_sha,
+        train_py_blob=blob,
+        status=QUEUED,
+        attempts=0,
+        cancel_requested=False,
+        created_at=now,
+        queued_at=queued_at or now,
+        rebased_from_id=rebased_from_id,
+    )
+    tx.session.add(experiment)
+    tx.session.flush()
+    experiment_id = experiment.id
+    ctx.repo.set_experiment_ref(experiment_id, commit_sha)
+    tx.undo.append(lambda: ctx.repo.delete_experiment_ref(experiment_id))
+    tx.emit(
+        "queued", experiment_id=experiment_id, description=description, base=base_commit, commit=commit_sha
+    )
+    return experiment

@@ -1,0 +1,56 @@
+"""What every request handler works with: settings, database, research repo and event bus.
+
+`ctx.transaction()` is the one way to change state: a database write transaction that, when it
+commits, publishes the events collected in it, and when it fails, undoes the git ref changes made
+in it (refs are written inside the transaction, so a failed commit must not leave them behind).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session
+
+from server.core.config import ServerSettings
+from server.core.db import Database
+from server.events import Broadcaster, Event
+from server.research_repo import ResearchRepo
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Tx:
+    session: Session
+    events: list[Event] = field(default_factory=list)
+    undo: list[Callable[[], None]] = field(default_factory=list)
+
+    def emit(self, type_: str, **data: object) -> None:
+        self.events.append(Event(type_, dict(data)))
+
+
+@dataclass
+class AppContext:
+    settings: ServerSettings
+    db: Database
+    repo: ResearchRepo
+    bus: Broadcaster
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        tx: Tx | None = None
+        try:
+            with self.db.write() as session:
+                tx = Tx(session)
+                yield tx
+        except BaseException:
+            for action in reversed(tx.undo if tx else []):
+                try:
+                    action()
+                except Exception:  # keep undoing the rest; the original error is what matters
+                    log.exception("undoing a git change after a failed transaction failed")
+            raise
+        self.bus.publish(tx.events)

@@ -1,0 +1,1 @@
+"""Settings, database engine, migrations, security and error answers shared by the service."""

@@ -1,0 +1,25 @@
+"""Bearer tokens: random, shown once, stored only as a SHA-256 hash.
+
+Tokens carry 256 bits of randomness, so a fast hash is enough: nobody can brute-force the
+preimage, and lookups by hash stay one indexed query per request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+TOKEN_PREFIX = {"agent": "ara", "worker": "arw", "admin": "arx"}
+
+
+def new_token(kind: str) -> str:
+    return f"{TOKEN_PREFIX[kind]}_{secrets.token_urlsafe(32)}"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def same_secret(given: str, expected: str) -> bool:
+    return bool(expected) and hmac.compare_digest(given.encode(), expected.encode())

@@ -1,0 +1,1 @@
+"""Database reads and writes, one module per resource."""

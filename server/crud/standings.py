@@ -1,0 +1,141 @@
+"""The best, the leaderboard (kept lineage, best results, per-agent standing) and agents."""
+
+from __future__ import annotations
+
+from sqlalchemy import case, func, select
+from sqlalchemy.orm import Session
+
+from server.crud.experiments import BASELINE_AGENT, agent_names
+from server.crud.project import load_project
+from server.models import (
+    INFRA_FAILED,
+    KEPT,
+    QUEUED,
+    REBASED,
+    REVERTED,
+    RUNNING,
+    STALE,
+    ApiToken,
+    Experiment,
+)
+from server.research_repo import ResearchRepo
+from server.schemas import AgentStanding, BestOut, LineageEntry, RankedResult
+
+
+def best(session: Session, repo: ResearchRepo) -> BestOut | None:
+    project = load_project(session)
+    if project.best_commit is None:
+        return None
+    return BestOut(
+        commit=project.best_commit,
+        val_bpb=project.best_val_bpb,
+        experiment_id=project.best_experiment_id,
+        platform=project.platform,
+        harness_id=project.harness_id,
+        train_py=repo.train_py(project.best_commit).decode("utf-8", "replace"),
+    )
+
+
+def lineage(session: Session) -> list[LineageEntry]:
+    """Every kept experiment in the order it became the best: the path from the baseline."""
+    kept = list(
+        session.scalars(select(Experiment).where(Experiment.status == KEPT).order_by(Experiment.finished_at))
+    )
+    names = agent_names(session, {e.agent_id for e in kept if e.agent_id is not None})
+    return [
+        LineageEntry(
+            experiment_id=e.id,
+            commit=e.commit_sha,
+            val_bpb=e.val_bpb,
+            improvement=e.best_before_val_bpb - e.val_bpb
+            if e.best_before_val_bpb is not None and e.val_bpb is not None
+            else None,
+            agent=names.get(e.agent_id, BASELINE_AGENT) if e.agent_id is not None else BASELINE_AGENT,
+            description=e.description,
+            finished_at=e.finished_at,
+        )
+        for e in kept
+    ]
+
+
+def top_results(session: Session, platform: str | None, limit: int = 20) -> list[RankedResult]:
+    """The lowest val_bpb measured on the project's platform, whatever was decided."""
+    statement = (
+        select(Experiment).where(Experiment.val_bpb.is_not(None)).order_by(Experiment.val_bpb, Experiment.id)
+    )
+    if platform is not None:
+        statement = statement.where(Experiment.platform == platform)
+    rows = list(session.scalars(statement.limit(limit)))
+    names = agent_names(session, {e.agent_id for e in rows if e.agent_id is not None})
+    return [
+        RankedResult(
+            experiment_id=e.id,
+            commit=e.commit_sha,
+            val_bpb=e.val_bpb,  # type: ignore[arg-type]
+            status=e.status,  # type: ignore[arg-type]
+            agent=names.get(e.agent_id, BASELINE_AGENT) if e.agent_id is not None else BASELINE_AGENT,
+            description=e.description,
+        )
+        for e in rows
+    ]
+
+
+def _count(condition: object) -> object:
+    return func.sum(case((condition, 1), else_=0))  # type: ignore[arg-type]
+
+
+def agent_standings(session: Session) -> list[AgentStanding]:
+    """Per agent: counts by outcome, best val_bpb, and how much its keeps improved the best."""
+    improvement = case(
+        (Experiment.status == KEPT, Experiment.best_before_val_bpb - Experiment.val_bpb),
+        else_=0.0,
+    )
+    statement = (
+        select(
+            ApiToken.name,
+            func.count(Experiment.id).label("submitted"),
+            _count(Experiment.status == QUEUED).label("queued"),
+            _count(Experiment.status == RUNNING).label("running"),
+            _count(Experiment.status == KEPT).label("kept"),
+            _count(Experiment.status.in_((REVERTED, REBASED, STALE)) & Experiment.val_bpb.is_not(None)).label(
+                "reverted"
+            ),
+            _count(
+                (Experiment.status == INFRA_FAILED)
+                | ((Experiment.status == REVERTED) & Experiment.val_bpb.is_(None))
+            ).label("failed"),
+            func.min(Experiment.val_bpb).label("best_val_bpb"),
+            func.coalesce(func.sum(improvement), 0.0).label("improvement"),
+            func.max(Experiment.created_at).label("last_submitted_at"),
+        )
+        .select_from(ApiToken)
+        .join(Experiment, Experiment.agent_id == ApiToken.id, isouter=True)
+        .where(ApiToken.kind.in_(("agent", "admin")))
+        .group_by(ApiToken.id, ApiToken.name)
+    )
+    rows = session.execute(statement).all()
+    standings = [
+        AgentStanding(
+            agent=row.name,
+            submitted=row.submitted or 0,
+            queued=row.queued or 0,
+            running=row.running or 0,
+            kept=row.kept or 0,
+            reverted=row.reverted or 0,
+            failed=row.failed or 0,
+            best_val_bpb=row.best_val_bpb,
+            improvement=row.improvement or 0.0,
+            last_submitted_at=row.last_submitted_at,
+        )
+        for row in rows
+        if row.submitted or row.name != "ADMIN_TOKEN"
+    ]
+    standings.sort(
+        key=lambda s: (
+            -s.improvement,
+            -s.kept,
+            s.best_val_bpb if s.best_val_bpb is not None else 1e30,
+            s.agent,
+        )
+    )
+    return standings

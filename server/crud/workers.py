@@ -1,0 +1,77 @@
+"""Worker registration, which also pins the project's harness id and platform."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import timedelta
+
+from sqlalchemy import func, select
+
+from server.context import AppContext
+from server.core.problems import Problem
+from server.crud.project import load_project
+from server.crud.tokens import Principal
+from server.models import Worker, utcnow
+from server.schemas import RegisterIn, RegisterOut
+
+log = logging.getLogger(__name__)
+
+
+def register(ctx: AppContext, principal: Principal, body: RegisterIn) -> RegisterOut:
+    with ctx.transaction() as tx:
+        project = load_project(tx.session, lock=True)
+        if project.harness_id is None:
+            log.warning(
+                "no HARNESS_ID and no prepared data: worker %s fixes the harness id to %s",
+                body.name,
+                body.harness_id,
+            )
+            project.harness_id = body.harness_id
+        elif project.harness_id != body.harness_id:
+            raise Problem(
+                409,
+                "harness-mismatch",
+                f"this server's project uses harness {project.harness_id}; the worker's harness is "
+                f"{body.harness_id}. Run the worker with the server's preset and data (results of different "
+                "harnesses are never compared)",
+                project_harness_id=project.harness_id,
+            )
+        if project.platform is None:
+            log.info("worker %s fixes the project's platform to %s", body.name, body.device)
+            project.platform = body.device
+        elif project.platform != body.device:
+            raise Problem(
+                409,
+                "platform-mismatch",
+                f"this server's project measures on {project.platform!r}; the worker's device is "
+                f"{body.device!r}. Results from different platforms are never compared: run a separate "
+                "server for this platform",
+                project_platform=project.platform,
+            )
+        now = utcnow()
+        worker = tx.session.scalars(
+            select(Worker).where(Worker.token_id == principal.id, Worker.name == body.name)
+        ).first()
+        if worker is None:
+            worker = Worker(id=str(uuid.uuid4()), token_id=principal.id, name=body.name, registered_at=now)
+            tx.session.add(worker)
+        worker.device = body.device
+        worker.memory_gb = body.memory_gb
+        worker.harness_id = body.harness_id
+        worker.last_seen_at = now
+        answer = RegisterOut(
+            worker_id=worker.id,
+            harness_id=project.harness_id,
+            platform=project.platform,
+            lease_seconds=ctx.settings.lease_seconds,
+            heartbeat_seconds=ctx.settings.lease_seconds / 3,
+        )
+    return answer
+
+
+def online_count(ctx: AppContext) -> int:
+    """Workers seen (register, claim or heartbeat) within two lease periods."""
+    cutoff = utcnow() - timedelta(seconds=2 * ctx.settings.lease_seconds)
+    with ctx.db.read() as session:
+        return int(session.scalar(select(func.count()).where(Worker.last_seen_at >= cutoff)) or 0)

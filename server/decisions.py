@@ -1,0 +1,167 @@
+"""Keep or revert: what happens to `best` when a result arrives.
+
+Called inside the result's transaction with the project row locked (PostgreSQL) or the database
+write-locked (SQLite), so decisions are serial: two results that arrive together are decided one
+after the other, and the second sees the `best` the first one left. Only a result measured on
+the current best can move it, and only forward (the candidate's parent is the best), so `best`
+always fast-forwards and never advances twice from the same base.
+
+Rules, in order:
+1. A result measured with another harness or on another platform is never compared: revert.
+2. Only `ok` results with a val_bpb can be kept: anything else is reverted.
+3. The baseline's first valid result measures the best.
+4. Measured on the current best: keep if val_bpb < best - MIN_DELTA, else revert.
+5. Measured on an older base (best moved while it waited or ran): if it did not beat its own
+   base by MIN_DELTA, revert; otherwise re-apply its change onto the new best and queue that
+   (`rebased`, same queue position), or mark it `stale` when the change no longer applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from server.candidates import commit_message, find_same_train_py, queue_candidate
+from server.context import AppContext, Tx
+from server.crud.experiments import agent_names, by_commit
+from server.models import KEPT, REBASED, REVERTED, STALE, Experiment, Project, Result, utcnow
+from server.patches import PatchError, apply_patch, make_patch, parse_patch
+from server.research_repo import blob_sha
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: str  # keep | revert | rebase | stale
+    reason: str
+
+
+def _fmt(value: float | None) -> str:
+    """At least 4 decimals, up to 6 when they matter: 1.0000, 0.9812, 0.98125."""
+    if value is None:
+        return "unmeasured"
+    whole, decimals = f"{value:.6f}".split(".")
+    return f"{whole}.{decimals.rstrip('0').ljust(4, '0')}"
+
+
+def judge_measured(val_bpb: float, reference: float | None, min_delta: float, name: str) -> tuple[bool, str]:
+    """Whether `val_bpb` beats `reference` by more than `min_delta`, and the reason in words."""
+    if reference is None:
+        return True, f"{_fmt(val_bpb)} and {name} has no valid measurement"
+    if val_bpb < reference - min_delta:
+        return True, f"{_fmt(val_bpb)} < {name} {_fmt(reference)} - {_fmt(min_delta)}"
+    return False, f"{_fmt(val_bpb)} >= {name} {_fmt(reference)} - {_fmt(min_delta)}"
+
+
+def decide(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, result: Result) -> Verdict:
+    """Decide, apply the decision (best, experiment status, a re-queued candidate), emit events."""
+    experiment.best_before_commit = project.best_commit
+    experiment.best_before_val_bpb = project.best_val_bpb
+    verdict = _verdict(ctx, tx, project, experiment, result)
+    experiment.decision = verdict.decision
+    experiment.decision_reason = verdict.reason
+    experiment.status = {"keep": KEPT, "revert": REVERTED, "rebase": REBASED, "stale": STALE}[
+        verdict.decision
+    ]
+    if verdict.decision == "keep":
+        _advance_best(ctx, tx, project, experiment, result)
+    event_type = {"keep": "kept", "revert": "reverted", "rebase": "rebased", "stale": "stale"}[
+        verdict.decision
+    ]
+    tx.emit(
+        event_type,
+        experiment_id=experiment.id,
+        val_bpb=experiment.val_bpb,
+        reason=verdict.reason,
+        best=project.best_commit,
+        rebased_to=experiment.rebased_to_id,
+    )
+    return verdict
+
+
+def _verdict(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, result: Result) -> Verdict:
+    if project.harness_id is not None and result.harness_id != project.harness_id:
+        return Verdict(
+            "revert",
+            f"measured with harness {result.harness_id!r}, the project's is {project.harness_id}: "
+            "not compared",
+        )
+    if project.platform is not None and result.device != project.platform:
+        return Verdict(
+            "revert",
+            f"measured on {result.device!r}, the project's platform is {project.platform!r}: not compared",
+        )
+    if result.status != "ok" or result.val_bpb is None:
+        what = f"{result.status} ({result.error_class})" if result.error_class else result.status
+        return Verdict("revert", f"run ended {what}: only ok results with a val_bpb can be kept")
+    min_delta = ctx.settings.min_delta
+    if experiment.base_commit is None:  # the baseline
+        if experiment.commit_sha == project.best_commit and project.best_val_bpb is None:
+            return Verdict("keep", f"baseline measured: val_bpb {_fmt(result.val_bpb)}")
+        return Verdict("revert", "baseline re-measured after the best moved on: not compared")
+    if experiment.base_commit == project.best_commit:
+        better, why = judge_measured(result.val_bpb, project.best_val_bpb, min_delta, "best")
+        return Verdict("keep" if better else "revert", why)
+    base = by_commit(tx.session, experiment.base_commit)
+    base_bpb = base.val_bpb if base is not None else None
+    better, why = judge_measured(result.val_bpb, base_bpb, min_delta, "its base")
+    moved = f"best moved from {experiment.base_commit[:10]} to {(project.best_commit or '')[:10]} meanwhile"
+    if not better:
+        return Verdict("revert", f"{why} ({moved})")
+    return _rebase(ctx, tx, project, experiment, f"{why}, but {moved}")
+
+
+def _rebase(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, why: str) -> Verdict:
+    assert project.best_commit is not None and experiment.base_commit is not None
+    base_source = ctx.repo.train_py(experiment.base_commit).decode("utf-8")
+    own_source = ctx.repo.train_py(experiment.commit_sha).decode("utf-8")
+    best_source = ctx.repo.train_py(project.best_commit).decode("utf-8")
+    try:
+        moved_source = apply_patch(best_source, parse_patch(make_patch(base_source, own_source)))
+    except PatchError as exc:
+        return Verdict("stale", f"{why}; its change does not apply to the new best: {exc.detail}")
+    if moved_source == best_source:
+        return Verdict("stale", f"{why}; the new best already contains its change")
+    content = moved_source.encode()
+    blob = blob_sha(content)
+    twin = find_same_train_py(tx.session, blob)
+    if twin is not None:
+        experiment.rebased_to_id = twin.id
+        return Verdict("rebase", f"{why}; its change on the new best is experiment {twin.id}")
+    commit = ctx.repo.commit_candidate(
+        project.best_commit,
+        content,
+        commit_message(experiment.description, experiment.hypothesis),
+        _agent_label(tx, experiment),
+    )
+    requeued = queue_candidate(
+        ctx,
+        tx,
+        agent_id=experiment.agent_id,
+        source="rebase",
+        description=experiment.description,
+        hypothesis=experiment.hypothesis,
+        base_commit=project.best_commit,
+        commit_sha=commit,
+        blob=blob,
+        queued_at=experiment.queued_at,
+        rebased_from_id=experiment.id,
+    )
+    experiment.rebased_to_id = requeued.id
+    return Verdict("rebase", f"{why}; re-applied onto the new best and queued as experiment {requeued.id}")
+
+
+def _agent_label(tx: Tx, experiment: Experiment) -> str:
+    if experiment.agent_id is None:
+        return "baseline"
+    return agent_names(tx.session, {experiment.agent_id}).get(experiment.agent_id, "agent")
+
+
+def _advance_best(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, result: Result) -> None:
+    previous = project.best_commit
+    project.best_commit = experiment.commit_sha
+    project.best_experiment_id = experiment.id
+    project.best_val_bpb = result.val_bpb
+    project.updated_at = utcnow()
+    if previous != experiment.commit_sha:
+        ctx.repo.set_best(experiment.commit_sha)
+        if previous is not None:
+            tx.undo.append(lambda: ctx.repo.set_best(previous))

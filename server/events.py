@@ -1,0 +1,116 @@
+"""In-process event bus: handlers publish, `GET /events` subscribers receive (server-sent events).
+
+Handlers run in worker threads, subscribers in the event loop, so `publish` hands events to the
+loop with `call_soon_threadsafe`. Each subscriber has a bounded queue; one that falls that far
+behind is dropped (its stream ends and the client reconnects with Last-Event-ID). A ring buffer
+of recent events lets a reconnecting client resume. This bus lives in one process: running
+several server processes needs a shared bus (e.g. PostgreSQL LISTEN/NOTIFY) instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+EVENT_TYPES = ("queued", "started", "progress", "finished", "kept", "reverted", "rebased", "stale")
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    data: dict[str, Any]
+    id: int = 0
+
+    def encode(self) -> str:
+        return f"id: {self.id}\nevent: {self.type}\ndata: {json.dumps(self.data, default=str)}\n\n"
+
+
+@dataclass
+class _Subscriber:
+    queue: asyncio.Queue[Event | None]
+    types: frozenset[str]
+
+
+@dataclass
+class Broadcaster:
+    history_size: int = 1000
+    queue_size: int = 1000
+    _loop: asyncio.AbstractEventLoop | None = None
+    _subscribers: list[_Subscriber] = field(default_factory=list)
+    _history: deque[Event] = field(default_factory=deque)
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Long-polling claims wait on this; it is replaced after every "queued" event.
+    _queued_signal: asyncio.Event | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Attach to the server's event loop (at startup)."""
+        self._loop = loop
+        self._queued_signal = asyncio.Event()
+
+    def publish(self, events: list[Event]) -> None:
+        """Publish from any thread; events get increasing ids in publication order."""
+        if not events or self._loop is None or self._loop.is_closed():
+            return
+        with self._lock:
+            numbered = [Event(e.type, e.data, next(self._ids)) for e in events]
+        try:
+            self._loop.call_soon_threadsafe(self._deliver, numbered)
+        except RuntimeError:  # the loop closed meanwhile (shutdown)
+            return
+
+    def _deliver(self, events: list[Event]) -> None:
+        for event in events:
+            self._history.append(event)
+            if len(self._history) > self.history_size:
+                self._history.popleft()
+            for subscriber in list(self._subscribers):
+                if event.type not in subscriber.types:
+                    continue
+                if subscriber.queue.full():
+                    self._drop(subscriber)
+                else:
+                    subscriber.queue.put_nowait(event)
+            if event.type == "queued" and self._queued_signal is not None:
+                self._queued_signal.set()
+                self._queued_signal = asyncio.Event()
+
+    def _drop(self, subscriber: _Subscriber) -> None:
+        self._subscribers.remove(subscriber)
+        while not subscriber.queue.empty():
+            subscriber.queue.get_nowait()
+        subscriber.queue.put_nowait(None)  # tells the stream to end
+
+    def subscribe(self, types: frozenset[str], last_event_id: int | None) -> _Subscriber:
+        """Must be called in the loop. Replays buffered events after `last_event_id`."""
+        subscriber = _Subscriber(asyncio.Queue(self.queue_size), types)
+        if last_event_id is not None:
+            for event in self._history:
+                if event.id > last_event_id and event.type in types and not subscriber.queue.full():
+                    subscriber.queue.put_nowait(event)
+        self._subscribers.append(subscriber)
+        return subscriber
+
+    def unsubscribe(self, subscriber: _Subscriber) -> None:
+        if subscriber in self._subscribers:
+            self._subscribers.remove(subscriber)
+
+    @property
+    def subscriber_count(self) -> int:
+        return len(self._subscribers)
+
+    async def wait_for_queued(self, timeout: float) -> None:
+        """Return when an experiment is queued or after `timeout` seconds."""
+        signal = self._queued_signal
+        if signal is None:
+            await asyncio.sleep(timeout)
+            return
+        try:
+            await asyncio.wait_for(signal.wait(), timeout)
+        except TimeoutError:
+            return

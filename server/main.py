@@ -1,0 +1,121 @@
+"""The FastAPI application: `create_app(settings)` builds it, `autoresearch serve` runs it.
+
+Starting the app migrates the database (Alembic upgrade), opens the research repo, pins the
+project's harness id and platform, and puts the git `best` branch where the database says it
+is (a crash between the two writes can leave git behind). One process per research repo: git
+writes are serialised by an in-process lock and events are broadcast in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import importlib.util
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+from server.api.routes import ROUTERS
+from server.context import AppContext
+from server.core.body_limit import BodyLimit
+from server.core.config import ServerSettings, get_settings
+from server.core.db import Database, create_db_engine
+from server.core.migrate import upgrade
+from server.core.problems import install_problem_handlers
+from server.crud.leases import expire_leases
+from server.crud.project import load_project
+from server.crud.tokens import sync_env_admin
+from server.events import Broadcaster
+from server.harness_pin import configured_harness_id, pin
+from server.research_repo import ResearchRepo
+
+log = logging.getLogger(__name__)
+API_PREFIX = "/api/v1"
+
+
+class StartupError(RuntimeError):
+    pass
+
+
+def build_context(settings: ServerSettings) -> AppContext:
+    url = settings.resolved_database_url
+    repo_path = settings.resolved_research_repo
+    if not (repo_path / "HEAD").is_file():
+        raise StartupError(f"no research repo at {repo_path}: run `autoresearch init` first (RESEARCH_REPO)")
+    upgrade(url)
+    db = Database(create_db_engine(url, settings.sqlite_busy_timeout_ms))
+    repo = ResearchRepo(repo_path)
+    harness_id = configured_harness_id(settings)
+    with db.write() as session:
+        project = load_project(session, lock=True)
+        if project.best_commit is None:
+            raise StartupError(f"the database at {url} has no project: run `autoresearch init` first")
+        pin(project, harness_id, settings.platform or None)
+        sync_env_admin(session, settings.admin_token)
+        if repo.best() != project.best_commit:
+            log.warning(
+                "git branch best was at %s; moving it to the database's best %s",
+                repo.best(),
+                project.best_commit,
+            )
+            repo.set_best(project.best_commit)
+    return AppContext(settings=settings, db=db, repo=repo, bus=Broadcaster(history_size=settings.sse_history))
+
+
+async def _sweep_leases(ctx: AppContext) -> None:
+    while True:
+        await asyncio.sleep(ctx.settings.lease_sweep_seconds)
+        try:
+            await run_in_threadpool(expire_leases, ctx)
+        except Exception:  # keep sweeping; a database hiccup must not stop lease expiry for good
+            log.exception("expiring leases failed")
+
+
+def _include_pages(app: FastAPI) -> None:
+    """Web pages live in server/pages (another part of the project); include them when present."""
+    if importlib.util.find_spec("server.pages") is None:
+        return
+    pages = importlib.import_module("server.pages")
+    register = getattr(pages, "register", None)
+    if register is not None:
+        register(app)
+
+
+def create_app(settings: ServerSettings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    ctx = build_context(settings)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        ctx.bus.bind(asyncio.get_running_loop())
+        sweeper = asyncio.create_task(_sweep_leases(ctx))
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            ctx.repo.close()
+            ctx.db.dispose()
+
+    app = FastAPI(
+        title="autoresearch server",
+        version="1",
+        description="Agents submit changes of train.py; workers run them; the server keeps or reverts. "
+        "See docs/api.md.",
+        lifespan=lifespan,
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.ctx = ctx
+    install_problem_handlers(app)
+    for name in ROUTERS:
+        app.include_router(importlib.import_module(f"server.api.routes.{name}").router, prefix=API_PREFIX)
+    _include_pages(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    return app

@@ -1,0 +1,227 @@
+"""The database schema (SQLAlchemy 2 typed ORM). Alembic migrations in migrations/ create it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {datetime: UTCDateTime()}
+
+
+# Experiment lifecycle. queued -> running -> one of the final states; running -> queued again
+# when a lease expires or is released.
+QUEUED, RUNNING = "queued", "running"
+KEPT, REVERTED, REBASED, STALE = "kept", "reverted", "rebased", "stale"
+CANCELLED, INFRA_FAILED = "cancelled", "infra_failed"
+EXPERIMENT_STATUSES = (QUEUED, RUNNING, KEPT, REVERTED, REBASED, STALE, CANCELLED, INFRA_FAILED)
+FINAL_STATUSES = (KEPT, REVERTED, REBASED, STALE, CANCELLED, INFRA_FAILED)
+# A candidate whose train.py matches one of these is not run again.
+NOT_RERUN_STATUSES = (QUEUED, RUNNING, KEPT, REVERTED, REBASED, STALE)
+
+TOKEN_KINDS = ("agent", "worker", "admin")
+
+
+class Project(Base):
+    """The single row (id 1) that pins what results mean and where `best` is."""
+
+    __tablename__ = "project"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    harness_id: Mapped[str | None] = mapped_column(String(128))
+    platform: Mapped[str | None] = mapped_column(String(200))
+    baseline_commit: Mapped[str | None] = mapped_column(String(40))
+    best_commit: Mapped[str | None] = mapped_column(String(40))
+    best_experiment_id: Mapped[int | None] = mapped_column(Integer)
+    best_val_bpb: Mapped[float | None] = mapped_column(Float)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+    __table_args__ = (UniqueConstraint("kind", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(100))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None]
+
+
+class Worker(Base):
+    __tablename__ = "workers"
+    __table_args__ = (UniqueConstraint("token_id", "name"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    token_id: Mapped[int] = mapped_column(ForeignKey("api_tokens.id"))
+    name: Mapped[str] = mapped_column(String(100))
+    device: Mapped[str] = mapped_column(String(200))
+    memory_gb: Mapped[float] = mapped_column(Float)
+    harness_id: Mapped[str] = mapped_column(String(128))
+    registered_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+
+class Experiment(Base):
+    __tablename__ = "experiments"
+    __table_args__ = (
+        Index("ix_experiments_queue", "status", "queued_at", "id"),
+        Index("ix_experiments_agent", "agent_id", "id"),
+        Index("ix_experiments_base", "base_commit", "id"),
+        Index("ix_experiments_blob", "train_py_blob"),
+        Index("ix_experiments_bpb", "val_bpb"),
+        Index("ix_experiments_commit", "commit_sha"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    agent_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id"))
+    source: Mapped[str] = mapped_column(String(16))  # agent | baseline | rebase
+    description: Mapped[str] = mapped_column(Text)
+    hypothesis: Mapped[str | None] = mapped_column(Text)
+    base_commit: Mapped[str | None] = mapped_column(String(40))
+    commit_sha: Mapped[str] = mapped_column(String(40))
+    train_py_blob: Mapped[str | None] = mapped_column(String(40))
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(default=0)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    queued_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    decision: Mapped[str | None] = mapped_column(String(16))
+    decision_reason: Mapped[str | None] = mapped_column(Text)
+    best_before_commit: Mapped[str | None] = mapped_column(String(40))
+    best_before_val_bpb: Mapped[float | None] = mapped_column(Float)
+    rebased_from_id: Mapped[int | None] = mapped_column(ForeignKey("experiments.id"))
+    rebased_to_id: Mapped[int | None] = mapped_column(ForeignKey("experiments.id"))
+    # Copied from the result when its status is ok, for sorting and the leaderboard.
+    val_bpb: Mapped[float | None] = mapped_column(Float)
+    platform: Mapped[str | None] = mapped_column(String(200))
+
+
+class Lease(Base):
+    __tablename__ = "leases"
+    __table_args__ = (Index("ix_leases_active", "state", "expires_at"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), index=True)
+    worker_id: Mapped[str] = mapped_column(ForeignKey("workers.id"), index=True)
+    attempt: Mapped[int]
+    state: Mapped[str] = mapped_column(String(16))  # active | expired | released | finished
+    claimed_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]
+    ended_at: Mapped[datetime | None]
+
+
+class Result(Base):
+    """The RunResult a worker reported, field for field, plus where it came from."""
+
+    __tablename__ = "results"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)  # the worker's result_id
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), unique=True)
+    lease_id: Mapped[str] = mapped_column(ForeignKey("leases.id"))
+    worker_id: Mapped[str] = mapped_column(ForeignKey("workers.id"))
+    received_at: Mapped[datetime] = mapped_column(default=utcnow)
+    status: Mapped[str] = mapped_column(String(16))
+    error_class: Mapped[str | None] = mapped_column(String(32))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    val_bpb: Mapped[float | None] = mapped_column(Float)
+    training_seconds: Mapped[float | None] = mapped_column(Float)
+    startup_seconds: Mapped[float | None] = mapped_column(Float)
+    score_seconds: Mapped[float | None] = mapped_column(Float)
+    total_seconds: Mapped[float | None] = mapped_column(Float)
+    peak_memory_mb: Mapped[float | None] = mapped_column(Float)
+    tokens: Mapped[int | None] = mapped_column(BigInteger)
+    steps: Mapped[int | None] = mapped_column(BigInteger)
+    num_params: Mapped[int | None] = mapped_column(BigInteger)
+    mfu_percent: Mapped[float | None] = mapped_column(Float)
+    device: Mapped[str] = mapped_column(String(200))
+    harness_id: Mapped[str] = mapped_column(String(128))
+    sandbox: Mapped[bool] = mapped_column(Boolean)
+    log_tail: Mapped[str] = mapped_column(Text)
+    # RunResult fields newer than this schema (a newer harness): kept, not lost.
+    extra: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class ProgressSample(Base):
+    __tablename__ = "progress_events"
+    __table_args__ = (Index("ix_progress_experiment", "experiment_id", "id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"))
+    attempt: Mapped[int]
+    step: Mapped[int] = mapped_column(BigInteger)
+    loss: Mapped[float | None] = mapped_column(Float)
+    tokens_per_s: Mapped[float | None] = mapped_column(Float)
+    fraction: Mapped[float] = mapped_column(Float)
+    phase: Mapped[str] = mapped_column(String(16))
+    elapsed_s: Mapped[float] = mapped_column(Float)
+
+
+class IdempotencyKey(Base):
+    __tablename__ = "idempotency_keys"
+
+    token_id: Mapped[int] = mapped_column(ForeignKey("api_tokens.id"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"))
+    status_code: Mapped[int]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ImportedResult(Base):
+    """A row of an imported results.tsv: history as the log claimed it, never compared with `best`."""
+
+    __tablename__ = "imported_results"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    commit: Mapped[str] = mapped_column(String(40))
+    val_bpb: Mapped[float] = mapped_column(Float)
+    memory_gb: Mapped[float] = mapped_column(Float)
+    status: Mapped[str] = mapped_column(String(16))  # keep | discard | crash
+    description: Mapped[str] = mapped_column(Text)
+    imported_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -1,0 +1,292 @@
+"""Request and response bodies of the HTTP API (pydantic). docs/api.md describes them in prose.
+
+Every string that reaches the database is bounded and free of NUL characters and unpaired
+surrogates (PostgreSQL stores neither), and every number is finite and within the column's
+range, so that bad input is a 422 and never a database error.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+from harness.result import ErrorClass, ProgressEvent, RunResult, RunStatus
+
+MAX_INT = 2**63 - 1
+ExperimentStatus = Literal[
+    "queued", "running", "kept", "reverted", "rebased", "stale", "cancelled", "infra_failed"
+]
+Decision = Literal["keep", "revert", "rebase", "stale"]
+Name = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")]
+
+
+def storable_text(value: str) -> str:
+    if "\0" in value:
+        raise ValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("must be valid Unicode text (unpaired surrogate)") from exc
+    return value
+
+
+def storable_log(value: str) -> str:
+    """Logs are the harness's record of what train.py printed: keep them, minus what cannot be stored."""
+    return value.replace("\0", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+
+
+Text = Annotated[str, AfterValidator(storable_text)]
+Sha = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{4,40}$")]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+# Agents ---------------------------------------------------------------------------------------
+
+
+class SubmitIn(Strict):
+    description: Annotated[Text, Field(min_length=1, max_length=500)]
+    hypothesis: Annotated[Text, Field(max_length=2000)] | None = None
+    base: Sha | None = Field(None, description="commit to apply the change to; default: the current best")
+    patch: Text | None = Field(None, description="unified diff of train.py against base")
+    train_py: Text | None = Field(None, description="the whole new train.py (instead of patch)")
+
+
+class BestBefore(BaseModel):
+    commit: str | None
+    val_bpb: float | None
+
+
+class ResultOut(BaseModel):
+    """The harness's measurements (RunResult without the log, which is at /log)."""
+
+    status: RunStatus
+    error_class: str | None
+    error_message: str | None
+    val_bpb: float | None
+    training_seconds: float | None
+    startup_seconds: float | None
+    score_seconds: float | None
+    total_seconds: float | None
+    peak_memory_mb: float | None
+    tokens: int | None
+    steps: int | None
+    num_params: int | None
+    mfu_percent: float | None
+    device: str
+    harness_id: str
+    sandbox: bool
+    extra: dict[str, Any] = Field(default_factory=dict, description="RunResult fields newer than this server")
+    received_at: datetime
+
+
+class ExperimentOut(BaseModel):
+    id: int
+    status: ExperimentStatus
+    agent: str
+    source: Literal["agent", "baseline", "rebase"]
+    description: str
+    hypothesis: str | None
+    base: str | None
+    commit: str
+    attempts: int
+    cancel_requested: bool
+    queue_position: int | None = Field(None, description="0 = next to run; only while queued")
+    created_at: datetime
+    queued_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    run_seconds: float | None = Field(None, description="from the (last) claim to the result")
+    decision: Decision | None
+    reason: str | None
+    best_before: BestBefore | None
+    rebased_from: int | None
+    rebased_to: int | None
+    val_bpb: float | None
+    result: ResultOut | None
+
+
+class ExperimentPage(BaseModel):
+    items: list[ExperimentOut]
+    next_cursor: str | None
+
+
+class ProgressOut(BaseModel):
+    experiment_id: int
+    events: list[ProgressEvent]
+
+
+class BestOut(BaseModel):
+    commit: str
+    val_bpb: float | None
+    experiment_id: int | None
+    platform: str | None
+    harness_id: str | None
+    train_py: str
+
+
+class LineageEntry(BaseModel):
+    experiment_id: int
+    commit: str
+    val_bpb: float | None
+    improvement: float | None = Field(description="best before minus this val_bpb")
+    agent: str
+    description: str
+    finished_at: datetime | None
+
+
+class RankedResult(BaseModel):
+    experiment_id: int
+    commit: str
+    val_bpb: float
+    status: ExperimentStatus
+    agent: str
+    description: str
+
+
+class AgentStanding(BaseModel):
+    agent: str
+    submitted: int
+    queued: int
+    running: int
+    kept: int
+    reverted: int = Field(description="measured but not kept (reverted, rebased or stale)")
+    failed: int = Field(
+        description="ended without a valid result: crashes, invalid runs, infrastructure failures"
+    )
+    best_val_bpb: float | None
+    improvement: float = Field(description="total val_bpb this agent's kept experiments took off the best")
+    last_submitted_at: datetime | None
+
+
+class LeaderboardOut(BaseModel):
+    best: BestOut
+    lineage: list[LineageEntry]
+    top: list[RankedResult]
+    agents: list[AgentStanding]
+
+
+class ChildrenOut(BaseModel):
+    commit: str
+    experiment_id: int | None
+    children: list[ExperimentOut]
+
+
+class AgentsOut(BaseModel):
+    agents: list[AgentStanding]
+
+
+class CancelOut(BaseModel):
+    experiment: ExperimentOut
+
+
+class ImportOut(BaseModel):
+    imported: int
+    skipped: int
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+    database: str
+    research_repo: str
+
+
+# Workers --------------------------------------------------------------------------------------
+
+
+class RegisterIn(Strict):
+    name: Name
+    device: Annotated[Text, Field(min_length=1, max_length=200)]
+    memory_gb: float = Field(ge=0, le=1e6)
+    harness_id: Annotated[Text, Field(min_length=1, max_length=128)]
+
+
+class RegisterOut(BaseModel):
+    worker_id: str
+    harness_id: str
+    platform: str
+    lease_seconds: float
+    heartbeat_seconds: float
+
+
+class ClaimIn(Strict):
+    worker_id: Annotated[str, Field(min_length=1, max_length=36)]
+    wait_s: float = Field(0.0, ge=0, le=30)
+
+
+class ClaimOut(BaseModel):
+    lease_id: str
+    experiment_id: int
+    attempt: int
+    description: str
+    train_py: str
+    train_py_sha256: str
+    lease_expires_at: datetime
+
+
+class HeartbeatOut(BaseModel):
+    lease_expires_at: datetime
+    cancel: bool
+
+
+class ProgressEventIn(ProgressEvent):
+    """A progress sample. A non-finite loss (a diverged run) is stored as null."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    step: int = Field(ge=0, le=MAX_INT)
+    fraction: float = Field(0.0, ge=0.0, le=1.0)
+    elapsed_s: float = Field(0.0, ge=0.0, le=1e9)
+    tokens_per_s: float | None = Field(None, ge=0.0, le=1e15)
+
+    @field_validator("loss")
+    @classmethod
+    def _finite_or_none(cls, value: float | None) -> float | None:
+        return value if value is not None and math.isfinite(value) else None
+
+
+class ProgressIn(Strict):
+    events: list[ProgressEventIn] = Field(max_length=1000)
+
+
+class RunResultIn(RunResult):
+    """RunResult as the worker measured it; bounded so that it can always be stored."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+    error_class: ErrorClass | None = None
+    error_message: Annotated[str, AfterValidator(storable_log), Field(max_length=100_000)] | None = None
+    val_bpb: float | None = Field(None, ge=0.0, le=1e6)
+    training_seconds: float | None = Field(None, ge=0.0, le=1e9)
+    startup_seconds: float | None = Field(None, ge=0.0, le=1e9)
+    score_seconds: float | None = Field(None, ge=0.0, le=1e9)
+    total_seconds: float | None = Field(None, ge=0.0, le=1e9)
+    peak_memory_mb: float | None = Field(None, ge=0.0, le=1e12)
+    tokens: int | None = Field(None, ge=0, le=MAX_INT)
+    steps: int | None = Field(None, ge=0, le=MAX_INT)
+    num_params: int | None = Field(None, ge=0, le=MAX_INT)
+    mfu_percent: float | None = Field(None, ge=0.0, le=1e6)
+    device: Annotated[Text, Field(min_length=1, max_length=200)] = "cpu"
+    harness_id: Annotated[Text, Field(max_length=128)] = ""
+    log_tail: Annotated[str, AfterValidator(storable_log), Field(max_length=1_000_000)] = ""
+
+
+class ResultIn(Strict):
+    result_id: Annotated[str, Field(pattern=r"^[0-9a-fA-F-]{32,36}$")]
+    result: RunResultIn
+
+
+class ResultOutcome(BaseModel):
+    experiment_id: int
+    decision: Decision | None
+    status: ExperimentStatus
+    reason: str
+
+
+class ReleaseIn(Strict):
+    reason: Annotated[Text, Field(max_length=2000)] = ""

@@ -1,0 +1,175 @@
+"""POST /experiments: validate a change of train.py, commit it on its base, and queue it.
+
+Order matters for locks: the candidate commit is written first (repo lock only), then one
+database transaction re-checks duplicates and the agent's queue limit and inserts the row (with
+the project row locked on PostgreSQL, the whole database on SQLite), so that concurrent submits
+cannot exceed limits or queue the same train.py twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from server.candidates import commit_message, find_same_train_py, queue_candidate
+from server.context import AppContext
+from server.core.problems import Problem
+from server.crud.project import load_project
+from server.crud.tokens import Principal
+from server.models import QUEUED, Experiment, IdempotencyKey
+from server.patches import PatchError, apply_patch, parse_patch
+from server.research_repo import UnknownCommit, blob_sha
+from server.schemas import SubmitIn
+
+_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+
+
+@dataclass(frozen=True)
+class Submitted:
+    experiment_id: int
+    created: bool  # False: an existing experiment (same train.py, or a repeated Idempotency-Key)
+
+
+def _request_sha256(body: SubmitIn) -> str:
+    return hashlib.sha256(json.dumps(body.model_dump(), sort_keys=True).encode()).hexdigest()
+
+
+def _replayed(session: Session, principal: Principal, key: str, request_sha: str) -> Submitted | None:
+    stored = session.get(IdempotencyKey, (principal.id, key))
+    if stored is None:
+        return None
+    if stored.request_sha256 != request_sha:
+        raise Problem(
+            422,
+            "idempotency-key-reused",
+            f"Idempotency-Key {key!r} was used for a different request; use a new key per submission",
+        )
+    return Submitted(stored.experiment_id, created=stored.status_code == 201)
+
+
+def _resolve_base(ctx: AppContext, session: Session, base: str | None) -> str:
+    if base is None:
+        best = load_project(session).best_commit
+        if best is None:
+            raise Problem(409, "not-initialised", "the project has no baseline yet; run `autoresearch init`")
+        return best
+    try:
+        full = ctx.repo.resolve_commit(base)
+    except UnknownCommit:
+        full = None
+    known = full is not None and session.scalar(
+        select(Experiment.id).where(Experiment.commit_sha == full).limit(1)
+    )
+    if not known:
+        raise Problem(
+            422,
+            "unknown-base",
+            f"base {base!r} is not the commit of any experiment; use a commit from GET /experiments or "
+            "GET /best",
+        )
+    assert full is not None
+    return full
+
+
+def _new_train_py(ctx: AppContext, body: SubmitIn, base_source: str) -> str:
+    settings = ctx.settings
+    if (body.patch is None) == (body.train_py is None):
+        raise Problem(422, "patch-or-train-py", "send exactly one of `patch` (a unified diff) or `train_py`")
+    if body.patch is not None:
+        size = len(body.patch.encode())
+        if size > settings.patch_max_bytes:
+            raise Problem(
+                413, "patch-too-large", f"patch is {size} bytes; the limit is {settings.patch_max_bytes}"
+            )
+        try:
+            new = apply_patch(base_source, parse_patch(body.patch))
+        except PatchError as exc:
+            raise Problem(422, exc.kind, exc.detail) from exc
+    else:
+        assert body.train_py is not None
+        new = body.train_py
+    size = len(new.encode())
+    if size > settings.train_py_max_bytes:
+        raise Problem(
+            413,
+            "train-py-too-large",
+            f"the new train.py is {size} bytes; the limit is {settings.train_py_max_bytes}",
+        )
+    if new == base_source:
+        raise Problem(422, "empty-change", "the change leaves train.py exactly as it is in the base")
+    return new
+
+
+def submit(ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_key: str | None) -> Submitted:
+    request_sha = _request_sha256(body)
+    if idempotency_key is not None and not _IDEMPOTENCY_KEY.match(idempotency_key):
+        raise Problem(422, "bad-idempotency-key", "Idempotency-Key must be 1-200 printable ASCII characters")
+    with ctx.db.read() as session:
+        if idempotency_key is not None:
+            replay = _replayed(session, principal, idempotency_key, request_sha)
+            if replay is not None:
+                return replay
+        base = _resolve_base(ctx, session, body.base)
+    try:
+        base_source = ctx.repo.train_py(base).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Problem(422, "base-not-text", f"train.py of base {base} is not UTF-8 text") from exc
+    new_source = _new_train_py(ctx, body, base_source).encode()
+    blob = blob_sha(new_source)
+    with ctx.db.read() as session:
+        existing = find_same_train_py(session, blob)
+    if existing is not None and idempotency_key is None:
+        return Submitted(existing.id, created=False)
+    commit = ctx.repo.commit_candidate(
+        base, new_source, commit_message(body.description, body.hypothesis), principal.name
+    )
+    with ctx.transaction() as tx:
+        load_project(tx.session, lock=True)  # serialises submissions on PostgreSQL
+        if idempotency_key is not None:
+            replay = _replayed(tx.session, principal, idempotency_key, request_sha)
+            if replay is not None:
+                return replay
+        existing = find_same_train_py(tx.session, blob)
+        if existing is not None:
+            outcome = Submitted(existing.id, created=False)
+        else:
+            queued = tx.session.scalar(
+                select(func.count()).where(Experiment.agent_id == principal.id, Experiment.status == QUEUED)
+            )
+            limit = ctx.settings.max_queued_per_agent
+            if (queued or 0) >= limit:
+                raise Problem(
+                    429,
+                    "too-many-queued",
+                    f"agent {principal.name} has {queued} experiments queued (limit {limit}); "
+                    "wait for some to start or cancel some",
+                    headers={"Retry-After": "10"},
+                )
+            experiment = queue_candidate(
+                ctx,
+                tx,
+                agent_id=principal.id,
+                source="agent",
+                description=body.description,
+                hypothesis=body.hypothesis,
+                base_commit=base,
+                commit_sha=commit,
+                blob=blob,
+            )
+            outcome = Submitted(experiment.id, created=True)
+        if idempotency_key is not None:
+            tx.session.add(
+                IdempotencyKey(
+                    token_id=principal.id,
+                    key=idempotency_key,
+                    request_sha256=request_sha,
+                    experiment_id=outcome.experiment_id,
+                    status_code=201 if outcome.created else 200,
+                )
+            )
+    return outcome
