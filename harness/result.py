@@ -21,6 +21,8 @@ ErrorClass = Literal[
     "non_causal",  # later tokens changed earlier logits
     "over_budget",  # trained longer than budget + tolerance
     "sandbox_error",  # the sandbox could not start (infrastructure, not the candidate)
+    "score_error",  # exception in the model's forward while scoring
+    "cancelled",  # stopped by the caller (e.g. the server cancelled the experiment)
 ]
 
 
@@ -43,6 +45,8 @@ class RunResult(BaseModel):
     error_message: str | None = None
     val_bpb: float | None = None
     training_seconds: float | None = None
+    startup_seconds: float | None = None  # train process startup not counted as training (<= allowance)
+    score_seconds: float | None = None  # rebuilding the model and all forward passes, incl. the probe
     total_seconds: float | None = None
     peak_memory_mb: float | None = None
     tokens: int | None = None

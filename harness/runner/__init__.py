@@ -1,0 +1,27 @@
+"""The runner: one experiment, trained and scored in sandboxes (see docs/runner.md).
+
+Attributes load lazily: the sandboxed entry points live in this package and must not pay for
+importing the runner's own dependencies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["SandboxUnavailableError", "ScorerError", "run_experiment"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "run_experiment":
+        from harness.runner.run import run_experiment
+
+        return run_experiment
+    if name == "SandboxUnavailableError":
+        from harness.runner.sandbox import SandboxUnavailableError
+
+        return SandboxUnavailableError
+    if name == "ScorerError":
+        from harness.runner.scoring import ScorerError
+
+        return ScorerError
+    raise AttributeError(name)

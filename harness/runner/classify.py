@@ -1,0 +1,88 @@
+"""Turning what the harness observed of the train phase into a status and a precise message."""
+
+from __future__ import annotations
+
+import signal
+
+from harness.config import HarnessSettings
+from harness.runner import timing
+from harness.runner.train_phase import TrainOutcome
+
+Verdict = tuple[str, str, str]  # status, error class, message
+
+# Where the train entry reported an exception: the error class it earns.
+ERROR_CLASS_BY_WHERE = {
+    "import": "syntax_error",
+    "build_model": "build_model_error",
+    "train": "train_error",
+    "save": "train_error",
+    "harness": "sandbox_error",
+}
+WHERE_TEXT = {
+    "import": "importing train.py failed",
+    "build_model": "build_model(ctx) raised",
+    "train": "train(model, ctx) raised",
+    "save": "saving the trained weights failed",
+    "harness": "the harness could not start inside the sandbox",
+}
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def train_failure(outcome: TrainOutcome, settings: HarnessSettings) -> Verdict | None:
+    """The verdict on a train phase that failed, or None when its weights can be scored."""
+    error = outcome.error
+    detail = error.get("traceback") or error.get("message") or ""
+    if outcome.cancelled:
+        return "crash", "cancelled", "the experiment was cancelled while training"
+    if outcome.diverged_loss is not None or error.get("kind") == "diverged":
+        loss = outcome.diverged_loss
+        return (
+            "crash",
+            "nan_loss",
+            f"training diverged: loss {loss if loss is not None else 'NaN'} (NaN, infinite or > 100); "
+            "stopped at once",
+        )
+    if outcome.timed_out:
+        deadline = timing.train_deadline(settings.time_budget, settings.compile_allowance)
+        return (
+            "timeout",
+            "timeout",
+            f"killed at the hard deadline, {deadline:.1f} s after start (budget {settings.time_budget:g} s "
+            f"+ startup allowance {settings.compile_allowance:g} s + grace); train() must return once "
+            "ctx.time_left() <= 0",
+        )
+    if outcome.oom_killed or error.get("kind") == "oom":
+        limit = f" (limit {settings.memory_limit_gb:g} GB)" if settings.memory_limit_gb else ""
+        return "crash", "out_of_memory", f"out of memory{limit} while training\n{detail}".rstrip()
+    if error:
+        where = error.get("where", "")
+        error_class = ERROR_CLASS_BY_WHERE.get(where, "train_error")
+        return "crash", error_class, f"{WHERE_TEXT.get(where, 'training failed')}:\n{detail}".rstrip()
+    code = outcome.returncode
+    if code is not None and (code < 0 or code > 128):
+        number = -code if code < 0 else code - 128  # bwrap reports a signal as 128 + number
+        return "crash", "killed", f"the train process was killed by {signal_name(number)}"
+    if code != 0:
+        return "crash", "train_error", f"the train process exited with status {code} without an error report"
+    if not outcome.saved:
+        return "crash", "train_error", "the train process exited before the weights were saved"
+    return None
+
+
+def over_budget(outcome: TrainOutcome, settings: HarnessSettings) -> Verdict | None:
+    budget = settings.time_budget
+    if not timing.is_over_budget(outcome.training_seconds, budget):
+        return None
+    return (
+        "over_budget",
+        "over_budget",
+        f"trained {outcome.training_seconds:.1f} s, more than the budget of {budget:g} s + "
+        f"{timing.over_budget_tolerance(budget):g} s tolerance; "
+        "train() must return once ctx.time_left() <= 0",
+    )

@@ -1,0 +1,60 @@
+"""The device an experiment runs on: its name and, where known, its peak FLOP/s for MFU."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+# Dense bf16 tensor-core peaks (FLOP/s) from the vendors' data sheets; MFU is reported only for
+# these. The first name contained in the device name wins.
+PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
+    ("H200", 989.5e12),
+    ("H100 PCIe", 756.0e12),
+    ("H100", 989.5e12),
+    ("A100", 312.0e12),
+)
+
+
+def resolve_device(requested: str | None) -> str:
+    """`requested`, or cuda when a GPU is visible, else cpu."""
+    import torch
+
+    if requested:
+        if requested.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"device {requested!r} was asked for, but torch sees no CUDA GPU")
+        return requested
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def device_name(device: str) -> str:
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"cpu ({cpu_model()})"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine() or "unknown"
+
+
+def peak_flops(name: str) -> float | None:
+    for key, flops in PEAK_BF16_FLOPS:
+        if key in name:
+            return flops
+    return None
+
+
+def mfu_percent(
+    num_params: int | None, tokens: int | None, seconds: float, peak: float | None
+) -> float | None:
+    """Model FLOP utilisation from the 6 * params * tokens estimate of training FLOPs."""
+    if not (num_params and tokens and peak and seconds > 0):
+        return None
+    return 100.0 * 6.0 * num_params * tokens / (seconds * peak)

@@ -1,0 +1,192 @@
+"""Resource limits for sandboxed processes: a cgroup where one can be made, rlimits always.
+
+Two mechanisms, because neither works everywhere:
+
+* a cgroup (v1 `pids` + `memory` hierarchies, as on this project's CI machines) per sandbox:
+  caps the number of tasks (fork bombs) and the memory of the whole process tree, counts OOM
+  kills, and lists the sandbox's processes for cleanup and peak-RSS sampling;
+* rlimits set by the trusted entry code inside the sandbox before `train.py` is imported:
+  RLIMIT_AS (memory, CPU device only: CUDA reserves huge virtual ranges), RLIMIT_NPROC
+  (processes; the kernel does not enforce it for uid 0, so as root only the cgroup counts),
+  RLIMIT_FSIZE (one file's size) and RLIMIT_CORE=0.
+
+Which mechanisms applied is written into the run's log, so a missing limit is never silent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+FILE_SIZE_LIMIT = 16 << 30  # the largest single file a sandbox may write (weights included)
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_bytes: int  # 0 = no memory limit
+    max_tasks: int  # processes plus threads
+    cgroup_prefix: str = "autoresearch"  # names this run's cgroups, for cleanup after a crash
+
+
+def default_limits(memory_limit_gb: float, run_id: str) -> Limits:
+    # torch starts a thread per core and torch.compile a worker process per core.
+    cores = os.cpu_count() or 1
+    return Limits(
+        memory_bytes=int(memory_limit_gb * (1 << 30)),
+        max_tasks=1024 + 64 * cores,
+        cgroup_prefix=f"autoresearch-{run_id}",
+    )
+
+
+def apply_rlimits(limits: Limits, device_type: str) -> None:
+    """Set soft and hard limits for this process and its children (called inside the sandbox)."""
+
+    def cap(which: int, value: int) -> None:
+        resource.setrlimit(which, (value, value))
+
+    cap(resource.RLIMIT_CORE, 0)
+    cap(resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT)
+    cap(resource.RLIMIT_NPROC, limits.max_tasks)
+    if limits.memory_bytes and device_type == "cpu":
+        cap(resource.RLIMIT_AS, limits.memory_bytes)
+
+
+def own_cgroup(controller: str) -> Path | None:
+    """This process's cgroup folder in the v1 hierarchy of `controller`, if mounted."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controller in controllers.split(","):
+                folder = CGROUP_ROOT / controller / path.lstrip("/")
+                return folder if folder.is_dir() else None
+    return None
+
+
+class Cgroup:
+    """One sandbox's v1 cgroups (pids and memory), created empty and removed after the run."""
+
+    def __init__(self, folders: dict[str, Path]) -> None:
+        self.folders = folders
+
+    @classmethod
+    def create(cls, limits: Limits) -> Cgroup | None:
+        """A new cgroup pair with `limits`, or None where cgroups cannot be made here."""
+        name = f"{limits.cgroup_prefix}-{uuid.uuid4().hex[:12]}"
+        folders: dict[str, Path] = {}
+        try:
+            for controller in ("pids", "memory"):
+                parent = own_cgroup(controller)
+                if parent is None:
+                    raise OSError(f"no v1 {controller} cgroup hierarchy")
+                folder = parent / name
+                folder.mkdir()
+                folders[controller] = folder
+            (folders["pids"] / "pids.max").write_text(str(limits.max_tasks))
+            if limits.memory_bytes:
+                (folders["memory"] / "memory.limit_in_bytes").write_text(str(limits.memory_bytes))
+        except OSError:
+            for folder in folders.values():
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            return None
+        return cls(folders)
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """`argv` run by a shell that first joins this cgroup, so every descendant is inside."""
+        join = 'for f; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 126; shift; done; shift; exec "$@"'
+        procs = [str(folder / "cgroup.procs") for folder in self.folders.values()]
+        return ["/bin/sh", "-c", join, "sh", *procs, "--", *argv]
+
+    def pids(self) -> list[int]:
+        found: set[int] = set()
+        for folder in self.folders.values():
+            with contextlib.suppress(OSError, ValueError):
+                found.update(int(x) for x in (folder / "cgroup.procs").read_text().split())
+        return sorted(found)
+
+    def oom_killed(self) -> bool:
+        """Whether the kernel hit this cgroup's memory limit (OOM kill or failed charge)."""
+        folder = self.folders.get("memory")
+        if folder is None:
+            return False
+        with contextlib.suppress(OSError, ValueError):
+            for line in (folder / "memory.oom_control").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and int(value) > 0:
+                    return True
+            return int((folder / "memory.failcnt").read_text()) > 0
+        return False
+
+    def kill_all(self) -> None:
+        """SIGKILL every process in the cgroup until it is empty (forks race the first rounds)."""
+        for _ in range(200):
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
+
+    def remove(self) -> None:
+        self.kill_all()
+        for folder in self.folders.values():
+            for _ in range(100):
+                try:
+                    folder.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)  # the last killed tasks are still being reaped
+
+
+def descendants(root: int) -> list[int]:
+    """`root` and every live process below it, from one scan of /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        # Field 4 (ppid) follows the command name, which may hold spaces and parentheses.
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, []))
+    return found
+
+
+def peak_rss_bytes(pids: list[int]) -> int:
+    """The largest peak resident set size (VmHWM) among `pids`."""
+    peak = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]) * 1024)
+    return peak
+
+
+def remove_cgroups(prefix: str) -> None:
+    """Remove cgroups left by a run (e.g. when its scorer was killed), killing their processes."""
+    folders: dict[str, dict[str, Path]] = {}
+    for controller in ("pids", "memory"):
+        parent = own_cgroup(controller)
+        if parent is not None:
+            for folder in parent.glob(f"{prefix}-*"):
+                folders.setdefault(folder.name, {})[controller] = folder
+    for found in folders.values():
+        Cgroup(found).remove()

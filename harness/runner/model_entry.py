@@ -1,0 +1,122 @@
+"""Inside a score sandbox: rebuild the candidate's model from its weights and run forward passes.
+
+Run as `python -m harness.runner.model_entry CONFIG_JSON` by the trusted scorer. The process
+first imports torch and waits (so the scorer can start it early), then on `go` imports train.py,
+calls `build_model`, loads the saved weights (safetensors: tensors only) and answers `batch N`
+commands: it reads N rows of validation *inputs* from shared memory and writes the logits back.
+It never sees targets or byte lengths, and it computes no loss: the scorer does.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import sys
+from typing import Any
+
+from harness.runner.limits import Limits, apply_rlimits
+
+
+class InvalidOutputError(ValueError):
+    pass
+
+
+def commands(fd: int) -> Any:
+    """Commands from the scorer (trusted), one JSON object per line."""
+    with os.fdopen(fd, "rb", buffering=0) as stream:
+        for line in stream:
+            yield json.loads(line)
+
+
+def score_context(config: dict[str, Any], device: Any) -> Any:
+    """The ctx `build_model` gets when scoring: same constants, no data, no budget left."""
+    from harness.context import TrainContext
+
+    def no_batches(batch_size: int) -> Any:
+        raise RuntimeError("there is no training data in the score phase")
+
+    return TrainContext(
+        device=device,
+        vocab_size=config["vocab_size"],
+        seq_len=config["seq_len"],
+        time_budget=config["time_budget"],
+        seed=config["seed"],
+        bos_id=config["bos_id"],
+        peak_flops=None,
+        _batches=no_batches,
+        _time_left=lambda: 0.0,
+        _log=lambda **_: None,
+    )
+
+
+def main(config: dict[str, Any]) -> None:
+    from harness.runner.entry_common import Reporter, finish, import_candidate
+
+    reporter = Reporter(config["events_fd"])
+    try:
+        apply_rlimits(Limits(**config["limits"]), config["device"])
+        import numpy as np
+        import safetensors.torch
+        import torch
+    except BaseException as exc:
+        reporter.error("harness", exc)
+        finish(1)
+    rows, seq_len, vocab = config["max_rows"], config["seq_len"], config["vocab_size"]
+    inputs_map = mmap.mmap(config["inputs_fd"], rows * seq_len * 8)
+    logits_map = mmap.mmap(config["logits_fd"], rows * seq_len * vocab * 4)
+    inputs = torch.from_numpy(np.frombuffer(inputs_map, dtype=np.int64).reshape(rows, seq_len))
+    logits_out = torch.from_numpy(np.frombuffer(logits_map, dtype=np.float32).reshape(rows, seq_len, vocab))
+    device = torch.device(config["device"])
+    reporter.send("ready")
+    stream = commands(config["commands_fd"])
+    if next(stream, {}).get("cmd") != "go":
+        finish(0)
+
+    where = "import"
+    try:
+        candidate = import_candidate(config["candidate"])
+        where = "build_model"
+        torch.manual_seed(config["seed"])
+        model = candidate.build_model(score_context(config, device))
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"build_model must return a torch.nn.Module, not {type(model).__name__}")
+        where = "load_weights"
+        model.load_state_dict(safetensors.torch.load_file(config["weights"], device=str(device)))
+        model.eval()
+    except BaseException as exc:
+        reporter.error(where, exc)
+        finish(1)
+    reporter.send("loaded")
+
+    for command in stream:
+        if command.get("cmd") != "batch":
+            break
+        count = command["rows"]
+        try:
+            with torch.no_grad():
+                output = model(inputs[:count].to(device))
+            check_output(output, count, seq_len, vocab, torch)
+            logits_out[:count].copy_(output[..., :vocab].float())
+        except BaseException as exc:
+            kind = "invalid_output" if isinstance(exc, InvalidOutputError) else None
+            reporter.error("forward", exc, kind)
+            finish(1)
+        reporter.send("done")
+    finish(0)
+
+
+def check_output(output: Any, count: int, seq_len: int, vocab: int, torch: Any) -> None:
+    """Logits must be a float tensor [rows, seq_len, >= vocab] (extra padded columns are ignored)."""
+    if not isinstance(output, torch.Tensor):
+        raise InvalidOutputError(f"forward returned {type(output).__name__}, expected a logits tensor")
+    if output.dim() != 3 or output.shape[0] != count or output.shape[1] != seq_len or output.shape[2] < vocab:
+        raise InvalidOutputError(
+            f"forward returned shape {tuple(output.shape)}, expected ({count}, {seq_len}, {vocab})"
+        )
+    if not output.is_floating_point():
+        raise InvalidOutputError(f"forward returned dtype {output.dtype}, expected a floating point type")
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

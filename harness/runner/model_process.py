@@ -1,0 +1,192 @@
+"""The scorer's handle on one model sandbox: start it, command it, read its logits, end it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import mmap
+import os
+import select
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.runner.launch import Launched, launch
+from harness.runner.limits import Limits
+from harness.runner.messages import LineReader, text
+from harness.runner.output import OutputTail
+from harness.runner.sandbox import Bind, SandboxSpec, python_command, visible_path
+
+
+def raise_priority(pids: list[int]) -> None:
+    """Back to normal CPU priority after the idle-priority start (needs root; else stays idle).
+
+    Niceness is per thread on Linux: this sets each process's main thread, and threads started
+    from now on inherit it.
+    """
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, pid, 0)
+
+
+class ModelFailure(Exception):
+    """The model process failed; carries the result status and error class it earns."""
+
+    def __init__(self, status: str, error_class: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_class = error_class
+
+
+@dataclass(frozen=True)
+class ModelJob:
+    candidate: Path
+    weights_dir: Path  # holds model.safetensors once training is done; empty before
+    device: str
+    vocab_size: int
+    seq_len: int
+    time_budget: float
+    seed: int
+    bos_id: int
+    max_rows: int
+    sandboxed: bool
+    limits: Limits
+
+
+# Where the model entry's error reports land: (status, error class).
+ERROR_CLASSES = {
+    "import": ("crash", "syntax_error"),
+    "build_model": ("crash", "build_model_error"),
+    "load_weights": ("invalid", "invalid_output"),
+    "forward": ("crash", "score_error"),
+    "harness": ("crash", "sandbox_error"),
+}
+
+
+class ModelProcess:
+    def __init__(self, job: ModelJob, label: str) -> None:
+        self.label = label
+        self.inputs_fd = os.memfd_create(f"{label}-inputs")
+        self.logits_fd = os.memfd_create(f"{label}-logits")
+        os.ftruncate(self.inputs_fd, job.max_rows * job.seq_len * 8)
+        os.ftruncate(self.logits_fd, job.max_rows * job.seq_len * job.vocab_size * 4)
+        self.inputs = np.frombuffer(
+            mmap.mmap(self.inputs_fd, job.max_rows * job.seq_len * 8), dtype=np.int64
+        ).reshape(job.max_rows, job.seq_len)
+        self.logits = np.frombuffer(
+            mmap.mmap(self.logits_fd, job.max_rows * job.seq_len * job.vocab_size * 4), dtype=np.float32
+        ).reshape(job.max_rows, job.seq_len, job.vocab_size)
+        events_r, events_w = os.pipe()
+        commands_r, commands_w = os.pipe()
+        log_r, log_w = os.pipe()
+        binds = (
+            Bind(job.candidate, "/sandbox/candidate/train.py"),
+            Bind(job.weights_dir, "/sandbox/weights"),
+        )
+        spec = SandboxSpec(binds=binds, cwd="/tmp", cuda=job.device.startswith("cuda"))
+        if not job.sandboxed:
+            spec = SandboxSpec(binds=binds, cwd=str(job.weights_dir))
+        config = {
+            "candidate": visible_path(spec, job.candidate, job.sandboxed),
+            "weights": os.path.join(visible_path(spec, job.weights_dir, job.sandboxed), "model.safetensors"),
+            "events_fd": events_w,
+            "commands_fd": commands_r,
+            "inputs_fd": self.inputs_fd,
+            "logits_fd": self.logits_fd,
+            "device": job.device,
+            "vocab_size": job.vocab_size,
+            "seq_len": job.seq_len,
+            "time_budget": job.time_budget,
+            "seed": job.seed,
+            "bos_id": job.bos_id,
+            "max_rows": job.max_rows,
+            "limits": {"memory_bytes": job.limits.memory_bytes, "max_tasks": job.limits.max_tasks},
+        }
+        fds = (events_w, commands_r, self.inputs_fd, self.logits_fd)
+        try:
+            self.launched: Launched = launch(
+                python_command("harness.runner.model_entry", json.dumps(config)),
+                spec,
+                sandboxed=job.sandboxed,
+                limits=job.limits,
+                pass_fds=fds,
+                stdout=log_w,
+                stderr=log_w,
+            )
+        finally:
+            for fd in (events_w, commands_r, log_w):
+                os.close(fd)
+        self.events_r = events_r
+        self.commands_w = commands_w
+        self.pidfd = os.pidfd_open(self.launched.popen.pid)
+        self.reader = LineReader()
+        self.output = OutputTail(log_r)
+        self.pending: list[dict[str, Any]] = []
+
+    def send(self, **command: Any) -> None:
+        try:
+            os.write(self.commands_w, (json.dumps(command) + "\n").encode())
+        except OSError as exc:  # the process has gone; the next wait reports why
+            raise self.failure("the model process exited unexpectedly") from exc
+
+    def wait_for(self, event: str, deadline: float) -> None:
+        """Block until the model sends `event`; raise ModelFailure on error, death or deadline."""
+        while True:
+            while self.pending:
+                message = self.pending.pop(0)
+                if message["ev"] == "error":
+                    status, error_class = ERROR_CLASSES.get(
+                        text(message.get("where")), ("crash", "score_error")
+                    )
+                    kind = text(message.get("kind"))
+                    if kind == "oom":
+                        status, error_class = "crash", "out_of_memory"
+                    elif kind == "invalid_output":
+                        status, error_class = "invalid", "invalid_output"
+                    detail = text(message.get("traceback")) or text(message.get("message"))
+                    raise ModelFailure(status, error_class, f"score phase ({self.label}): {detail}")
+                if message["ev"] == event:
+                    return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ModelFailure(
+                    "timeout", "timeout", f"score phase ({self.label}) ran past its time limit"
+                )
+            ready, _, _ = select.select([self.events_r, self.pidfd], [], [], remaining)
+            if self.events_r in ready:
+                data = os.read(self.events_r, 65536)
+                self.pending.extend(self.reader.feed(data))
+                if data:
+                    continue
+            if (self.pidfd in ready or self.events_r in ready) and not self.pending:
+                raise self.failure("the model process exited without answering")
+
+    def failure(self, what: str) -> ModelFailure:
+        self.launched.popen.wait(timeout=5)
+        code = self.launched.popen.returncode
+        if self.launched.oom_killed():
+            return ModelFailure("crash", "out_of_memory", f"score phase ({self.label}): out of memory")
+        return ModelFailure("crash", "killed", f"score phase ({self.label}): {what} (exit status {code})")
+
+    def raise_priority(self) -> None:
+        raise_priority(self.launched.pids())
+
+    def forward(self, rows: np.ndarray, deadline: float) -> np.ndarray:
+        """Logits [n, T, V] (float32, a private copy) for `rows` [n, T]."""
+        count = rows.shape[0]
+        self.inputs[:count] = rows
+        self.send(cmd="batch", rows=count)
+        self.wait_for("done", deadline)
+        return self.logits[:count].copy()
+
+    def log(self) -> str:
+        return self.output.text(timeout=1.0)
+
+    def close(self) -> None:
+        self.launched.close()
+        for fd in (self.events_r, self.commands_w, self.pidfd, self.inputs_fd, self.logits_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)

@@ -1,0 +1,239 @@
+"""run_experiment: one candidate train.py, trained and scored in sandboxes, to one RunResult."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.config import HarnessSettings
+from harness.prepared import prepared_paths, read_manifest
+from harness.result import ProgressEvent, RunResult
+from harness.runner import timing
+from harness.runner.classify import over_budget, train_failure
+from harness.runner.devices import device_name, mfu_percent, peak_flops, resolve_device
+from harness.runner.limits import Cgroup, Limits, default_limits, remove_cgroups
+from harness.runner.output import ProgressPacer
+from harness.runner.sandbox import check_bwrap
+from harness.runner.scoring import ScoreJob, Scorer
+from harness.runner.train_phase import WEIGHTS_FILE, TrainJob, TrainOutcome, run_train_phase
+
+LOG_TAIL_CHARS = 24_000
+
+
+def run_experiment(
+    train_py: Path,
+    settings: HarnessSettings,
+    on_progress: Callable[[ProgressEvent], None] | None = None,
+    unsafe_no_sandbox: bool = False,
+    work_root: Path | None = None,
+    cancel: threading.Event | None = None,
+    device: str | None = None,
+) -> RunResult:
+    """Train and score `train_py` under `settings`; every number in the result is measured here.
+
+    Raises (nothing run, nothing to record against the candidate): FileNotFoundError for a
+    missing train.py, harness.data.errors.DataError when the data is not prepared,
+    SandboxUnavailableError without a working bubblewrap (unless `unsafe_no_sandbox`),
+    ScorerError when the trusted scorer itself fails. `cancel`, when set, stops the run at once
+    (status crash, error class cancelled). Safe to call repeatedly; leaves no process or file.
+    """
+    started = time.monotonic()
+    train_py = Path(train_py)
+    if not train_py.is_file():
+        raise FileNotFoundError(f"{train_py}: no such file; give the path of a train.py")
+    sandboxed = not unsafe_no_sandbox
+    if sandboxed:
+        check_bwrap()
+    manifest = read_manifest(settings)
+    paths = prepared_paths(settings)
+    device = resolve_device(device)
+    name = device_name(device)
+    run_id = uuid.uuid4().hex[:12]
+    limits = default_limits(settings.memory_limit_gb, run_id)
+    run_dir = Path(tempfile.mkdtemp(prefix=f"autoresearch-run-{run_id}-", dir=work_root))
+    try:
+        candidate = run_dir / "train.py"
+        shutil.copyfile(train_py, candidate)
+        candidate.chmod(0o444)
+        for folder in ("work", "weights"):
+            (run_dir / folder).mkdir()
+        notes = harness_notes(sandboxed, limits, device, settings)
+        scorer = Scorer(
+            ScoreJob(
+                candidate=candidate,
+                weights_dir=run_dir / "weights",
+                val_dir=paths.val_dir,
+                device=device,
+                vocab_size=settings.vocab_size,
+                time_budget=settings.time_budget,
+                seed=settings.seed,
+                bos_id=int(manifest["bos_id"]),
+                batch_rows=settings.eval_batch_rows,
+                sandboxed=sandboxed,
+                limits=limits,
+                timeout=timing.score_timeout(settings.time_budget, settings.compile_allowance),
+            )
+        )
+        try:
+            pacer = ProgressPacer(on_progress)
+            job = TrainJob(
+                candidate=candidate,
+                work_dir=run_dir / "work",
+                train_dir=paths.train_dir,
+                settings=settings,
+                bos_id=int(manifest["bos_id"]),
+                device=device,
+                peak_flops=peak_flops(name),
+                sandboxed=sandboxed,
+                limits=limits,
+            )
+            outcome = run_train_phase(job, pacer, cancel or threading.Event(), started)
+            verdict = train_failure(outcome, settings)
+            if verdict is None:
+                verdict = hand_over_weights(run_dir)
+            scored: dict[str, Any] = {}
+            if verdict is None:
+                pacer.offer(
+                    ProgressEvent(
+                        step=outcome.steps or 0,
+                        fraction=1.0,
+                        phase="score",
+                        elapsed_s=time.monotonic() - started,
+                    )
+                )
+                scored = scorer.score(cancel or threading.Event())
+                if scored["status"] != "ok":
+                    verdict = (
+                        scored["status"],
+                        scored.get("error_class", ""),
+                        scored.get("error_message", ""),
+                    )
+        finally:
+            scorer.close()
+        num_params = count_params(run_dir / "weights" / WEIGHTS_FILE)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        remove_cgroups(limits.cgroup_prefix)
+    verdict = verdict or over_budget(outcome, settings)
+    return build_result(
+        verdict,
+        outcome,
+        scored,
+        settings,
+        device,
+        name,
+        manifest["harness_id"],
+        sandboxed,
+        num_params,
+        notes,
+        time.monotonic() - started,
+    )
+
+
+def hand_over_weights(run_dir: Path) -> tuple[str, str, str] | None:
+    """Move the saved weights where the score sandboxes see them, if they are a plain file.
+
+    The train sandbox wrote into work/; a symlink or hard link there could point the trusted side
+    at a host file, so only a regular file with one link is accepted.
+    """
+    source = run_dir / "work" / WEIGHTS_FILE
+    try:
+        info = source.lstat()
+    except FileNotFoundError:
+        return "crash", "train_error", f"train finished but left no {WEIGHTS_FILE}"
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        return "invalid", "invalid_output", f"{WEIGHTS_FILE} is not a regular file"
+    os.rename(source, run_dir / "weights" / WEIGHTS_FILE)
+    return None
+
+
+def count_params(weights: Path) -> int | None:
+    """Parameters in the saved weights, read from the safetensors header (no tensor data)."""
+    if not weights.is_file():
+        return None
+    from safetensors import safe_open
+
+    total = 0
+    try:
+        with safe_open(str(weights), framework="numpy") as handle:
+            for key in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
+                shape = handle.get_slice(key).get_shape()
+                numel = 1
+                for size in shape:
+                    numel *= size
+                total += numel
+    except Exception:  # a malformed file was already judged by the score phase
+        return None
+    return total
+
+
+def harness_notes(sandboxed: bool, limits: Limits, device: str, settings: HarnessSettings) -> str:
+    """Lines at the top of the log saying how the run was contained, so no gap is silent."""
+    probe = Cgroup.create(limits)
+    if probe is not None:
+        probe.remove()
+        cgroup = f"cgroup v1: at most {limits.max_tasks} tasks"
+        if limits.memory_bytes:
+            cgroup += f", {limits.memory_bytes / (1 << 30):g} GiB memory per sandbox"
+    else:
+        cgroup = "no writable cgroup: process count limited only by RLIMIT_NPROC (not enforced for root)"
+    memory = "no memory limit (MEMORY_LIMIT_GB=0)"
+    if limits.memory_bytes:
+        memory = (
+            f"RLIMIT_AS {settings.memory_limit_gb:g} GB per process"
+            if device == "cpu"
+            else "no RLIMIT_AS on CUDA (it reserves large address ranges); cgroup memory only"
+        )
+    sandbox = (
+        "bubblewrap sandbox" if sandboxed else "NO SANDBOX (--unsafe-no-sandbox): train.py ran unconfined"
+    )
+    return f"[harness] {sandbox}; {cgroup}; {memory}; device {device}\n"
+
+
+def build_result(
+    verdict: tuple[str, str, str] | None,
+    outcome: TrainOutcome,
+    scored: dict[str, Any],
+    settings: HarnessSettings,
+    device: str,
+    name: str,
+    harness_id: str,
+    sandboxed: bool,
+    num_params: int | None,
+    notes: str,
+    total: float,
+) -> RunResult:
+    status, error_class, message = verdict or ("ok", None, None)
+    if device.startswith("cuda") and outcome.cuda_peak_bytes:
+        peak = outcome.cuda_peak_bytes
+    else:
+        peak = outcome.peak_rss_bytes
+    trained = outcome.training_seconds
+    log = notes + outcome.log + scored.get("log", "")
+    return RunResult(
+        status=status,
+        error_class=error_class or None,
+        error_message=message or None,
+        val_bpb=scored.get("val_bpb"),
+        training_seconds=round(trained, 3),
+        startup_seconds=round(outcome.lifetime - trained, 3),
+        score_seconds=scored.get("score_seconds"),
+        total_seconds=round(total, 3),
+        peak_memory_mb=round(peak / (1 << 20), 1) if peak else None,
+        tokens=outcome.tokens,
+        steps=outcome.steps,
+        num_params=num_params,
+        mfu_percent=mfu_percent(num_params, outcome.tokens, trained, peak_flops(name)),
+        device=name,
+        harness_id=harness_id,
+        sandbox=sandboxed,
+        log_tail=log[-LOG_TAIL_CHARS:],
+    )

@@ -1,0 +1,125 @@
+"""The score phase, runner side: the trusted scorer process, started early and told when to go."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.runner.limits import Limits
+from harness.runner.messages import MAX_TEXT_CHARS
+
+# Beyond the scorer's own limit: time for it to notice, clean up and answer.
+SCORER_MARGIN_S = 30.0
+RESULT_MAX_BYTES = 1 << 20
+PREWARM_NICE = 19
+
+
+class ScorerError(RuntimeError):
+    """The trusted scorer itself failed (a harness fault, not the candidate's)."""
+
+
+@dataclass(frozen=True)
+class ScoreJob:
+    candidate: Path
+    weights_dir: Path
+    val_dir: Path
+    device: str
+    vocab_size: int
+    time_budget: float
+    seed: int
+    bos_id: int
+    batch_rows: int
+    sandboxed: bool
+    limits: Limits
+    timeout: float
+
+
+class Scorer:
+    """One scorer process. Starting it early overlaps its startup (and its model sandboxes')
+    with training; it only receives the weights after the train sandbox is gone."""
+
+    def __init__(self, job: ScoreJob) -> None:
+        self.job = job
+        config = {
+            "val_dir": str(job.val_dir),
+            "candidate": str(job.candidate),
+            "weights_dir": str(job.weights_dir),
+            "device": job.device,
+            "vocab_size": job.vocab_size,
+            "time_budget": job.time_budget,
+            "seed": job.seed,
+            "bos_id": job.bos_id,
+            "batch_rows": job.batch_rows,
+            "sandboxed": job.sandboxed,
+            "limits": {"memory_bytes": job.limits.memory_bytes, "max_tasks": job.limits.max_tasks},
+            "timeout": job.timeout,
+        }
+        # Idle priority until `go`: on a small CPU machine its startup must not slow training.
+        self.popen = subprocess.Popen(
+            [
+                "nice",
+                "-n",
+                str(PREWARM_NICE),
+                sys.executable,
+                "-I",
+                "-B",
+                "-u",
+                "-m",
+                "harness.runner.scorer",
+                json.dumps(config),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+
+    def score(self, cancel: threading.Event) -> dict[str, Any]:
+        """Send `go` and wait for the scorer's verdict (a dict with at least `status`)."""
+        assert self.popen.stdin is not None
+        self.popen.stdin.write(b"go\n")
+        self.popen.stdin.flush()
+        deadline = time.monotonic() + self.job.timeout + SCORER_MARGIN_S
+        while True:
+            try:
+                out, err = self.popen.communicate(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if cancel.is_set():
+                    self.close()
+                    return {
+                        "status": "crash",
+                        "error_class": "cancelled",
+                        "error_message": "cancelled while scoring",
+                    }
+                if time.monotonic() > deadline:
+                    self.close()
+                    return {
+                        "status": "timeout",
+                        "error_class": "timeout",
+                        "error_message": "scoring timed out",
+                    }
+        lines = out[-RESULT_MAX_BYTES:].decode(errors="replace").strip().splitlines()
+        try:
+            result = json.loads(lines[-1])
+        except (IndexError, ValueError) as exc:
+            stderr = err.decode(errors="replace")[-MAX_TEXT_CHARS:]
+            raise ScorerError(f"the scorer failed (exit status {self.popen.returncode}):\n{stderr}") from exc
+        return result
+
+    def close(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait()
+        for stream in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
+            if stream is not None:
+                stream.close()

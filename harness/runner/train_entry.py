@@ -1,0 +1,148 @@
+"""Inside the train sandbox: import train.py, build the model, train it, save the weights.
+
+Run as `python -m harness.runner.train_entry CONFIG_JSON` by harness.runner.train_phase. Limits
+are applied before train.py is imported. The weights are saved as safetensors (tensors only,
+nothing executable). Progress goes to the harness as messages; their arrival time, not their
+content, is what the harness's time accounting uses.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from harness.runner.limits import Limits, apply_rlimits
+from harness.runner.timing import training_seconds
+
+# autoresearch's fast-fail rule: a NaN or this large a loss means the run has diverged.
+DIVERGED_LOSS = 100.0
+PROGRESS_INTERVAL_S = 0.1  # the first report is always sent: it ends startup
+
+
+class TrainingDivergedError(FloatingPointError):
+    pass
+
+
+class Progress:
+    """ctx.log and ctx.time_left, timed like the harness does it (see harness.runner.timing)."""
+
+    def __init__(self, reporter: Any, spawned_at: float, budget: float, allowance: float) -> None:
+        self.reporter = reporter
+        self.spawned_at = spawned_at
+        self.budget = budget
+        self.allowance = allowance
+        self.first_step_after: float | None = None
+        self.last_sent = 0.0
+        self.max_step = 0
+        self.tokens = 0
+
+    def time_left(self) -> float:
+        lifetime = time.monotonic() - self.spawned_at
+        return self.budget - training_seconds(self.first_step_after, lifetime, self.allowance)
+
+    def log(self, step: int, loss: float, **extra: float) -> None:
+        now = time.monotonic()
+        if self.first_step_after is None:
+            self.first_step_after = now - self.spawned_at
+        self.max_step = max(self.max_step, int(step))
+        loss = float(loss)
+        diverged = math.isnan(loss) or math.isinf(loss) or loss > DIVERGED_LOSS
+        if diverged or self.last_sent == 0.0 or now - self.last_sent >= PROGRESS_INTERVAL_S:
+            self.last_sent = now
+            fields = {k: float(v) for k, v in extra.items() if isinstance(v, int | float)}
+            self.reporter.send("progress", step=int(step), loss=loss, tokens=self.tokens, **fields)
+        if diverged:
+            raise TrainingDivergedError(f"loss is {loss} at step {step}: training diverged")
+
+    def counted(self, batches: Iterator[Any]) -> Iterator[Any]:
+        for inputs, targets in batches:
+            self.tokens += int(inputs.numel())
+            yield inputs, targets
+
+
+def state_tensors(model: Any) -> dict[str, Any]:
+    """The state dict as independent contiguous CPU tensors (safetensors refuses shared memory)."""
+    import torch
+
+    tensors = {}
+    for name, value in model.state_dict().items():
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"state_dict entry {name!r} is a {type(value).__name__}, not a tensor")
+        tensors[name] = value.detach().to("cpu", copy=True).contiguous()
+    return tensors
+
+
+def main(config: dict[str, Any]) -> None:
+    from harness.runner.entry_common import Reporter, finish, import_candidate
+
+    reporter = Reporter(config["events_fd"])
+    try:
+        apply_rlimits(Limits(**config["limits"]), config["device"])
+        import safetensors.torch
+        import torch
+
+        from harness.context import TrainContext
+        from harness.loader import packed_batches
+    except BaseException as exc:  # the harness itself failed: report and stop
+        reporter.error("harness", exc)
+        finish(1)
+
+    progress = Progress(reporter, config["spawned_at"], config["time_budget"], config["allowance"])
+    device = torch.device(config["device"])
+    torch.manual_seed(config["seed"])
+
+    def batches(batch_size: int) -> Iterator[Any]:
+        return progress.counted(
+            packed_batches(
+                config["train_dir"],
+                batch_size,
+                config["seq_len"],
+                config["bos_id"],
+                device,
+                config["seed"],
+                config["train_tokens_max"],
+            )
+        )
+
+    ctx = TrainContext(
+        device=device,
+        vocab_size=config["vocab_size"],
+        seq_len=config["seq_len"],
+        time_budget=config["time_budget"],
+        seed=config["seed"],
+        bos_id=config["bos_id"],
+        peak_flops=config["peak_flops"],
+        _batches=batches,
+        _time_left=progress.time_left,
+        _log=progress.log,
+    )
+    where = "import"
+    try:
+        candidate = import_candidate(config["candidate"])
+        where = "build_model"
+        model = candidate.build_model(ctx)
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"build_model must return a torch.nn.Module, not {type(model).__name__}")
+        num_params = sum(p.numel() for p in model.parameters())
+        reporter.send("phase", name="training", num_params=num_params)
+        where = "train"
+        candidate.train(model, ctx)
+        reporter.send("phase", name="trained")
+        where = "save"
+        safetensors.torch.save_file(state_tensors(model), config["weights"])
+    except BaseException as exc:
+        kind = "diverged" if isinstance(exc, TrainingDivergedError) else None
+        reporter.error(where, exc, kind)
+        finish(1)
+    cuda_peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
+    reporter.send("stats", steps=progress.max_step, tokens=progress.tokens, cuda_peak_bytes=cuda_peak)
+    reporter.send("phase", name="saved")
+    finish(0)
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

@@ -1,0 +1,234 @@
+"""The train phase, harness side: start the train sandbox, watch it, time it, end it."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import select
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.config import HarnessSettings
+from harness.result import ProgressEvent
+from harness.runner import timing
+from harness.runner.launch import launch
+from harness.runner.limits import Limits
+from harness.runner.messages import LineReader, count, number, text
+from harness.runner.output import OutputTail, ProgressPacer
+from harness.runner.sandbox import Bind, SandboxSpec, python_command, visible_path
+from harness.runner.train_entry import DIVERGED_LOSS
+
+RSS_SAMPLE_S = 0.25
+WEIGHTS_FILE = "model.safetensors"
+
+
+@dataclass
+class TrainOutcome:
+    """What the harness observed of one train process. Only times and exit are its own findings;
+    fields marked (claimed) come from messages of the sandboxed process."""
+
+    returncode: int | None = None
+    lifetime: float = 0.0
+    first_step_after: float | None = None
+    training_seconds: float = 0.0
+    timed_out: bool = False
+    cancelled: bool = False
+    diverged_loss: float | None = None
+    oom_killed: bool = False
+    peak_rss_bytes: int = 0
+    error: dict[str, str] = field(default_factory=dict)  # (claimed) where, kind, message, traceback
+    saved: bool = False  # (claimed) the entry reported the weights saved
+    steps: int | None = None  # (claimed)
+    tokens: int | None = None  # (claimed)
+    cuda_peak_bytes: int | None = None  # (claimed)
+    loss: float | None = None  # (claimed) the latest loss, for progress
+    tokens_per_s: float | None = None  # (claimed)
+    log: str = ""
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    candidate: Path  # the harness's own copy of train.py
+    work_dir: Path  # empty, the only writable host folder
+    train_dir: Path  # prepared training tokens
+    settings: HarnessSettings
+    bos_id: int
+    device: str
+    peak_flops: float | None
+    sandboxed: bool
+    limits: Limits
+
+
+def train_spec(job: TrainJob) -> SandboxSpec:
+    binds = (
+        Bind(job.candidate, "/sandbox/candidate/train.py"),
+        Bind(job.train_dir, "/sandbox/data/train"),
+        Bind(job.work_dir, "/sandbox/work", writable=True),
+    )
+    spec = SandboxSpec(binds=binds, cwd="/sandbox/work", cuda=job.device.startswith("cuda"))
+    return spec if job.sandboxed else SandboxSpec(binds=binds, cwd=str(job.work_dir))
+
+
+def run_train_phase(
+    job: TrainJob, pacer: ProgressPacer, cancel: threading.Event, started_at: float
+) -> TrainOutcome:
+    spec = train_spec(job)
+    settings = job.settings
+    events_r, events_w = os.pipe()
+    log_r, log_w = os.pipe()
+    spawned_at = time.monotonic()
+    config = {
+        "candidate": visible_path(spec, job.candidate, job.sandboxed),
+        "train_dir": visible_path(spec, job.train_dir, job.sandboxed),
+        "weights": os.path.join(visible_path(spec, job.work_dir, job.sandboxed), WEIGHTS_FILE),
+        "events_fd": events_w,
+        "device": job.device,
+        "vocab_size": settings.vocab_size,
+        "seq_len": settings.seq_len,
+        "time_budget": settings.time_budget,
+        "allowance": settings.compile_allowance,
+        "seed": settings.seed,
+        "bos_id": job.bos_id,
+        "peak_flops": job.peak_flops,
+        "train_tokens_max": settings.train_tokens_max,
+        "spawned_at": spawned_at,
+        "limits": {"memory_bytes": job.limits.memory_bytes, "max_tasks": job.limits.max_tasks},
+    }
+    command = python_command("harness.runner.train_entry", json.dumps(config))
+    try:
+        process = launch(
+            command,
+            spec,
+            sandboxed=job.sandboxed,
+            limits=job.limits,
+            pass_fds=(events_w,),
+            stdout=log_w,
+            stderr=log_w,
+        )
+    finally:
+        os.close(events_w)
+        os.close(log_w)
+    output = OutputTail(log_r)
+    outcome = TrainOutcome()
+    try:
+        watch(process, events_r, job, outcome, pacer, cancel, spawned_at, started_at)
+    finally:
+        process.close()
+        os.close(events_r)
+    outcome.log = output.text()
+    outcome.training_seconds = timing.training_seconds(
+        outcome.first_step_after, outcome.lifetime, settings.compile_allowance
+    )
+    return outcome
+
+
+def watch(
+    process: Any,
+    events_r: int,
+    job: TrainJob,
+    outcome: TrainOutcome,
+    pacer: ProgressPacer,
+    cancel: threading.Event,
+    spawned_at: float,
+    started_at: float,
+) -> None:
+    """Follow the train process until it exits or must be killed; fill in `outcome`."""
+    settings = job.settings
+    deadline = spawned_at + timing.train_deadline(settings.time_budget, settings.compile_allowance)
+    pidfd = os.pidfd_open(process.popen.pid)
+    reader = LineReader()
+    next_sample = 0.0
+    events_open = True
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= next_sample:
+                outcome.peak_rss_bytes = max(outcome.peak_rss_bytes, process.peak_rss_bytes())
+                next_sample = now + RSS_SAMPLE_S
+            wait_on = [pidfd, events_r] if events_open else [pidfd]
+            ready, _, _ = select.select(wait_on, [], [], min(0.1, max(0.0, deadline - now)))
+            received = time.monotonic()
+            if events_r in ready:
+                data = os.read(events_r, 65536)
+                events_open = bool(data)
+                for message in reader.feed(data):
+                    handle(message, received - spawned_at, outcome)
+            if pidfd in ready:
+                outcome.lifetime = received - spawned_at
+                outcome.returncode = process.popen.wait()
+                drain(events_r, reader, outcome, received - spawned_at)
+                break
+            if outcome.diverged_loss is not None or cancel.is_set() or received >= deadline:
+                outcome.cancelled = cancel.is_set()
+                outcome.timed_out = received >= deadline
+                outcome.lifetime = received - spawned_at
+                process.kill()
+                outcome.returncode = process.popen.returncode
+                break
+            report(outcome, job, received, spawned_at, started_at, pacer)
+    finally:
+        os.close(pidfd)
+        outcome.oom_killed = process.oom_killed()
+
+
+def drain(events_r: int, reader: LineReader, outcome: TrainOutcome, at: float) -> None:
+    """Read the messages still in the pipe once the process has exited (nothing can add more)."""
+    os.set_blocking(events_r, False)
+    try:
+        while data := os.read(events_r, 65536):
+            for message in reader.feed(data):
+                handle(message, at, outcome)
+    except (BlockingIOError, OSError):
+        pass
+
+
+def handle(message: dict[str, Any], after: float, outcome: TrainOutcome) -> None:
+    """Apply one (untrusted) message received `after` seconds after spawn."""
+    event = message["ev"]
+    if event == "progress":
+        if outcome.first_step_after is None:
+            outcome.first_step_after = after
+        step, tokens = count(message.get("step")), count(message.get("tokens"))
+        outcome.steps = step if step is not None else outcome.steps
+        outcome.tokens = tokens if tokens is not None else outcome.tokens
+        loss, speed = number(message.get("loss")), number(message.get("tokens_per_s"), 0.0)
+        if loss is not None and (math.isnan(loss) or math.isinf(loss) or loss > DIVERGED_LOSS):
+            outcome.diverged_loss = loss
+        outcome.loss = loss if loss is not None and math.isfinite(loss) else None
+        outcome.tokens_per_s = speed if speed is not None and math.isfinite(speed) else None
+    elif event == "error" and not outcome.error:
+        outcome.error = {key: text(message.get(key)) for key in ("where", "kind", "message", "traceback")}
+    elif event == "stats":
+        outcome.steps = count(message.get("steps"))
+        outcome.tokens = count(message.get("tokens"))
+        outcome.cuda_peak_bytes = count(message.get("cuda_peak_bytes"))
+    elif event == "phase" and message.get("name") == "saved":
+        outcome.saved = True
+
+
+def report(
+    outcome: TrainOutcome,
+    job: TrainJob,
+    now: float,
+    spawned_at: float,
+    started_at: float,
+    pacer: ProgressPacer,
+) -> None:
+    budget = job.settings.time_budget
+    trained = timing.training_seconds(
+        outcome.first_step_after, now - spawned_at, job.settings.compile_allowance
+    )
+    pacer.offer(
+        ProgressEvent(
+            step=outcome.steps or 0,
+            loss=outcome.loss,
+            tokens_per_s=outcome.tokens_per_s,
+            fraction=min(1.0, trained / budget) if budget > 0 else 0.0,
+            phase="train" if outcome.first_step_after is not None else "startup",
+            elapsed_s=now - started_at,
+        )
+    )
