@@ -21,8 +21,6 @@ import pyarrow.parquet as pq
 
 from harness.data.errors import DataError
 
-CHUNK_BYTES = 1 << 20
-
 
 @dataclass(frozen=True)
 class DownloadPolicy:
@@ -37,7 +35,7 @@ class RetryableError(Exception):
 
 
 def _headers(policy: DownloadPolicy, have: int) -> dict[str, str]:
-    headers = {}
+    headers = {"Accept-Encoding": "identity"}  # byte ranges of the file itself, not of an encoding
     if policy.token:
         headers["Authorization"] = f"Bearer {policy.token}"
     if have:
@@ -71,7 +69,7 @@ def _attempt(client: httpx.Client, url: str, part: Path, policy: DownloadPolicy)
         length = response.headers.get("content-length")
         expected = int(length) + (have if resumed else 0) if length is not None else None
         with open(part, "ab" if resumed else "wb") as out:
-            for chunk in response.iter_bytes(CHUNK_BYTES):
+            for chunk in response.iter_raw():  # as received: a cut transfer keeps what arrived
                 out.write(chunk)
     size = part.stat().st_size
     if expected is not None and size != expected:

@@ -1,0 +1,227 @@
+"""The climbmix source against a local HTTP server (no internet here): it stands in for the
+Hugging Face host and serves parquet shards we generate, with faults switched on per test:
+failing requests, transfers cut short, servers that ignore Range, garbage bodies, a token check."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from harness.config import CLIMBMIX_VAL_SHARD, load_settings
+from harness.data.builtin import corpus_documents, stdlib_root
+from harness.data.climbmix import fetch_climbmix, shard_name
+from harness.data.errors import DataError
+from harness.prepare import prepare
+from harness.prepared import read_manifest
+
+
+@dataclass
+class Behaviour:
+    fail_first: int = 0  # answer 503 to this many requests per file
+    cut_first: int = 0  # send only half the body (with the full Content-Length) this many times
+    garbage_first: int = 0  # send a non-parquet body this many times
+    ignore_range: bool = False
+    token: str | None = None  # require "Authorization: Bearer <token>"
+    meet: int = 0  # the first `meet` requests wait for each other (shows parallel downloads)
+    requests: list[tuple[str, str | None]] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    met: list[bool] = field(default_factory=list)
+
+
+class ShardServer:
+    def __init__(self, files: dict[str, bytes], behaviour: Behaviour) -> None:
+        self.files = files
+        self.behaviour = behaviour
+        self.lock = threading.Lock()
+        self.barrier = threading.Barrier(max(behaviour.meet, 1), timeout=10)
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                server.handle(self)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/datasets/climbmix/resolve/main"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def handle(self, request: BaseHTTPRequestHandler) -> None:
+        b = self.behaviour
+        name = request.path.rsplit("/", 1)[-1]
+        with self.lock:
+            b.requests.append((name, request.headers.get("Range")))
+            count = b.counts[name] = b.counts.get(name, 0) + 1
+            order = len(b.requests)
+        if order <= b.meet:
+            try:
+                self.barrier.wait()
+                b.met.append(True)
+            except threading.BrokenBarrierError:
+                b.met.append(False)
+        if b.token and request.headers.get("Authorization") != f"Bearer {b.token}":
+            return self.reply(request, 401, b"unauthorized")
+        if name not in self.files:
+            return self.reply(request, 404, b"not found")
+        if count <= b.fail_first:
+            return self.reply(request, 503, b"busy")
+        body = self.files[name]
+        if count <= b.garbage_first:
+            body = b"<html>an error page, not parquet</html>" + bytes(len(body))
+        start = 0
+        wanted = request.headers.get("Range")
+        if wanted and not b.ignore_range:
+            start = int(wanted.removeprefix("bytes=").rstrip("-"))
+            if start >= len(body):
+                return self.reply(request, 416, b"")
+        request.send_response(206 if start else 200)
+        if start:
+            request.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        request.send_header("Content-Length", str(len(body) - start))
+        request.end_headers()
+        if count <= b.cut_first:
+            request.wfile.write(body[start : start + (len(body) - start) // 2])
+            request.wfile.flush()
+            request.close_connection = True
+            return None
+        request.wfile.write(body[start:])
+        return None
+
+    @staticmethod
+    def reply(request: BaseHTTPRequestHandler, status: int, body: bytes) -> None:
+        request.send_response(status)
+        request.send_header("Content-Length", str(len(body)))
+        request.end_headers()
+        request.wfile.write(body)
+
+
+def parquet_bytes(texts: list[str], path: Path) -> bytes:
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=64)
+    return path.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def shard_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """Two training shards and the pinned validation shard, made from the built-in corpus."""
+    folder = tmp_path_factory.mktemp("shards")
+    train, val = corpus_documents(stdlib_root())
+    return {
+        shard_name(0): parquet_bytes(train[:150], folder / "0.parquet"),
+        shard_name(1): parquet_bytes(train[150:300], folder / "1.parquet"),
+        shard_name(CLIMBMIX_VAL_SHARD): parquet_bytes(val[:200], folder / "val.parquet"),
+    }
+
+
+@pytest.fixture
+def serve(shard_files: dict[str, bytes]) -> Iterator:
+    servers: list[ShardServer] = []
+
+    def start(behaviour: Behaviour) -> ShardServer:
+        servers.append(ShardServer(shard_files, behaviour))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def climbmix_settings(server: ShardServer, data_dir: Path, **overrides: object):
+    values = {"climbmix_train_shards": 2, "download_backoff_s": 0.01, "download_retries": 4, "num_proc": 3}
+    values.update(overrides)
+    return load_settings("test", data_source="climbmix", data_dir=data_dir, climbmix_url=server.url, **values)
+
+
+def downloaded(raw: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in raw.rglob("*.parquet")}
+
+
+def test_prepare_downloads_shards_in_parallel_and_pins_the_last_as_validation(
+    serve, shard_files: dict[str, bytes], tmp_path: Path
+) -> None:
+    server = serve(Behaviour(meet=3))
+    settings = climbmix_settings(server, tmp_path)
+    paths = prepare(settings, progress=False)
+    assert downloaded(paths.raw_dir) == shard_files
+    assert [p.name for p in (paths.raw_dir / "val").iterdir()] == ["shard_06542.parquet"]
+    assert server.behaviour.met == [True, True, True]  # three requests were in flight at once
+    assert read_manifest(settings)["train_docs"] == 300
+    assert not list(paths.raw_dir.rglob("*.part"))
+
+
+def test_server_errors_are_retried_with_backoff(serve, shard_files: dict[str, bytes], tmp_path: Path) -> None:
+    server = serve(Behaviour(fail_first=2))
+    fetch_climbmix(climbmix_settings(server, tmp_path), tmp_path / "raw", progress=False)
+    assert downloaded(tmp_path / "raw") == shard_files
+    assert all(count == 3 for count in server.behaviour.counts.values())
+
+
+def test_a_transfer_cut_short_resumes_with_a_range_request(
+    serve, shard_files: dict[str, bytes], tmp_path: Path
+) -> None:
+    server = serve(Behaviour(cut_first=1))
+    fetch_climbmix(climbmix_settings(server, tmp_path), tmp_path / "raw", progress=False)
+    assert downloaded(tmp_path / "raw") == shard_files
+    for name, body in shard_files.items():
+        ranges = [r for n, r in server.behaviour.requests if n == name]
+        assert ranges == [None, f"bytes={len(body) // 2}-"]  # the second request continued the first
+
+
+def test_a_server_ignoring_range_still_gives_a_whole_file(
+    serve, shard_files: dict[str, bytes], tmp_path: Path
+) -> None:
+    server = serve(Behaviour(cut_first=1, ignore_range=True))
+    fetch_climbmix(climbmix_settings(server, tmp_path), tmp_path / "raw", progress=False)
+    assert downloaded(tmp_path / "raw") == shard_files
+
+
+def test_a_body_that_is_not_parquet_is_fetched_again(serve, shard_files: dict[str, bytes], tmp_path: Path) -> None:
+    server = serve(Behaviour(garbage_first=1))
+    fetch_climbmix(climbmix_settings(server, tmp_path), tmp_path / "raw", progress=False)
+    assert downloaded(tmp_path / "raw") == shard_files
+
+
+def test_giving_up_leaves_no_shard_under_its_final_name_and_a_rerun_resumes(
+    serve, shard_files: dict[str, bytes], tmp_path: Path
+) -> None:
+    down = serve(Behaviour(fail_first=1, cut_first=3))  # every attempt is cut short
+    settings = climbmix_settings(down, tmp_path, download_retries=2)
+    with pytest.raises(DataError, match=r"shard_0000\d\.parquet: download failed after 2 attempts"):
+        prepare(settings, progress=False)
+    raw = tmp_path / "prepared" / "climbmix-v512" / "raw"
+    assert downloaded(raw) == {}  # nothing looks finished
+    parts = {p.name: p.stat().st_size for p in raw.rglob("*.part")}
+    assert parts  # but the partial transfers are kept...
+    healthy = serve(Behaviour())
+    prepare(climbmix_settings(healthy, tmp_path, download_retries=2), progress=False)
+    assert downloaded(raw) == shard_files
+    resumed = {n: r for n, r in healthy.behaviour.requests if r}
+    assert resumed == {name: f"bytes={size}-" for name, size in ((n[: -len(".part")], s) for n, s in parts.items())}
+
+
+def test_hf_token_is_sent_and_its_absence_is_explained(
+    serve, shard_files: dict[str, bytes], tmp_path: Path
+) -> None:
+    server = serve(Behaviour(token="hf_secret"))
+    with pytest.raises(DataError, match="HTTP 401, access denied; set HF_TOKEN"):
+        fetch_climbmix(climbmix_settings(server, tmp_path), tmp_path / "raw", progress=False)
+    fetch_climbmix(climbmix_settings(server, tmp_path, hf_token="hf_secret"), tmp_path / "raw", progress=False)
+    assert downloaded(tmp_path / "raw") == shard_files
+
+
+def test_a_missing_shard_names_the_url_and_the_settings(serve, tmp_path: Path) -> None:
+    server = serve(Behaviour())
+    with pytest.raises(DataError, match=r"shard_00002\.parquet: HTTP 404.*CLIMBMIX_TRAIN_SHARDS"):
+        fetch_climbmix(climbmix_settings(server, tmp_path, climbmix_train_shards=3), tmp_path / "raw", False)
