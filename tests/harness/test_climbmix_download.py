@@ -187,7 +187,9 @@ def test_a_server_ignoring_range_still_gives_a_whole_file(
     assert downloaded(tmp_path / "raw") == shard_files
 
 
-def test_a_body_that_is_not_parquet_is_fetched_again(serve, shard_files: dict[str, bytes], tmp_path: Path) -> None:
+def test_a_body_that_is_not_parquet_is_fetched_again(
+    serve, shard_files: dict[str, bytes], tmp_path: Path
+) -> None:
     server = serve(Behaviour(garbage_first=1))
     fetch_climbmix(climbmix_settings(server, tmp_path), tmp_path / "raw", progress=False)
     assert downloaded(tmp_path / "raw") == shard_files
@@ -208,7 +210,7 @@ def test_giving_up_leaves_no_shard_under_its_final_name_and_a_rerun_resumes(
     prepare(climbmix_settings(healthy, tmp_path, download_retries=2), progress=False)
     assert downloaded(raw) == shard_files
     resumed = {n: r for n, r in healthy.behaviour.requests if r}
-    assert resumed == {name: f"bytes={size}-" for name, size in ((n[: -len(".part")], s) for n, s in parts.items())}
+    assert resumed == {name.removesuffix(".part"): f"bytes={size}-" for name, size in parts.items()}
 
 
 def test_hf_token_is_sent_and_its_absence_is_explained(
@@ -217,7 +219,8 @@ def test_hf_token_is_sent_and_its_absence_is_explained(
     server = serve(Behaviour(token="hf_secret"))
     with pytest.raises(DataError, match="HTTP 401, access denied; set HF_TOKEN"):
         fetch_climbmix(climbmix_settings(server, tmp_path), tmp_path / "raw", progress=False)
-    fetch_climbmix(climbmix_settings(server, tmp_path, hf_token="hf_secret"), tmp_path / "raw", progress=False)
+    authorized = climbmix_settings(server, tmp_path, hf_token="hf_secret")
+    fetch_climbmix(authorized, tmp_path / "raw", progress=False)
     assert downloaded(tmp_path / "raw") == shard_files
 
 
