@@ -7,6 +7,7 @@ Every method returns the decoded JSON answer documented in docs/api.md and raise
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -22,7 +23,9 @@ JSON = dict[str, Any]
 
 
 def _plain(value: BaseModel | Mapping[str, Any]) -> JSON:
-    return value.model_dump(mode="json") if isinstance(value, BaseModel) else dict(value)
+    """A JSON-ready dict. NaN and infinities (a diverged loss) are not JSON: they are sent as null."""
+    fields = value.model_dump(mode="json") if isinstance(value, BaseModel) else dict(value)
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in fields.items()}
 
 
 class Client:

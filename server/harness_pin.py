@@ -27,7 +27,7 @@ def configured_harness_id(settings: ServerSettings) -> str | None:
     from harness.prepared import read_manifest
 
     try:
-        return str(read_manifest(load_settings())["harness_id"])
+        return str(read_manifest(load_settings(data_dir=settings.data_dir))["harness_id"])
     except (DataError, ValueError, KeyError) as exc:
         log.warning(
             "no HARNESS_ID set and no prepared data to read it from (%s): the first worker to register "

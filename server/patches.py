@@ -91,6 +91,8 @@ def parse_patch(patch: str) -> list[Hunk]:
     if "\0" in patch:
         raise PatchError("patch-binary", "the patch contains NUL bytes; binary patches are not allowed")
     lines = patch.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the text after the final newline is not a line
     hunks: list[Hunk] = []
     seen_file = False
     i = 0

@@ -22,7 +22,6 @@ import git
 import gitdb.exc
 from git.objects.fun import tree_to_stream
 from gitdb import IStream
-from gitdb.db import GitDB
 
 TRAIN_PY = "train.py"
 PROGRAM_MD = "program.md"
@@ -65,7 +64,7 @@ def init_research_repo(path: Path, train_py: bytes, program_md: bytes) -> str:
 class ResearchRepo:
     def __init__(self, path: Path, cache_size: int = 2048) -> None:
         self.path = path
-        self.repo = git.Repo(path, odbt=GitDB)
+        self.repo = git.Repo(path)
         self.lock = threading.RLock()
         self._train_py_cache: OrderedDict[str, bytes] = OrderedDict()
         self._cache_size = cache_size

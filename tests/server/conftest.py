@@ -1,0 +1,285 @@
+"""Fixtures for the server tests: real SQLite files, a real PostgreSQL server, a live uvicorn server.
+
+`postgres_url` uses $TEST_POSTGRES_URL when set; otherwise it starts a throwaway PostgreSQL
+cluster (initdb into a temporary folder, as user postgres when running as root) on a free port,
+and removes it at the end of the session. Each test gets its own database on it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from sqlalchemy.engine import make_url
+
+from client import Client
+from server.context import AppContext
+from server.core.config import ServerSettings
+from server.crud.tokens import create_token
+from server.main import create_app
+from server.project_init import init_project
+
+HARNESS_ID = "test-harness"
+DEVICE = "cpu"
+BASELINE = '''"""A tiny train.py for server tests (never executed by them)."""
+
+LEARNING_RATE = 0.01
+WARMUP_STEPS = 10
+DEPTH = 4
+WIDTH = 64
+
+
+def build_model(ctx):
+    raise NotImplementedError
+
+
+def train(model, ctx):
+    raise NotImplementedError
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _pg_bin(name: str) -> str:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}")) or [shutil.which(name) or ""]
+    if not found[-1]:
+        raise RuntimeError(
+            f"PostgreSQL's {name} is not installed (apt-get install postgresql) and TEST_POSTGRES_URL is unset"
+        )
+    return found[-1]
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL server URL (superuser), for the session."""
+    given = os.environ.get("TEST_POSTGRES_URL")
+    if given:
+        yield given
+        return
+    root = Path(tempfile.mkdtemp(prefix="autoresearch-pg-"))
+    data, port = root / "data", free_port()
+    as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if as_postgres:
+        shutil.chown(root, "postgres")
+    subprocess.run(
+        [*as_postgres, _pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+        check=True,
+        capture_output=True,
+    )
+    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300"
+    subprocess.run(
+        [
+            *as_postgres,
+            _pg_bin("pg_ctl"),
+            "-D",
+            str(data),
+            "-o",
+            options,
+            "-l",
+            str(root / "log"),
+            "-w",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(
+            [*as_postgres, _pg_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True
+        )
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def new_postgres_database(server_url: str) -> str:
+    """A fresh, empty database on the server; its URL."""
+    url = make_url(server_url)
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(
+        host=url.host,
+        port=url.port,
+        user=url.username,
+        password=url.password,
+        dbname=url.database,
+        autocommit=True,
+    ) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    return url.set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty database: a SQLite file, then a PostgreSQL database (the test runs on both)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'db.sqlite'}"
+    return new_postgres_database(request.getfixturevalue("postgres_url"))
+
+
+def make_settings(tmp_path: Path, database_url: str | None = None, **overrides: object) -> ServerSettings:
+    values: dict[str, object] = {
+        "data_dir": tmp_path / "data",
+        "database_url": database_url or "",
+        "harness_id": HARNESS_ID,
+        "platform": DEVICE,
+        "admin_token": "admin-secret",
+        **overrides,
+    }
+    return ServerSettings(**values)  # type: ignore[arg-type]
+
+
+def init_with_small_baseline(settings: ServerSettings, tmp_path: Path, source: str = BASELINE) -> int:
+    folder = tmp_path / "baseline"
+    folder.mkdir(exist_ok=True)
+    (folder / "train.py").write_text(source)
+    (folder / "program.md").write_text("# Instructions\nMake val_bpb lower.\n")
+    return init_project(settings, folder / "train.py", folder / "program.md")
+
+
+@dataclass
+class Live:
+    """A running server with helpers to make tokens and SDK clients."""
+
+    url: str
+    app: FastAPI
+    settings: ServerSettings
+
+    @property
+    def ctx(self) -> AppContext:
+        return self.app.state.ctx
+
+    def token(self, kind: str, name: str | None = None) -> str:
+        with self.ctx.db.write() as session:
+            return create_token(session, kind, name or f"{kind}-{uuid.uuid4().hex[:8]}")
+
+    def client(self, kind: str | None = None, name: str | None = None) -> Client:
+        return Client(self.url, self.token(kind, name) if kind else None)
+
+    def admin(self) -> Client:
+        return Client(self.url, "admin-secret")
+
+
+@contextmanager
+def serve(app: FastAPI) -> Iterator[str]:
+    """Run `app` with uvicorn in a thread on a free port; yield its URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+LiveFactory = Callable[..., Live]
+
+
+@pytest.fixture
+def live_factory(tmp_path: Path) -> Iterator[LiveFactory]:
+    """Start initialised servers: live_factory(database_url=None, baseline=BASELINE, **settings)."""
+    with ExitStack() as stack:
+        started: list[Live] = []
+
+        def start(database_url: str | None = None, baseline: str = BASELINE, **overrides: object) -> Live:
+            folder = tmp_path / f"project-{len(started)}"
+            folder.mkdir()
+            settings = make_settings(folder, database_url, **overrides)
+            init_with_small_baseline(settings, folder, baseline)
+            app = create_app(settings)
+            started.append(Live(stack.enter_context(serve(app)), app, settings))
+            return started[-1]
+
+        yield start
+
+
+@pytest.fixture
+def live(live_factory: LiveFactory) -> Live:
+    """A running server on SQLite with the small baseline queued as experiment 1."""
+    return live_factory()
+
+
+@pytest.fixture
+def live_any_db(live_factory: LiveFactory, database_url: str) -> Live:
+    """A running server, once on SQLite and once on PostgreSQL."""
+    return live_factory(database_url)
+
+
+@dataclass
+class SimWorker:
+    """A worker made of the real SDK that runs nothing: it reports the results a test chooses.
+
+    The real worker (worker/) and runner (harness/runner) have their own tests; here the server's
+    side of the protocol is under test.
+    """
+
+    client: Client
+    worker_id: str
+
+    def claim(self, wait_s: float = 0.0) -> dict | None:
+        return self.client.claim(self.worker_id, wait_s=wait_s)
+
+    def report(self, claim: dict, val_bpb: float | None = 1.0, status: str = "ok", **fields: object) -> dict:
+        result = {
+            "status": status,
+            "val_bpb": val_bpb if status == "ok" else None,
+            "device": DEVICE,
+            "harness_id": HARNESS_ID,
+            "training_seconds": 3.0,
+            "total_seconds": 5.5,
+            "peak_memory_mb": 2048.0,
+            "tokens": 123456,
+            "steps": 42,
+            "num_params": 1000,
+            "log_tail": f"step 42 loss 3.1 ({claim['experiment_id']})",
+            **fields,
+        }
+        return self.client.result(claim["lease_id"], str(uuid.uuid4()), result)
+
+    def run_next(self, val_bpb: float | None = 1.0, **fields: object) -> dict:
+        """Claim the next experiment and report a result for it; return the server's answer."""
+        claim = self.claim()
+        assert claim is not None, "nothing to claim"
+        return self.report(claim, val_bpb, **fields)
+
+
+def sim_worker(live: Live, name: str = "gpu0", token: str | None = None) -> SimWorker:
+    client = Client(live.url, token or live.token("worker"))
+    answer = client.register(name=name, device=DEVICE, memory_gb=80.0, harness_id=HARNESS_ID)
+    return SimWorker(client, answer["worker_id"])
+
+
+@pytest.fixture
+def worker_factory() -> Callable[..., SimWorker]:
+    """sim_worker(live, name="gpu0", token=None): a registered SimWorker."""
+    return sim_worker
+
+
+@pytest.fixture
+def baseline_source() -> str:
+    return BASELINE

@@ -1,0 +1,176 @@
+"""POST /experiments over real HTTP with the SDK: accepted changes, precise refusals, retries."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+
+import pytest
+
+from client import ApiError, Client
+from server.patches import make_patch
+
+
+def _edit(source: str, old: str, new: str) -> str:
+    assert old in source
+    return source.replace(old, new)
+
+
+def test_a_patch_is_committed_on_its_own_ref_with_the_base_as_parent(live, baseline_source: str) -> None:
+    agent = live.client("agent", "alice")
+    new = _edit(baseline_source, "LEARNING_RATE = 0.01", "LEARNING_RATE = 0.02")
+    experiment = agent.submit("raise lr", patch=make_patch(baseline_source, new), hypothesis="faster")
+    assert experiment["status"] == "queued" and experiment["agent"] == "alice" and not experiment["existing"]
+    best = agent.best()
+    assert experiment["base"] == best["commit"]
+    repo = str(live.settings.resolved_research_repo)
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", repo, *args], check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+    ref = f"refs/experiments/{experiment['id']}"
+    assert git("rev-parse", ref) == experiment["commit"]
+    assert git("rev-parse", f"{ref}^") == best["commit"]
+    assert git("show", f"{ref}:train.py") + "\n" == new
+    assert git("log", "-1", "--format=%an%n%B", ref).startswith("alice\nraise lr\n\nHypothesis: faster")
+    assert git("diff", "--name-only", f"{ref}^", ref) == "train.py"
+    assert git("rev-parse", "--is-bare-repository") == "true"  # no working tree to leave dirty
+    git("fsck", "--strict")
+    assert agent.diff(experiment["id"]) == make_patch(baseline_source, new)
+
+
+def test_a_whole_train_py_is_accepted_too(live, baseline_source: str) -> None:
+    agent = live.client("agent")
+    new = _edit(baseline_source, "DEPTH = 4", "DEPTH = 6")
+    experiment = agent.submit("deeper", train_py=new)
+    assert experiment["status"] == "queued"
+    assert agent.diff(experiment["id"]) == make_patch(baseline_source, new)
+
+
+def test_the_same_train_py_returns_the_existing_experiment(live, baseline_source: str) -> None:
+    alice, bob = live.client("agent"), live.client("agent")
+    new = _edit(baseline_source, "WIDTH = 64", "WIDTH = 96")
+    first = alice.submit("wider", patch=make_patch(baseline_source, new))
+    again = bob.submit("same idea, other words", train_py=new)
+    assert again["existing"] and again["id"] == first["id"] and again["description"] == "wider"
+    assert (
+        alice.submit("baseline again", train_py=baseline_source.replace("WIDTH = 64", "WIDTH = 64 ")) != first
+    )
+
+
+def test_idempotency_key_makes_retries_safe(live, baseline_source: str) -> None:
+    agent = live.client("agent")
+    patch = make_patch(baseline_source, _edit(baseline_source, "DEPTH = 4", "DEPTH = 5"))
+    first = agent.submit("d5", patch=patch, idempotency_key="retry-1")
+    second = agent.submit("d5", patch=patch, idempotency_key="retry-1")
+    assert second["id"] == first["id"] and not second["existing"]  # replayed as the original 201
+    with pytest.raises(ApiError) as caught:
+        agent.submit("something else", patch=patch, idempotency_key="retry-1")
+    assert caught.value.status == 422 and caught.value.type.endswith("idempotency-key-reused")
+    assert len(agent.experiments(agent="baseline")["items"]) == 1
+
+
+@pytest.fixture
+def refused(live, baseline_source: str) -> Callable[..., ApiError]:
+    agent = live.client("agent", "carol")
+
+    def submit(**body: object) -> ApiError:
+        with pytest.raises(ApiError) as caught:
+            agent.submit(**{"description": "x", **body})  # type: ignore[arg-type]
+        return caught.value
+
+    return submit
+
+
+def test_precise_refusals(live, refused: Callable[..., ApiError], baseline_source: str) -> None:
+    good = make_patch(baseline_source, _edit(baseline_source, "DEPTH = 4", "DEPTH = 8"))
+    cases = [
+        (dict(patch=good.replace("train.py", "model.py")), 422, "patch-path", "only train.py"),
+        (
+            dict(patch=good.replace("a/train.py", "a/../../etc/train.py")),
+            422,
+            "patch-path",
+            "outside the repo",
+        ),
+        (
+            dict(patch="diff --git a/train.py b/train.py\nold mode 100644\nnew mode 100755\n"),
+            422,
+            "patch-forbidden",
+            "mode",
+        ),
+        (dict(patch=good.replace("DEPTH = 4", "DEPTH = 3")), 422, "patch-does-not-apply", "hunk 1"),
+        (dict(patch="--- a/train.py\n+++ b/train.py\n"), 422, "empty-change", "no hunks"),
+        (dict(train_py=baseline_source), 422, "empty-change", "exactly as it is"),
+        (dict(patch=good, train_py=baseline_source), 422, "patch-or-train-py", "exactly one"),
+        (dict(), 422, "patch-or-train-py", "exactly one"),
+        (
+            dict(patch=good, base="0123456789abcdef0123456789abcdef01234567"),
+            422,
+            "unknown-base",
+            "not the commit",
+        ),
+        (dict(patch=good, base="not-hex"), 422, "validation-error", "base"),
+        (dict(patch=good, description=""), 422, "validation-error", "description"),
+        (dict(patch=good + "#" * 300_000), 413, "patch-too-large", "limit"),
+        (dict(train_py="x = 1\n" * 100_000), 413, "train-py-too-large", "limit"),
+        (dict(train_py="x = '\0'\n"), 422, "validation-error", "NUL"),
+    ]
+    for body, status, kind, words in cases:
+        error = refused(**body)
+        assert (error.status, error.type.rsplit("/", 1)[-1]) == (status, kind), (body.keys(), error)
+        assert words in error.detail, error.detail
+    assert live.client().experiments()["items"][0]["id"] == 1  # nothing was queued
+
+
+def test_base_may_be_any_experiment_commit_or_its_prefix(live, baseline_source: str) -> None:
+    agent = live.client("agent")
+    first = agent.submit("w", train_py=_edit(baseline_source, "WIDTH = 64", "WIDTH = 80"))
+    on_top = agent.submit(
+        "w+d",
+        patch=make_patch(
+            _edit(baseline_source, "WIDTH = 64", "WIDTH = 80"),
+            _edit(baseline_source, "WIDTH = 64", "WIDTH = 80").replace("DEPTH = 4", "DEPTH = 5"),
+        ),
+        base=first["commit"][:10],
+    )
+    assert on_top["base"] == first["commit"]
+    children = agent.children(first["commit"])
+    assert [c["id"] for c in children["children"]] == [on_top["id"]] and children["experiment_id"] == first[
+        "id"
+    ]
+
+
+def test_per_agent_queue_limit_answers_429(live_factory, baseline_source: str) -> None:
+    live = live_factory(max_queued_per_agent=2)
+    agent, other = live.client("agent"), live.client("agent")
+    for depth in (5, 6):
+        agent.submit(f"d{depth}", train_py=baseline_source.replace("DEPTH = 4", f"DEPTH = {depth}"))
+    with pytest.raises(ApiError) as caught:
+        agent.submit("d7", train_py=baseline_source.replace("DEPTH = 4", "DEPTH = 7"))
+    assert caught.value.status == 429 and "limit 2" in caught.value.detail
+    other.submit("d7", train_py=baseline_source.replace("DEPTH = 4", "DEPTH = 7"))  # others are not limited
+
+
+def test_tokens_decide_who_may_do_what(live, baseline_source: str) -> None:
+    change = dict(description="x", train_py=baseline_source.replace("DEPTH = 4", "DEPTH = 9"))
+    anonymous, worker = Client(live.url), live.client("worker")
+    for client, status in ((anonymous, 401), (Client(live.url, "ara_wrong"), 401), (worker, 403)):
+        with pytest.raises(ApiError) as caught:
+            client.submit(**change)  # type: ignore[arg-type]
+        assert caught.value.status == status
+    agent = live.client("agent")
+    with pytest.raises(ApiError) as caught:
+        agent.register(name="sneaky", device="cpu", memory_gb=1, harness_id="x")
+    assert caught.value.status == 403 and "worker" in caught.value.detail
+    assert anonymous.experiments()["items"]  # reads are public by default
+    assert live.admin().submit(**change)["agent"] == "ADMIN_TOKEN"  # type: ignore[arg-type]
+
+
+def test_reads_can_require_a_token(live_factory) -> None:
+    live = live_factory(public_reads=False)
+    with pytest.raises(ApiError) as caught:
+        Client(live.url).best()
+    assert caught.value.status == 401
+    assert live.client("worker").best()["val_bpb"] is None

@@ -1,0 +1,167 @@
+"""The worker protocol of docs/api.md, through the SDK against a live server."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+
+import pytest
+
+from client import ApiError, Client
+from server.crud.leases import expire_leases
+
+HARNESS_ID, DEVICE = "test-harness", "cpu"
+
+
+def test_register_pins_and_checks_harness_and_platform(live_factory) -> None:
+    live = live_factory(harness_id="", platform="")  # neither configured: the first worker pins both
+    client = Client(live.url, live.token("worker"))
+    first = client.register(name="a", device="NVIDIA H100", memory_gb=80, harness_id="h-1")
+    assert (first["harness_id"], first["platform"]) == ("h-1", "NVIDIA H100")
+    assert first["heartbeat_seconds"] < first["lease_seconds"]
+    again = client.register(name="a", device="NVIDIA H100", memory_gb=80, harness_id="h-1")
+    assert again["worker_id"] == first["worker_id"]  # re-registering keeps the identity
+    for device, harness_id, kind in (
+        ("NVIDIA H100", "h-2", "harness-mismatch"),
+        ("NVIDIA A100", "h-1", "platform-mismatch"),
+    ):
+        with pytest.raises(ApiError) as caught:
+            client.register(name="b", device=device, memory_gb=80, harness_id=harness_id)
+        assert caught.value.status == 409 and caught.value.type.endswith(kind)
+        assert "h-1" in caught.value.detail or "NVIDIA H100" in caught.value.detail
+
+
+def test_claim_heartbeat_progress_result(live, worker_factory) -> None:
+    worker = worker_factory(live)
+    claim = worker.claim()
+    assert claim["experiment_id"] == 1 and claim["attempt"] == 1
+    assert hashlib.sha256(claim["train_py"].encode()).hexdigest() == claim["train_py_sha256"]
+    assert worker.claim() is None  # the baseline is measured before anything else runs
+    beat = worker.client.heartbeat(claim["lease_id"])
+    assert beat["cancel"] is False and beat["lease_expires_at"] >= claim["lease_expires_at"]
+    events = [{"step": s, "loss": 5.0 - s / 10, "fraction": s / 10, "elapsed_s": float(s)} for s in range(10)]
+    events.append({"step": 10, "loss": float("nan"), "fraction": 1.0})  # a diverged loss is kept as null
+    worker.client.progress(claim["lease_id"], events)
+    answer = worker.report(claim, val_bpb=1.25, mfu_percent=31.5)
+    assert answer == {
+        "experiment_id": 1,
+        "decision": "keep",
+        "status": "kept",
+        "reason": "baseline measured: val_bpb 1.2500",
+    }
+    experiment = live.client().experiment(1)
+    assert experiment["result"]["mfu_percent"] == 31.5 and experiment["result"]["tokens"] == 123456
+    assert experiment["run_seconds"] is not None and experiment["val_bpb"] == 1.25
+    progress = live.client().http.get("/experiments/1/progress").json()["events"]
+    assert [e["step"] for e in progress] == list(range(11)) and progress[-1]["loss"] is None
+    assert "step 42 loss 3.1" in live.client().log(1)
+
+
+def test_a_result_is_recorded_once_per_result_id(live, worker_factory) -> None:
+    worker = worker_factory(live)
+    claim = worker.claim()
+    result = {"status": "ok", "val_bpb": 1.0, "device": DEVICE, "harness_id": HARNESS_ID}
+    result_id = str(uuid.uuid4())
+    first = worker.client.result(claim["lease_id"], result_id, result)
+    again = worker.client.result(claim["lease_id"], result_id, {**result, "val_bpb": 0.5})
+    assert again == first
+    with pytest.raises(ApiError) as caught:  # a different result for a finished lease
+        worker.client.result(claim["lease_id"], str(uuid.uuid4()), result)
+    assert caught.value.status == 409
+
+
+def test_workers_cannot_touch_each_others_leases(live, worker_factory) -> None:
+    mine, theirs = worker_factory(live, "a"), worker_factory(live, "b")
+    claim = mine.claim()
+    for call in (lambda: theirs.client.heartbeat(claim["lease_id"]), lambda: theirs.report(claim)):
+        with pytest.raises(ApiError) as caught:
+            call()
+        assert caught.value.status == 404
+    with pytest.raises(ApiError) as caught:
+        theirs.client.claim(mine.worker_id)
+    assert caught.value.status == 404 and "register again" in caught.value.detail
+
+
+def test_release_requeues_without_counting_an_attempt(live, worker_factory) -> None:
+    worker = worker_factory(live)
+    claim = worker.claim()
+    worker.client.release(claim["lease_id"], "shutting down")
+    assert live.client().experiment(1)["status"] == "queued"
+    again = worker.claim()
+    assert again["experiment_id"] == 1 and again["attempt"] == 1
+    with pytest.raises(ApiError) as caught:
+        worker.client.heartbeat(claim["lease_id"])
+    assert caught.value.status == 409 and "released" in caught.value.detail
+
+
+def test_expired_leases_requeue_then_end_as_infrastructure_failure(live_factory, worker_factory) -> None:
+    live = live_factory(lease_seconds=0.3, max_attempts=2, lease_sweep_seconds=60)
+    worker = worker_factory(live)
+    first = worker.claim()
+    time.sleep(0.4)
+    with pytest.raises(ApiError) as caught:  # too late: the lease is gone even before the sweep
+        worker.client.heartbeat(first["lease_id"])
+    assert caught.value.status == 409
+    assert expire_leases(live.ctx) == 1
+    experiment = live.client().experiment(1)
+    assert (experiment["status"], experiment["attempts"]) == ("queued", 1)
+    second = worker.claim()
+    assert (second["experiment_id"], second["attempt"]) == (1, 2)
+    time.sleep(0.4)
+    expire_leases(live.ctx)
+    experiment = live.client().experiment(1)
+    assert experiment["status"] == "infra_failed" and "attempt 2 of 2" in experiment["reason"]
+    with pytest.raises(ApiError) as caught:  # a result for a lease no longer held is refused
+        worker.report(second, 1.0)
+    assert caught.value.status == 409
+
+
+def test_the_background_sweep_requeues_lost_work(live_factory, worker_factory) -> None:
+    live = live_factory(lease_seconds=0.2, lease_sweep_seconds=0.1)
+    worker = worker_factory(live)
+    worker.claim()
+    deadline = time.monotonic() + 10
+    while live.client().experiment(1)["status"] != "queued":
+        assert time.monotonic() < deadline, "the sweeper never requeued the experiment"
+        time.sleep(0.05)
+
+
+def test_long_poll_claim_wakes_up_when_work_arrives(live, worker_factory, baseline_source: str) -> None:
+    worker = worker_factory(live)
+    worker.run_next(1.0)  # the baseline
+    started = time.monotonic()
+    assert worker.claim(wait_s=0.3) is None
+    assert time.monotonic() - started >= 0.3
+    import threading
+
+    submitter = threading.Timer(
+        0.3, lambda: live.client("agent").submit("d", train_py=baseline_source + "# x\n")
+    )
+    submitter.start()
+    claim = worker.claim(wait_s=20)
+    submitter.join()
+    assert claim is not None and claim["experiment_id"] == 2
+
+
+def test_cancel_queued_and_running(live, worker_factory, baseline_source: str) -> None:
+    worker = worker_factory(live)
+    worker.run_next(1.0)
+    agent, other = live.client("agent"), live.client("agent")
+    queued = agent.submit("a", train_py=baseline_source + "# a\n")
+    running = agent.submit("b", train_py=baseline_source + "# b\n")
+    assert agent.cancel(queued["id"])["experiment"]["status"] == "cancelled"
+    claim = worker.claim()
+    assert claim["experiment_id"] == running["id"]
+    with pytest.raises(ApiError) as caught:
+        other.cancel(running["id"])
+    assert caught.value.status == 403
+    assert agent.cancel(running["id"])["experiment"]["cancel_requested"] is True
+    assert worker.client.heartbeat(claim["lease_id"])["cancel"] is True
+    worker.client.release(claim["lease_id"], "cancelled by the server")
+    assert agent.experiment(running["id"])["status"] == "cancelled"
+    with pytest.raises(ApiError) as caught:
+        agent.cancel(running["id"])
+    assert caught.value.status == 409
+    again = agent.submit("a again", train_py=baseline_source + "# a\n")  # cancelled ones may be resubmitted
+    assert again["id"] not in (queued["id"], running["id"]) and not again["existing"]
