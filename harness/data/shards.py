@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from harness.data.errors import DataError
 
 TEXT_COLUMN = "text"
+SCHEMA = pa.schema([(TEXT_COLUMN, pa.string())])
 READ_BATCH_ROWS = 1024
 ROW_GROUP_ROWS = 1024
 
@@ -74,44 +75,62 @@ def count_texts(path: Path) -> int:
     return open_shard(path).metadata.num_rows
 
 
+class ShardWriter:
+    """Writes one parquet shard row group by row group, under a temporary name until closed."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        self.writer = pq.ParquetWriter(self.tmp, SCHEMA, compression="zstd")
+        self.group: list[str] = []
+        self.rows = 0
+        self.bytes = 0
+
+    def add(self, text: str) -> None:
+        self.group.append(text)
+        self.bytes += len(text.encode("utf-8"))
+        if len(self.group) == ROW_GROUP_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.group:
+            self.writer.write_table(pa.table({TEXT_COLUMN: self.group}, schema=SCHEMA))
+            self.rows += len(self.group)
+            self.group = []
+
+    def close(self) -> None:
+        """Finish the file and give it its final name."""
+        self._flush()
+        self.writer.close()
+        os.replace(self.tmp, self.path)
+
+
 def write_shard(path: Path, texts: Iterable[str]) -> int:
     """Write `texts` as one parquet shard at `path` (atomically); returns the number of rows."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    schema = pa.schema([(TEXT_COLUMN, pa.string())])
-    rows = 0
-    with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
-        group: list[str] = []
-        for text in texts:
-            group.append(text)
-            if len(group) == ROW_GROUP_ROWS:
-                writer.write_table(pa.table({TEXT_COLUMN: group}, schema=schema))
-                rows += len(group)
-                group = []
-        if group:
-            writer.write_table(pa.table({TEXT_COLUMN: group}, schema=schema))
-            rows += len(group)
-    os.replace(tmp, path)
-    return rows
+    writer = ShardWriter(path)
+    for text in texts:
+        writer.add(text)
+    writer.close()
+    return writer.rows
 
 
 def write_shards(out_dir: Path, texts: Iterable[str], shard_bytes: int, prefix: str = "shard") -> list[Path]:
-    """Split a stream of texts into numbered shards of about `shard_bytes` of text each."""
+    """Split a stream of texts into numbered shards of about `shard_bytes` of text each.
+
+    Only one row group of text is held in memory at a time, whatever the shard size.
+    """
     paths: list[Path] = []
-    current: list[str] = []
-    size = 0
-
-    def flush() -> None:
-        path = out_dir / f"{prefix}_{len(paths):05d}.parquet"
-        write_shard(path, current)
-        paths.append(path)
-
+    writer: ShardWriter | None = None
     for text in texts:
-        current.append(text)
-        size += len(text.encode("utf-8"))
-        if size >= shard_bytes:
-            flush()
-            current, size = [], 0
-    if current:
-        flush()
+        if writer is None:
+            writer = ShardWriter(out_dir / f"{prefix}_{len(paths):05d}.parquet")
+        writer.add(text)
+        if writer.bytes >= shard_bytes:
+            writer.close()
+            paths.append(writer.path)
+            writer = None
+    if writer is not None:
+        writer.close()
+        paths.append(writer.path)
     return paths
