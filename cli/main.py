@@ -7,7 +7,7 @@ import importlib
 import sys
 
 # Each module defines `register(subparsers)`, which adds its command(s) and sets `func`.
-COMMAND_MODULES: list[str] = ["work", "prepare", "serve", "db", "init", "token"]
+COMMAND_MODULES: list[str] = ["work", "prepare", "serve", "db", "init", "token", "up"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,175 @@
+"""`autoresearch up`: one machine in one command: prepare, init, then server plus N workers.
+
+This is what `make run` calls. Everything it does is idempotent: a second `up` reuses the
+prepared data, the research repo, the database and the local tokens of the first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+TOKENS_FILE = "local-tokens.json"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "up",
+        help="prepare data, init the project, start the server and N workers (make run)",
+        description="Start a complete local setup: prepare the data for the preset (once), create the "
+        "research repo and queue the baseline (once), create a local agent and worker token (once, "
+        "kept in DATA_DIR/local-tokens.json), then run the server and N CPU or GPU workers until "
+        "Ctrl-C, which stops them all cleanly.",
+    )
+    parser.add_argument("--preset", default=None, help="harness preset: cpu (default), test or h100")
+    parser.add_argument("--data-dir", type=Path, help="data folder (default: $DATA_DIR, else data)")
+    parser.add_argument("--host", default="127.0.0.1", help="server address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="server port (default 8000)")
+    parser.add_argument("--workers", type=int, default=1, help="number of workers (default 1)")
+    parser.add_argument("--gpu", action="store_true", help="one worker per GPU 0..N-1 instead of CPU workers")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.config import load_settings
+    from harness.data.errors import DataError
+    from harness.prepare import prepare
+
+    if args.workers < 0:
+        raise SystemExit("autoresearch up: --workers must be 0 or more")
+    harness_overrides = {"data_dir": args.data_dir} if args.data_dir else {}
+    try:
+        settings = load_settings(args.preset, **harness_overrides)
+    except ValueError as exc:
+        raise SystemExit(f"autoresearch up: {exc}") from exc
+    data_dir = settings.data_dir.absolute()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "DATA_DIR": str(data_dir), "PRESET": settings.preset}
+
+    print(f"[up] preparing the {settings.data_source} data for preset {settings.preset} in {data_dir}")
+    try:
+        prepare(settings)
+    except DataError as exc:
+        raise SystemExit(f"autoresearch up: {exc}") from exc
+    _init_once(env)
+    tokens = _local_tokens(data_dir, env)
+
+    url = f"http://{args.host}:{args.port}"
+    # Own sessions: Ctrl-C reaches only `up`, which then stops the children in order.
+    server = subprocess.Popen(
+        [_exe(), "serve", "--host", args.host, "--port", str(args.port)], env=env, start_new_session=True
+    )
+    children = [server]
+    try:
+        _wait_healthy(url, server)
+        worker_env = {**env, "AUTORESEARCH_WORKER_TOKEN": tokens["worker"]}
+        for i in range(args.workers):
+            device = ["--gpu", str(i)] if args.gpu else ["--cpu"]
+            name = f"local-{'gpu' if args.gpu else 'cpu'}{i}"
+            cmd = [_exe(), "work", "--server", url, *device, "--name", name]
+            children.append(subprocess.Popen(cmd, env=worker_env, start_new_session=True))
+        _print_banner(url, tokens["agent"], args.workers)
+        _wait_any(children)
+    except KeyboardInterrupt:
+        print("\n[up] stopping workers and server ...")
+    finally:
+        _stop(children)
+    return 0
+
+
+def _exe() -> str:
+    return str(Path(sys.executable).with_name("autoresearch"))
+
+
+def _init_once(env: dict[str, str]) -> None:
+    """Run `autoresearch init` unless the database already has a project."""
+    from server.core.config import ServerSettings
+
+    settings = ServerSettings(data_dir=Path(env["DATA_DIR"]))
+    if settings.resolved_research_repo.exists():
+        return
+    subprocess.run([_exe(), "init"], env=env, check=True)
+
+
+def _local_tokens(data_dir: Path, env: dict[str, str]) -> dict[str, str]:
+    """An agent and a worker token for this machine, created once and kept readable by the owner only."""
+    path = data_dir / TOKENS_FILE
+    if path.exists():
+        return json.loads(path.read_text())
+    tokens = {}
+    for kind in ("agent", "worker"):
+        name = f"local-{kind}"
+        out = subprocess.run(
+            [_exe(), "token", "create", "--kind", kind, "--name", name],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        tokens[kind] = out.stdout.strip()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(tokens))
+    tmp.chmod(0o600)
+    tmp.replace(path)
+    return tokens
+
+
+def _wait_healthy(url: str, server: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(f"autoresearch up: the server exited with code {server.returncode}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"autoresearch up: the server did not answer at {url}/healthz within {timeout_s:.0f} s")
+
+
+def _print_banner(url: str, agent_token: str, workers: int) -> None:
+    print(
+        f"\n  autoresearch is running at {url}   ({workers} worker(s); Ctrl-C stops everything)\n\n"
+        f"  leaderboard:  {url}/\n"
+        f"  API docs:     {url}/docs\n"
+        f"  agent token:  {agent_token}\n\n"
+        f"  submit a change:  AUTORESEARCH_SERVER={url} AUTORESEARCH_TOKEN={agent_token} \\\n"
+        "                    .venv/bin/autoresearch submit my_train.py -m 'what I changed' --wait\n",
+        flush=True,
+    )
+
+
+def _wait_any(children: list[subprocess.Popen]) -> None:
+    """Block until one child exits (then stop the rest) or Ctrl-C."""
+    while all(child.poll() is None for child in children):
+        time.sleep(0.5)
+    for child in children:
+        if child.returncode is not None:
+            print(f"[up] {' '.join(child.args[1:3])} exited with code {child.returncode}; stopping")
+
+
+def _stop(children: list[subprocess.Popen]) -> None:
+    """Workers first (two SIGTERMs: cancel the running experiment and release its lease), then the server."""
+    workers, server = children[1:], children[0]
+    for _ in range(2):
+        for child in workers:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+    for child in [*workers, server]:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
