@@ -1,0 +1,166 @@
+"""Geometry of the progress chart: finished experiments by order of completion, and the best.
+
+This is the chart autoresearch draws after a night of experiments: x is the order in which
+experiments finished, y is val_bpb (lower is better); discarded results are grey dots, kept ones
+are highlighted and labelled, and the best so far is a step line. Experiments that ended without
+a score (crashes, infrastructure failures) sit as red dots in a lane above the plot.
+
+Points that are not kept are drawn as one SVG path of zero-length segments with round caps (one
+`M x y h0` per point), so that ten thousand of them cost a few hundred kilobytes of markup and
+one DOM node instead of ten thousand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+WIDTH, HEIGHT = 1000.0, 440.0
+LEFT, RIGHT, TOP, BOTTOM = 70.0, 24.0, 72.0, 48.0  # room for axis labels and the kept labels
+FAILED_LANE_Y = TOP - 14.0  # the lane of experiments that have no score
+LABEL_CHARS = 42
+MIN_LABEL_GAP = 14.0  # user units between labelled points; closer labels would overlap
+
+
+class Finished(NamedTuple):
+    """One finished experiment as the chart needs it (a tuple: ten thousand are made per chart)."""
+
+    id: int
+    kept: bool
+    val_bpb: float | None  # None: ended without a score
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class KeptMark:
+    id: int
+    x: float
+    y: float
+    val_bpb: float
+    description: str
+    label: str | None  # None when the label would overlap the previous one
+
+
+@dataclass(frozen=True)
+class Tick:
+    at: float
+    label: str
+
+
+@dataclass(frozen=True)
+class Chart:
+    count: int  # points drawn: every finished experiment
+    discarded_path: str
+    failed_path: str
+    kept: list[KeptMark]
+    best_path: str
+    y_ticks: list[Tick]
+    x_ticks: list[Tick]
+    clipped: int  # scored points above the top of the y range, drawn at its edge
+    width: float = WIDTH
+    height: float = HEIGHT
+    left: float = LEFT
+    right: float = WIDTH - RIGHT
+    top: float = TOP
+    bottom: float = HEIGHT - BOTTOM
+
+
+def nice_step(span: float, target_ticks: int) -> float:
+    """A step of 1, 2 or 5 times a power of ten that cuts `span` into about `target_ticks` parts."""
+    raw = span / max(target_ticks, 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    for multiple in (1.0, 2.0, 5.0, 10.0):
+        if raw <= multiple * magnitude:
+            return multiple * magnitude
+    return 10.0 * magnitude
+
+
+def y_range(scores: Sequence[float], reference: float | None) -> tuple[float, float]:
+    """The val_bpb range shown: all scores, but not far above the reference (the baseline).
+
+    A diverged run (val_bpb 8 when the best is 1.0) would otherwise squash every other point
+    into a line. Scores above the baseline by more than the progress made so far, or by more
+    than 2 % of the baseline if that is more, are drawn at the top edge instead.
+    """
+    low, high = min(scores), max(scores)
+    if reference is not None:
+        high = min(high, reference + max(reference - low, abs(reference) * 0.02))
+    if high - low < 1e-9:
+        pad = max(abs(low) * 0.01, 1e-3)
+        return low - pad, high + pad
+    pad = (high - low) * 0.06
+    return low - pad, high + pad
+
+
+def _label(description: str) -> str:
+    text = " ".join(description.split())
+    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
+
+
+def _y_ticks(low: float, high: float, scale: float, bottom: float) -> list[Tick]:
+    step = nice_step(high - low, 5)
+    decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
+    first = math.ceil(low / step) * step
+    ticks = []
+    value = first
+    while value <= high + step * 1e-9:
+        ticks.append(Tick(bottom - (value - low) * scale, f"{value:.{decimals}f}"))
+        value = first + len(ticks) * step
+    return ticks
+
+
+def _x_ticks(count: int, x_of: list[float]) -> list[Tick]:
+    if count == 0:
+        return []
+    step = max(1, int(nice_step(count, 8))) if count > 1 else 1
+    numbers = [1, *range(step, count + 1, step)] if step > 1 else list(range(1, count + 1))
+    return [Tick(x_of[n - 1], str(n)) for n in sorted(set(numbers))]
+
+
+def build_chart(points: Sequence[Finished]) -> Chart:
+    """The chart of `points`, given in order of completion."""
+    count = len(points)
+    plot_left, plot_right, plot_top, plot_bottom = LEFT, WIDTH - RIGHT, TOP, HEIGHT - BOTTOM
+    x_step = (plot_right - plot_left) / max(count, 1)
+    x_of = [plot_left + x_step * (i + 0.5) for i in range(count)]
+    scores = [p.val_bpb for p in points if p.val_bpb is not None]
+    failed = [f"M{x_of[i]:.1f} {FAILED_LANE_Y:.1f}h0" for i, p in enumerate(points) if p.val_bpb is None]
+    if not scores:
+        return Chart(count, "", "".join(failed), [], "", [], _x_ticks(count, x_of), 0)
+    reference = next((p.val_bpb for p in points if p.kept and p.val_bpb is not None), None)
+    low, high = y_range(scores, reference)
+    scale = (plot_bottom - plot_top) / (high - low)
+    discarded: list[str] = []
+    kept: list[KeptMark] = []
+    best_steps: list[str] = []
+    clipped = 0
+    last_label_x = -math.inf
+    for x, point in zip(x_of, points, strict=True):
+        score = point.val_bpb
+        if score is None:
+            continue
+        clipped += score > high
+        y = plot_bottom - (min(score, high) - low) * scale
+        if not point.kept:
+            discarded.append(f"M{x:.1f} {y:.1f}h0")
+            continue
+        label = None
+        if x - last_label_x >= MIN_LABEL_GAP:
+            label, last_label_x = _label(point.description), x
+        kept.append(KeptMark(point.id, x, y, score, point.description, label))
+        # The best holds until the next keep: a horizontal run, then a drop to the new best.
+        best_steps.append(f"H{x:.1f}V{y:.1f}" if best_steps else f"M{x:.1f} {y:.1f}")
+    if best_steps:
+        best_steps.append(f"H{x_of[-1]:.1f}")
+    return Chart(
+        count=count,
+        discarded_path="".join(discarded),
+        failed_path="".join(failed),
+        kept=kept,
+        best_path="".join(best_steps),
+        y_ticks=_y_ticks(low, high, scale, plot_bottom),
+        x_ticks=_x_ticks(count, x_of),
+        clipped=clipped,
+    )

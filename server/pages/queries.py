@@ -1,0 +1,336 @@
+"""Database reads for the web pages that the API's crud modules do not offer.
+
+Each function is a handful of indexed queries returning plain rows, so that the leaderboard stays
+fast with tens of thousands of experiments (bench/pages.py measures it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from sqlalchemy import Select, case, func, select
+from sqlalchemy.orm import Session
+
+from server.crud.experiments import BASELINE_AGENT
+from server.crud.project import load_project
+from server.models import (
+    CANCELLED,
+    INFRA_FAILED,
+    KEPT,
+    QUEUED,
+    REBASED,
+    REVERTED,
+    RUNNING,
+    STALE,
+    ApiToken,
+    Experiment,
+    Lease,
+    Result,
+    Worker,
+    utcnow,
+)
+from server.pages.chart import Finished
+
+# Statuses that end a run with an outcome worth plotting (cancelled runs were stopped, not judged).
+PLOTTED_STATUSES = (KEPT, REVERTED, REBASED, STALE, INFRA_FAILED)
+PAGE_SIZE = 50
+SortKey = Literal["id", "val_bpb", "finished", "status", "agent"]
+SORT_KEYS: tuple[SortKey, ...] = ("id", "val_bpb", "finished", "status", "agent")
+
+
+@dataclass(frozen=True)
+class Summary:
+    best_val_bpb: float | None
+    best_experiment_id: int | None
+    baseline_val_bpb: float | None
+    baseline_experiment_id: int | None
+    kept: int
+    discarded: int  # measured, not kept (reverted, rebased or stale)
+    crashed: int  # ended without a score: the run failed, or the infrastructure did
+    running: int
+    queued: int
+    cancelled: int
+
+    @property
+    def improvement_percent(self) -> float | None:
+        if self.best_val_bpb is None or not self.baseline_val_bpb:
+            return None
+        return (self.baseline_val_bpb - self.best_val_bpb) / self.baseline_val_bpb * 100.0
+
+
+def status_totals(session: Session) -> dict[str, tuple[int, int]]:
+    """Per status: how many experiments, and the sum of their ids (read from an index alone)."""
+    rows = session.execute(
+        select(Experiment.status, func.count(), func.coalesce(func.sum(Experiment.id), 0)).group_by(
+            Experiment.status
+        )
+    )
+    return {status: (int(n), int(ids)) for status, n, ids in rows}
+
+
+def plotted_key(totals: dict[str, tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Identifies the set of plotted experiments and their statuses.
+
+    A final status never changes and a finished experiment's score, description and finish time
+    never change either, so the plotted experiments only ever grow in number: counts and id
+    sums per status change whenever anything the chart shows changes.
+    """
+    return tuple(totals.get(status, (0, 0)) for status in PLOTTED_STATUSES)
+
+
+def unscored_reverted(session: Session) -> int:
+    """Reverted experiments without a score: their run crashed (or was invalid, or timed out)."""
+    statement = select(func.count()).where(Experiment.status == REVERTED, Experiment.val_bpb.is_(None))
+    return int(session.scalar(statement) or 0)
+
+
+def summary(session: Session, totals: dict[str, tuple[int, int]], crashed_runs: int) -> Summary:
+    """The headline numbers; `crashed_runs` is `unscored_reverted` (cached with the chart)."""
+    project = load_project(session)
+
+    def total(*statuses: str) -> int:
+        return sum(totals.get(status, (0, 0))[0] for status in statuses)
+
+    baseline = None
+    if project.baseline_commit is not None:
+        baseline = session.execute(
+            select(Experiment.id, Experiment.val_bpb)
+            .where(Experiment.commit_sha == project.baseline_commit, Experiment.base_commit.is_(None))
+            .order_by(Experiment.val_bpb.is_(None), Experiment.id)
+            .limit(1)
+        ).first()
+    return Summary(
+        best_val_bpb=project.best_val_bpb,
+        best_experiment_id=project.best_experiment_id if project.best_val_bpb is not None else None,
+        baseline_val_bpb=baseline.val_bpb if baseline else None,
+        baseline_experiment_id=baseline.id if baseline else None,
+        kept=total(KEPT),
+        discarded=total(REVERTED, REBASED, STALE) - crashed_runs,
+        crashed=crashed_runs + total(INFRA_FAILED),
+        running=total(RUNNING),
+        queued=total(QUEUED),
+        cancelled=total(CANCELLED),
+    )
+
+
+def finished_points(session: Session) -> list[Finished]:
+    """Every plotted experiment in order of completion (descriptions only for kept ones).
+
+    Run as a Core statement on the session's connection: ten thousand plain rows, no ORM
+    loading machinery in between.
+    """
+    kept = Experiment.status == KEPT
+    statement = (
+        select(Experiment.id, kept, Experiment.val_bpb, case((kept, Experiment.description), else_=""))
+        .where(Experiment.status.in_(PLOTTED_STATUSES))
+        .order_by(Experiment.finished_at, Experiment.id)
+    )
+    return [Finished._make(row) for row in session.connection().execute(statement)]
+
+
+@dataclass(frozen=True)
+class Row:
+    id: int
+    status: str
+    val_bpb: float | None
+    best_before_val_bpb: float | None
+    agent: str
+    description: str
+    finished_at: datetime | None
+    created_at: datetime
+    result_status: str | None  # the harness's verdict on the run (ok, crash, timeout...), None before one
+
+
+@dataclass(frozen=True)
+class TablePage:
+    rows: list[Row]
+    total: int
+    page: int
+    pages: int
+    size: int = PAGE_SIZE
+
+
+def _agent_name() -> object:
+    return func.coalesce(ApiToken.name, BASELINE_AGENT)
+
+
+def _filtered(statement: Select, status: str | None, agent: str | None) -> Select:  # type: ignore[type-arg]
+    if status is not None:
+        statement = statement.where(Experiment.status == status)
+    if agent == BASELINE_AGENT:
+        statement = statement.where(Experiment.agent_id.is_(None))
+    elif agent is not None:
+        statement = statement.where(ApiToken.name == agent)
+    return statement
+
+
+def table_page(
+    session: Session, *, status: str | None, agent: str | None, sort: SortKey, descending: bool, page: int
+) -> TablePage:
+    """One page of the experiments table, filtered and sorted; `page` counts from 1."""
+    joined = (
+        select(func.count()).select_from(Experiment).outerjoin(ApiToken, Experiment.agent_id == ApiToken.id)
+    )
+    total = int(session.scalar(_filtered(joined, status, agent)) or 0)
+    pages = max(1, -(-total // PAGE_SIZE))
+    page = min(page, pages)
+    column = {
+        "id": Experiment.id,
+        "val_bpb": Experiment.val_bpb,
+        "finished": Experiment.finished_at,
+        "status": Experiment.status,
+        "agent": _agent_name(),
+    }[sort]
+    order = column.desc() if descending else column.asc()  # type: ignore[attr-defined]
+    statement = (
+        select(
+            Experiment.id,
+            Experiment.status,
+            Experiment.val_bpb,
+            Experiment.best_before_val_bpb,
+            _agent_name(),
+            Experiment.description,
+            Experiment.finished_at,
+            Experiment.created_at,
+            Result.status,
+        )
+        .select_from(Experiment)
+        .outerjoin(ApiToken, Experiment.agent_id == ApiToken.id)
+        .outerjoin(Result, Result.experiment_id == Experiment.id)
+        # Unmeasured rows go last whichever way val_bpb is sorted; ties keep newest first.
+        .order_by(order.nulls_last(), Experiment.id.desc())
+        .limit(PAGE_SIZE)
+        .offset((page - 1) * PAGE_SIZE)
+    )
+    rows = [Row(*columns) for columns in session.execute(_filtered(statement, status, agent)).tuples()]
+    return TablePage(rows, total, page, pages)
+
+
+def agent_choices(session: Session) -> list[str]:
+    """Names of everyone who submitted an experiment, for the agent filter."""
+    names = session.scalars(
+        select(ApiToken.name)
+        .join(Experiment, Experiment.agent_id == ApiToken.id)
+        .distinct()
+        .order_by(ApiToken.name)
+    ).all()
+    has_baseline = session.scalar(select(Experiment.id).where(Experiment.agent_id.is_(None)).limit(1))
+    return [BASELINE_AGENT, *names] if has_baseline is not None else list(names)
+
+
+@dataclass(frozen=True)
+class Contribution:
+    experiment_id: int
+    improvement: float
+    description: str
+
+
+def best_contributions(session: Session) -> dict[str, Contribution]:
+    """Per agent, the kept experiment that took the most off the best."""
+    gain = (Experiment.best_before_val_bpb - Experiment.val_bpb).label("gain")
+    ranked = (
+        select(
+            ApiToken.name,
+            Experiment.id,
+            gain,
+            Experiment.description,
+            func.row_number()
+            .over(partition_by=ApiToken.id, order_by=(gain.desc(), Experiment.id))
+            .label("rank"),
+        )
+        .join(ApiToken, Experiment.agent_id == ApiToken.id)
+        .where(
+            Experiment.status == KEPT,
+            Experiment.best_before_val_bpb.is_not(None),
+            Experiment.val_bpb.is_not(None),
+        )
+        .subquery()
+    )
+    rows = session.execute(
+        select(ranked.c.name, ranked.c.id, ranked.c.gain, ranked.c.description).where(ranked.c.rank == 1)
+    )
+    return {name: Contribution(id_, gain_, text) for name, id_, gain_, text in rows}
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    name: str
+    online: bool
+    device: str
+    memory_gb: float
+    last_seen_at: datetime
+    registered_at: datetime
+    experiment_id: int | None  # what it runs now
+    experiment_description: str | None
+    results: int  # results it reported
+
+
+def workers(session: Session, lease_seconds: float) -> list[WorkerRow]:
+    """Every registered worker; online means seen within two lease periods (as in /metrics)."""
+    cutoff = utcnow() - timedelta(seconds=2 * lease_seconds)
+    running = dict(
+        (worker_id, (experiment_id, description))
+        for worker_id, experiment_id, description in session.execute(
+            select(Lease.worker_id, Experiment.id, Experiment.description)
+            .join(Experiment, Experiment.id == Lease.experiment_id)
+            .where(Lease.state == "active", Experiment.status == RUNNING)
+            .order_by(Lease.claimed_at)
+        )
+    )
+    reported = dict(
+        session.execute(select(Result.worker_id, func.count()).group_by(Result.worker_id)).tuples().all()
+    )
+    out = []
+    for worker in session.scalars(select(Worker).order_by(Worker.last_seen_at.desc(), Worker.name)):
+        current = running.get(worker.id)
+        out.append(
+            WorkerRow(
+                name=worker.name,
+                online=worker.last_seen_at >= cutoff,
+                device=worker.device,
+                memory_gb=worker.memory_gb,
+                last_seen_at=worker.last_seen_at,
+                registered_at=worker.registered_at,
+                experiment_id=current[0] if current else None,
+                experiment_description=current[1] if current else None,
+                results=int(reported.get(worker.id, 0)),
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class RunPlace:
+    """Where an experiment ran (or runs): the worker and its device."""
+
+    worker: str | None
+    device: str | None
+
+
+def run_place(session: Session, experiment_id: int) -> RunPlace:
+    """The worker of the result, else of the latest lease (a run in progress or given up)."""
+    row = session.execute(
+        select(Worker.name, Result.device)
+        .join(Result, Result.worker_id == Worker.id)
+        .where(Result.experiment_id == experiment_id)
+    ).first()
+    if row is not None:
+        return RunPlace(row.name, row.device)
+    row = session.execute(
+        select(Worker.name, Worker.device)
+        .join(Lease, Lease.worker_id == Worker.id)
+        .where(Lease.experiment_id == experiment_id)
+        .order_by(Lease.claimed_at.desc())
+        .limit(1)
+    ).first()
+    return RunPlace(row.name, row.device) if row is not None else RunPlace(None, None)
+
+
+def experiment_id_of_commit(session: Session, commit: str | None) -> int | None:
+    if commit is None:
+        return None
+    return session.scalar(
+        select(Experiment.id).where(Experiment.commit_sha == commit).order_by(Experiment.id).limit(1)
+    )

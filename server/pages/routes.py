@@ -1,0 +1,160 @@
+"""The human pages: leaderboard, one experiment, agents, workers (server-rendered HTML).
+
+Handlers are plain functions, so FastAPI runs them in its thread pool like the API's reads. The
+pages change nothing; they honour PUBLIC_READS like the API (see `Reader`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import HTMLResponse
+from sqlalchemy import select
+
+from server.api.deps import Ctx, Reader
+from server.core.problems import Problem
+from server.crud import standings
+from server.crud.experiments import get_view
+from server.crud.leases import progress_of
+from server.models import EXPERIMENT_STATUSES, QUEUED, RUNNING, Result
+from server.pages import queries
+from server.pages.diff_view import render_diff
+from server.pages.templating import templates
+
+router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
+
+# The events that change what each page shows; pages refresh their live sections on them.
+DECISION_EVENTS = "finished,kept,reverted,rebased,stale"
+LEADERBOARD_EVENTS = f"queued,started,{DECISION_EVENTS}"
+LOG_LIMIT = 200_000  # characters of the log shown on the page; the API's /log has all of it
+
+
+def _optional(value: str | None) -> str | None:
+    """An empty form field ("all") means no filter."""
+    return value.strip() or None if value is not None else None
+
+
+def _status_filter(value: str | None) -> str | None:
+    status = _optional(value)
+    if status is not None and status not in EXPERIMENT_STATUSES:
+        raise Problem(
+            422, "unknown-status", f"status {status[:20]!r} is not one of {', '.join(EXPERIMENT_STATUSES)}"
+        )
+    return status
+
+
+@router.get("/")
+def leaderboard(
+    request: Request,
+    ctx: Ctx,
+    _reader: Reader,
+    status: Annotated[str | None, Query(max_length=20)] = None,
+    agent: Annotated[str | None, Query(max_length=100)] = None,
+    sort: queries.SortKey = "id",
+    order: Literal["asc", "desc"] = "desc",
+    page: Annotated[int, Query(ge=1, le=10_000_000)] = 1,
+) -> HTMLResponse:
+    status, agent = _status_filter(status), _optional(agent)
+    with ctx.db.read() as session:
+        totals = queries.status_totals(session)
+        plotted = request.app.state.pages_chart.view(session, totals)
+        summary = queries.summary(session, totals, plotted.crashed_runs)
+        table = queries.table_page(
+            session, status=status, agent=agent, sort=sort, descending=order == "desc", page=page
+        )
+        agents = queries.agent_choices(session)
+    params = {"status": status, "agent": agent, "sort": sort, "order": order, "page": table.page}
+
+    def table_url(**changes: object) -> str:
+        merged = {**params, **changes}
+        return "/?" + urlencode({k: v for k, v in merged.items() if v is not None and v != ""})
+
+    return templates.TemplateResponse(
+        request,
+        "leaderboard.html",
+        {
+            "nav": "leaderboard",
+            "live_events": LEADERBOARD_EVENTS,
+            "summary": summary,
+            "chart": plotted.markup,
+            "table": table,
+            "agents": agents,
+            "statuses": EXPERIMENT_STATUSES,
+            "params": params,
+            "table_url": table_url,
+        },
+    )
+
+
+@router.get("/experiments/{experiment_id}")
+def experiment_page(
+    request: Request, ctx: Ctx, _reader: Reader, experiment_id: Annotated[int, Path(ge=1, le=2**62)]
+) -> HTMLResponse:
+    with ctx.db.read() as session:
+        view = get_view(session, experiment_id)
+        if view is None:
+            return templates.TemplateResponse(
+                request, "not_found.html", {"what": f"experiment {experiment_id}"}, status_code=404
+            )
+        place = queries.run_place(session, experiment_id)
+        base_id = queries.experiment_id_of_commit(session, view.base)
+        log = session.execute(
+            select(Result.log_tail, Result.error_message).where(Result.experiment_id == experiment_id)
+        ).first()
+    new = ctx.repo.train_py(view.commit).decode("utf-8", "replace")
+    old = ctx.repo.train_py(view.base).decode("utf-8", "replace") if view.base else ""
+    samples = [
+        [s.step, s.loss, s.fraction, s.elapsed_s, s.phase, s.tokens_per_s]
+        for s in progress_of(ctx, experiment_id)
+    ]
+    log_text = log.log_tail if log is not None else ""
+    return templates.TemplateResponse(
+        request,
+        "experiment.html",
+        {
+            "nav": None,
+            "live_events": f"queued,started,progress,{DECISION_EVENTS}",
+            "live_experiment": experiment_id,
+            "e": view,
+            "place": place,
+            "base_id": base_id,
+            "diff": render_diff(old, new),
+            "log_text": log_text[-LOG_LIMIT:],
+            "log_cut": max(0, len(log_text) - LOG_LIMIT),
+            "error_message": log.error_message if log is not None else None,
+            "samples": samples,
+            "active": view.status in (QUEUED, RUNNING),
+        },
+    )
+
+
+@router.get("/agents")
+def agents_page(request: Request, ctx: Ctx, _reader: Reader) -> HTMLResponse:
+    with ctx.db.read() as session:
+        rows = standings.agent_standings(session)
+        contributions = queries.best_contributions(session)
+    return templates.TemplateResponse(
+        request,
+        "agents.html",
+        {"nav": "agents", "live_events": DECISION_EVENTS, "agents": rows, "contributions": contributions},
+    )
+
+
+@router.get("/workers")
+def workers_page(request: Request, ctx: Ctx, _reader: Reader) -> HTMLResponse:
+    with ctx.db.read() as session:
+        rows = queries.workers(session, ctx.settings.lease_seconds)
+    return templates.TemplateResponse(
+        request,
+        "workers.html",
+        {
+            "nav": "workers",
+            "live_events": f"started,{DECISION_EVENTS}",
+            # Heartbeats are not events: refresh now and then so that "online" stays true.
+            "live_every_s": max(5, int(ctx.settings.lease_seconds / 3)),
+            "workers": rows,
+            "online_window_s": int(2 * ctx.settings.lease_seconds),
+        },
+    )
