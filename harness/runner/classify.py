@@ -34,6 +34,10 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def memory_limit(settings: HarnessSettings) -> str:
+    return f" (limit {settings.memory_limit_gb:g} GB)" if settings.memory_limit_gb else ""
+
+
 def train_failure(outcome: TrainOutcome, settings: HarnessSettings) -> Verdict | None:
     """The verdict on a train phase that failed, or None when its weights can be scored."""
     error = outcome.error
@@ -48,6 +52,12 @@ def train_failure(outcome: TrainOutcome, settings: HarnessSettings) -> Verdict |
             f"training diverged: loss {loss if loss is not None else 'NaN'} (NaN, infinite or > 100); "
             "stopped at once",
         )
+    if outcome.oom_killed:  # the kernel killed a process at the sandbox's memory limit
+        return (
+            "crash",
+            "out_of_memory",
+            f"out of memory{memory_limit(settings)}: a sandbox process was killed",
+        )
     if outcome.timed_out:
         deadline = timing.train_deadline(settings.time_budget, settings.compile_allowance)
         return (
@@ -57,9 +67,12 @@ def train_failure(outcome: TrainOutcome, settings: HarnessSettings) -> Verdict |
             f"+ startup allowance {settings.compile_allowance:g} s + grace); train() must return once "
             "ctx.time_left() <= 0",
         )
-    if outcome.oom_killed or error.get("kind") == "oom":
-        limit = f" (limit {settings.memory_limit_gb:g} GB)" if settings.memory_limit_gb else ""
-        return "crash", "out_of_memory", f"out of memory{limit} while training\n{detail}".rstrip()
+    if error.get("kind") == "oom":
+        return (
+            "crash",
+            "out_of_memory",
+            f"out of memory{memory_limit(settings)} while training\n{detail}".rstrip(),
+        )
     if error:
         where = error.get("where", "")
         error_class = ERROR_CLASS_BY_WHERE.get(where, "train_error")

@@ -26,6 +26,8 @@ from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 FILE_SIZE_LIMIT = 16 << 30  # the largest single file a sandbox may write (weights included)
+TREE_MEMORY_FACTOR = 1.25
+TREE_MEMORY_EXTRA = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,12 @@ def default_limits(memory_limit_gb: float, run_id: str) -> Limits:
         max_tasks=1024 + 64 * cores,
         cgroup_prefix=f"autoresearch-{run_id}",
     )
+
+
+def tree_memory_bytes(limits: Limits) -> int:
+    """The cgroup's cap on a whole sandbox. It sits above the per-process RLIMIT_AS, which fails
+    an allocation cleanly; the cgroup is the backstop against many processes (it OOM-kills)."""
+    return int(limits.memory_bytes * TREE_MEMORY_FACTOR) + TREE_MEMORY_EXTRA
 
 
 def apply_rlimits(limits: Limits, device_type: str) -> None:
@@ -90,7 +98,7 @@ class Cgroup:
                 folders[controller] = folder
             (folders["pids"] / "pids.max").write_text(str(limits.max_tasks))
             if limits.memory_bytes:
-                (folders["memory"] / "memory.limit_in_bytes").write_text(str(limits.memory_bytes))
+                (folders["memory"] / "memory.limit_in_bytes").write_text(str(tree_memory_bytes(limits)))
         except OSError:
             for folder in folders.values():
                 with contextlib.suppress(OSError):
@@ -190,3 +198,15 @@ def remove_cgroups(prefix: str) -> None:
                 folders.setdefault(folder.name, {})[controller] = folder
     for found in folders.values():
         Cgroup(found).remove()
+
+
+def raise_priority(pids: list[int]) -> None:
+    """Back to normal CPU priority after an idle-priority start (needs root; else stays idle).
+
+    Niceness is per thread on Linux, so every thread of every process is set.
+    """
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for task in os.scandir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError, ValueError):
+                    os.setpriority(os.PRIO_PROCESS, int(task.name), 0)

@@ -8,7 +8,7 @@ import mmap
 import os
 import select
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +19,6 @@ from harness.runner.limits import Limits
 from harness.runner.messages import LineReader, text
 from harness.runner.output import OutputTail
 from harness.runner.sandbox import Bind, SandboxSpec, python_command, visible_path
-
-
-def raise_priority(pids: list[int]) -> None:
-    """Back to normal CPU priority after the idle-priority start (needs root; else stays idle).
-
-    Niceness is per thread on Linux: this sets each process's main thread, and threads started
-    from now on inherit it.
-    """
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, pid, 0)
 
 
 class ModelFailure(Exception):
@@ -103,7 +92,7 @@ class ModelProcess:
             "seed": job.seed,
             "bos_id": job.bos_id,
             "max_rows": job.max_rows,
-            "limits": {"memory_bytes": job.limits.memory_bytes, "max_tasks": job.limits.max_tasks},
+            "limits": asdict(job.limits),
         }
         fds = (events_w, commands_r, self.inputs_fd, self.logits_fd)
         try:
@@ -170,9 +159,6 @@ class ModelProcess:
         if self.launched.oom_killed():
             return ModelFailure("crash", "out_of_memory", f"score phase ({self.label}): out of memory")
         return ModelFailure("crash", "killed", f"score phase ({self.label}): {what} (exit status {code})")
-
-    def raise_priority(self) -> None:
-        raise_priority(self.launched.pids())
 
     def forward(self, rows: np.ndarray, deadline: float) -> np.ndarray:
         """Logits [n, T, V] (float32, a private copy) for `rows` [n, T]."""

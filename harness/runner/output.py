@@ -49,17 +49,26 @@ class OutputTail:
 
 
 class ProgressPacer:
-    """Forwards progress events to the caller at most once a second; the ones between are dropped."""
+    """Forwards progress events to the caller at most once a second.
+
+    An event offered too soon is held; a later offer replaces it, and `flush` sends it once its
+    time has come, so the last state (e.g. the switch to scoring) is not lost.
+    """
 
     def __init__(self, callback: Callable[[ProgressEvent], None] | None) -> None:
         self.callback = callback
         self.last_sent = -PROGRESS_INTERVAL_S
+        self.pending: ProgressEvent | None = None
 
     def offer(self, event: ProgressEvent) -> None:
+        self.pending = event
+        self.flush()
+
+    def flush(self) -> None:
         now = time.monotonic()
-        if self.callback is None or now - self.last_sent < PROGRESS_INTERVAL_S:
+        if self.callback is None or self.pending is None or now - self.last_sent < PROGRESS_INTERVAL_S:
             return
-        self.last_sent = now
+        event, self.pending, self.last_sent = self.pending, None, now
         try:
             self.callback(event)
         except Exception:  # a failing observer must not fail the experiment it observes

@@ -19,7 +19,7 @@ from harness.result import ProgressEvent, RunResult
 from harness.runner import timing
 from harness.runner.classify import over_budget, train_failure
 from harness.runner.devices import device_name, mfu_percent, peak_flops, resolve_device
-from harness.runner.limits import Cgroup, Limits, default_limits, remove_cgroups
+from harness.runner.limits import Cgroup, Limits, default_limits, remove_cgroups, tree_memory_bytes
 from harness.runner.output import ProgressPacer
 from harness.runner.sandbox import check_bwrap
 from harness.runner.scoring import ScoreJob, Scorer
@@ -109,7 +109,7 @@ def run_experiment(
                         elapsed_s=time.monotonic() - started,
                     )
                 )
-                scored = scorer.score(cancel or threading.Event())
+                scored = scorer.score(cancel or threading.Event(), pacer)
                 if scored["status"] != "ok":
                     verdict = (
                         scored["status"],
@@ -182,7 +182,7 @@ def harness_notes(sandboxed: bool, limits: Limits, device: str, settings: Harnes
         probe.remove()
         cgroup = f"cgroup v1: at most {limits.max_tasks} tasks"
         if limits.memory_bytes:
-            cgroup += f", {limits.memory_bytes / (1 << 30):g} GiB memory per sandbox"
+            cgroup += f", {tree_memory_bytes(limits) / (1 << 30):.2f} GiB memory per sandbox"
     else:
         cgroup = "no writable cgroup: process count limited only by RLIMIT_NPROC (not enforced for root)"
     memory = "no memory limit (MEMORY_LIMIT_GB=0)"

@@ -18,7 +18,6 @@ The result is one JSON line on stdout.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import sys
 import time
@@ -31,7 +30,7 @@ import torch
 
 from harness.evaluate import bpb, load_eval_rows, sum_nats_and_bytes
 from harness.runner.limits import Limits
-from harness.runner.model_process import ModelFailure, ModelJob, ModelProcess, raise_priority
+from harness.runner.model_process import ModelFailure, ModelJob, ModelProcess
 
 PROBE_ROWS = 16
 # Largest total-variation distance between the eval and probe next-token distributions at any
@@ -139,9 +138,6 @@ def score(
     """Evaluate, then probe in the other process, once the runner says `go`."""
     if sys.stdin.readline().strip() != "go":
         return {"status": "aborted"}
-    for model in (eval_model, probe_model):
-        model.raise_priority()
-    raise_priority([os.getpid()])
     started = time.monotonic()
     deadline = started + timeout
     probes = plan_probes(rows.inputs.numpy(), PROBE_ROWS, np.random.default_rng(secrets.randbits(64)))

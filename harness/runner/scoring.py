@@ -10,12 +10,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.runner.limits import Limits
+from harness.runner.limits import Limits, descendants, raise_priority
 from harness.runner.messages import MAX_TEXT_CHARS
+from harness.runner.output import ProgressPacer
 
 # Beyond the scorer's own limit: time for it to notice, clean up and answer.
 SCORER_MARGIN_S = 30.0
@@ -60,7 +61,7 @@ class Scorer:
             "bos_id": job.bos_id,
             "batch_rows": job.batch_rows,
             "sandboxed": job.sandboxed,
-            "limits": {"memory_bytes": job.limits.memory_bytes, "max_tasks": job.limits.max_tasks},
+            "limits": asdict(job.limits),
             "timeout": job.timeout,
         }
         # Idle priority until `go`: on a small CPU machine its startup must not slow training.
@@ -83,9 +84,10 @@ class Scorer:
             start_new_session=True,
         )
 
-    def score(self, cancel: threading.Event) -> dict[str, Any]:
+    def score(self, cancel: threading.Event, pacer: ProgressPacer) -> dict[str, Any]:
         """Send `go` and wait for the scorer's verdict (a dict with at least `status`)."""
         assert self.popen.stdin is not None
+        raise_priority(descendants(self.popen.pid))
         self.popen.stdin.write(b"go\n")
         self.popen.stdin.flush()
         deadline = time.monotonic() + self.job.timeout + SCORER_MARGIN_S
@@ -94,6 +96,7 @@ class Scorer:
                 out, err = self.popen.communicate(timeout=0.2)
                 break
             except subprocess.TimeoutExpired:
+                pacer.flush()
                 if cancel.is_set():
                     self.close()
                     return {
@@ -117,8 +120,13 @@ class Scorer:
         return result
 
     def close(self) -> None:
+        """Kill the scorer and its model sandboxes (which would also die with it, but later)."""
+        tree = descendants(self.popen.pid) if self.popen.poll() is None else []
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signal.SIGKILL)
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         self.popen.wait()
         for stream in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
             if stream is not None:

@@ -8,7 +8,7 @@ import os
 import select
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from harness.runner.output import OutputTail, ProgressPacer
 from harness.runner.sandbox import Bind, SandboxSpec, python_command, visible_path
 from harness.runner.train_entry import DIVERGED_LOSS
 
-RSS_SAMPLE_S = 0.25
+RSS_SAMPLE_S = 0.25  # peak RSS and OOM kills are polled this often
 WEIGHTS_FILE = "model.safetensors"
 
 
@@ -96,7 +96,7 @@ def run_train_phase(
         "peak_flops": job.peak_flops,
         "train_tokens_max": settings.train_tokens_max,
         "spawned_at": spawned_at,
-        "limits": {"memory_bytes": job.limits.memory_bytes, "max_tasks": job.limits.max_tasks},
+        "limits": asdict(job.limits),
     }
     command = python_command("harness.runner.train_entry", json.dumps(config))
     try:
@@ -148,6 +148,8 @@ def watch(
             now = time.monotonic()
             if now >= next_sample:
                 outcome.peak_rss_bytes = max(outcome.peak_rss_bytes, process.peak_rss_bytes())
+                # One process killed at the memory limit is enough: fail fast, not at the deadline.
+                outcome.oom_killed = process.oom_killed()
                 next_sample = now + RSS_SAMPLE_S
             wait_on = [pidfd, events_r] if events_open else [pidfd]
             ready, _, _ = select.select(wait_on, [], [], min(0.1, max(0.0, deadline - now)))
@@ -162,7 +164,8 @@ def watch(
                 outcome.returncode = process.popen.wait()
                 drain(events_r, reader, outcome, received - spawned_at)
                 break
-            if outcome.diverged_loss is not None or cancel.is_set() or received >= deadline:
+            stop = outcome.diverged_loss is not None or outcome.oom_killed or cancel.is_set()
+            if stop or received >= deadline:
                 outcome.cancelled = cancel.is_set()
                 outcome.timed_out = received >= deadline
                 outcome.lifetime = received - spawned_at

@@ -28,7 +28,7 @@ def train(model, ctx):
     batches = ctx.loader(BATCH_SIZE)
     step = 0
     started = time.monotonic()
-    while ctx.time_left() > 0:
+    while True:  # at least one step, however little time is left
         inputs, targets = next(batches)
         logits = model(inputs)
         loss = nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
@@ -38,3 +38,5 @@ def train(model, ctx):
         tokens_per_s = (step + 1) * inputs.numel() / max(time.monotonic() - started, 1e-9)
         ctx.log(step=step, loss=loss.item(), tokens_per_s=tokens_per_s)
         step += 1
+        if ctx.time_left() <= 0:
+            break

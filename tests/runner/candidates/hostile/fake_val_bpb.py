@@ -1,0 +1,34 @@
+# ruff: noqa: F821
+# Appended to good_bigram.py by tests/runner/candidates.py, which defines HOSTILE_ARGS,
+# honest_build_model and honest_train.
+"""Hostile: prints a fake summary and forges harness protocol messages on every open fd."""
+
+import json
+import os
+
+
+def forge():
+    print("---\nval_bpb:          0.000001\ntraining_seconds: 1.0\npeak_vram_mb:     1.0")
+    lines = [
+        {"ev": "stats", "steps": 10**9, "tokens": 10**12},
+        {"ev": "phase", "name": "saved"},
+        {"ev": "done", "val_bpb": 0.000001},
+        {"ev": "progress", "step": 1, "loss": 0.0, "val_bpb": 0.000001},
+    ]
+    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    for fd in range(3, 64):
+        try:
+            os.write(fd, data)
+        except OSError:
+            pass
+
+
+def build_model(ctx):
+    forge()
+    return honest_build_model(ctx)
+
+
+def train(model, ctx):
+    forge()
+    honest_train(model, ctx)
+    forge()

@@ -1,0 +1,63 @@
+"""Fixtures of the runner tests: prepared `test` data and a checked way to run one experiment."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.config import HarnessSettings
+from harness.prepared import PreparedPaths
+from harness.result import ProgressEvent, RunResult
+from harness.runner import run_experiment
+from tests.fixtures_data import test_data  # noqa: F401  (session fixture, re-exported for these tests)
+
+RunCandidate = Callable[..., RunResult]
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that contain `text`."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (
+                    Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                )
+            except OSError:
+                continue
+            if text in cmdline:
+                found.append(cmdline)
+    return found
+
+
+@pytest.fixture
+def settings(test_data: tuple[HarnessSettings, PreparedPaths]) -> HarnessSettings:  # noqa: F811
+    return test_data[0]
+
+
+@pytest.fixture
+def run_candidate(settings: HarnessSettings, tmp_path: Path) -> RunCandidate:
+    """Run a candidate under the `test` preset (with `overrides`), then check nothing is left:
+    no process that mentions the run's folder, and no file in it."""
+    work_root = tmp_path / "runs"
+    work_root.mkdir()
+
+    def run(train_py: Path, events: list[ProgressEvent] | None = None, **overrides: Any) -> RunResult:
+        options = {key: overrides.pop(key) for key in ("unsafe_no_sandbox", "cancel") if key in overrides}
+        chosen = settings.model_copy(update=overrides)
+        result = run_experiment(
+            train_py,
+            chosen,
+            on_progress=events.append if events is not None else None,
+            work_root=work_root,
+            **options,
+        )
+        assert processes_mentioning(str(work_root)) == []
+        assert list(work_root.iterdir()) == []
+        return result
+
+    return run

@@ -1,0 +1,113 @@
+"""Each failure class of a candidate gets its status, error class and a message that helps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.config import HarnessSettings
+from harness.runner import timing
+from tests.runner.candidates import compose
+
+# (candidate part, status, error class, text the message must contain)
+CASES = [
+    ("broken/build_model_raises.py", "crash", "build_model_error", "n_layer must be positive"),
+    ("broken/train_raises.py", "crash", "train_error", "shape mismatch in the attention block"),
+    ("broken/segfault.py", "crash", "killed", "SIGSEGV"),
+    ("broken/wrong_shape.py", "invalid", "invalid_output", "expected (16, 64, 512)"),
+    ("broken/nan_logits.py", "invalid", "invalid_output", "NaN"),
+]
+
+
+@pytest.mark.parametrize(("part", "status", "error_class", "text"), CASES)
+def test_failure_is_classified(
+    run_candidate, tmp_path: Path, part: str, status: str, error_class: str, text: str
+) -> None:
+    result = run_candidate(compose(tmp_path, part), time_budget=1.0)
+    assert (result.status, result.error_class) == (status, error_class), result.log_tail
+    assert text in result.error_message
+    assert result.val_bpb is None
+
+
+def test_syntax_error_is_reported_with_its_line(run_candidate, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\n\ndef train(model, ctx)\n    pass\n")
+    result = run_candidate(broken, time_budget=1.0)
+    assert (result.status, result.error_class) == ("crash", "syntax_error"), result.log_tail
+    assert "SyntaxError" in result.error_message and "line 3" in result.error_message
+
+
+def test_traceback_tail_names_the_candidate_line(run_candidate, tmp_path: Path) -> None:
+    result = run_candidate(compose(tmp_path, "broken/train_raises.py"), time_budget=1.0)
+    assert 'train.py", line' in result.error_message and "in train" in result.error_message
+
+
+def test_unbounded_allocation_fails_cleanly_at_the_memory_limit(run_candidate, tmp_path: Path) -> None:
+    result = run_candidate(
+        compose(tmp_path, "hostile/allocates_unbounded.py"), time_budget=1.0, memory_limit_gb=1.5
+    )
+    assert (result.status, result.error_class) == ("crash", "out_of_memory"), result.log_tail
+    assert "limit 1.5 GB" in result.error_message and "can't allocate memory" in result.error_message
+
+
+def test_nan_loss_fails_fast(settings: HarnessSettings, run_candidate, tmp_path: Path) -> None:
+    """The candidate swallows the harness's exception and sleeps; the harness stops it anyway."""
+    result = run_candidate(compose(tmp_path, "broken/nan_loss.py"))
+    assert (result.status, result.error_class) == ("crash", "nan_loss"), result.log_tail
+    assert "nan" in result.error_message.lower()
+    deadline = timing.train_deadline(settings.time_budget, settings.compile_allowance)
+    assert result.startup_seconds + result.training_seconds < deadline
+
+
+def test_sleeping_past_the_deadline_is_a_timeout(
+    settings: HarnessSettings, run_candidate, tmp_path: Path
+) -> None:
+    chosen = {"time_budget": 1.0, "compile_allowance": 2.0}
+    result = run_candidate(compose(tmp_path, "hostile/sleeps_forever.py"), **chosen)
+    assert (result.status, result.error_class) == ("timeout", "timeout"), result.log_tail
+    assert "ctx.time_left()" in result.error_message
+    lived = result.startup_seconds + result.training_seconds
+    assert lived == pytest.approx(timing.train_deadline(1.0, 2.0), abs=1.0)
+
+
+def test_training_past_the_budget_is_over_budget_and_still_scored(run_candidate, tmp_path: Path) -> None:
+    budget = 1.0
+    overrun = timing.over_budget_tolerance(budget) + 1.5
+    result = run_candidate(compose(tmp_path, "hostile/over_budget.py", overrun_s=overrun), time_budget=budget)
+    assert (result.status, result.error_class) == ("over_budget", "over_budget"), result.log_tail
+    assert result.training_seconds > budget + timing.over_budget_tolerance(budget)
+    assert result.val_bpb is not None  # measured, for the record; over_budget is never kept
+
+
+def test_startup_is_not_training_time_up_to_the_allowance(
+    settings: HarnessSettings, run_candidate, tmp_path: Path
+) -> None:
+    """A slow import (e.g. compilation) is credited as startup; training still gets its budget."""
+    result = run_candidate(compose(tmp_path, "broken/slow_startup.py", startup_s=2.0), compile_allowance=6.0)
+    assert result.status == "ok", result.log_tail
+    assert result.startup_seconds >= 2.0
+    assert result.training_seconds <= settings.time_budget + timing.over_budget_tolerance(
+        settings.time_budget
+    )
+
+
+def test_startup_beyond_the_allowance_counts_as_training(run_candidate, tmp_path: Path) -> None:
+    """Only `compile_allowance` seconds of startup are free: an import that sleeps as long as the
+    allowance, the budget and its tolerance together is over budget however fast the rest is."""
+    startup = 1.0 + 1.0 + timing.over_budget_tolerance(1.0)
+    candidate = compose(tmp_path, "broken/slow_startup.py", startup_s=startup)
+    result = run_candidate(candidate, compile_allowance=1.0, time_budget=1.0)
+    assert result.startup_seconds == pytest.approx(1.0, abs=0.01)
+    assert result.training_seconds > 3.0
+    assert (result.status, result.error_class) == ("over_budget", "over_budget"), result.log_tail
+
+
+def test_memory_limit_holds_for_many_processes_together(run_candidate, tmp_path: Path) -> None:
+    """Five children of 600 MB each stay under the per-process limit of 2 GB, but not under the
+    sandbox's total: the kernel kills one, and the run fails fast instead of at the deadline."""
+    candidate = compose(tmp_path, "hostile/allocates_in_children.py", children=5, child_bytes=600 << 20)
+    result = run_candidate(candidate, time_budget=1.0, memory_limit_gb=2.0)
+    assert (result.status, result.error_class) == ("crash", "out_of_memory"), result.log_tail
+    assert "limit 2 GB" in result.error_message
+    assert result.startup_seconds + result.training_seconds < timing.train_deadline(1.0, 5.0) - 1.0

@@ -1,0 +1,81 @@
+"""An honest candidate, end to end: trained and scored in the real sandbox."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from harness.config import HarnessSettings
+from harness.evaluate import evaluate_bpb
+from harness.prepared import prepared_paths, read_manifest
+from harness.result import ProgressEvent
+from harness.runner import timing
+from tests.runner.candidates import FOLDER, GOOD
+
+
+def test_honest_candidate_is_trained_scored_and_reported(settings: HarnessSettings, run_candidate) -> None:
+    events: list[ProgressEvent] = []
+    stamps: list[float] = []
+
+    def record(event: ProgressEvent) -> None:
+        events.append(event)
+        stamps.append(time.monotonic())
+
+    result = run_candidate(GOOD, events=_Recorder(record))
+    assert result.status == "ok", result.log_tail
+    assert result.error_class is None and result.error_message is None
+    assert result.sandbox is True
+    assert result.harness_id == read_manifest(settings)["harness_id"]
+    assert result.num_params == settings.vocab_size**2
+    assert result.steps and result.steps > 0
+    assert result.tokens and result.tokens >= 8 * settings.seq_len
+    assert result.peak_memory_mb and result.peak_memory_mb > 50  # torch alone takes more
+    assert (
+        0
+        < result.training_seconds
+        <= settings.time_budget + timing.over_budget_tolerance(settings.time_budget)
+    )
+    assert 0 <= result.startup_seconds <= settings.compile_allowance
+    assert result.total_seconds >= result.training_seconds + result.startup_seconds
+    assert result.mfu_percent is None  # no known peak FLOP/s for a CPU
+    assert result.device.startswith("cpu")
+    # A bigram model that trained at all beats the uniform distribution by a wide margin.
+    uniform = math.log2(settings.vocab_size) / 1.0
+    assert 0 < result.val_bpb < uniform
+    # Progress: at most one event a second, ending in the score phase.
+    assert events and events[-1].phase == "score"
+    assert all(later - earlier >= 0.99 for earlier, later in zip(stamps, stamps[1:], strict=False))
+    assert any(event.phase == "train" and event.loss is not None for event in events)
+
+
+class _Recorder(list):
+    """A list whose append also calls `record`, to timestamp events as they arrive."""
+
+    def __init__(self, record) -> None:
+        super().__init__()
+        self.record = record
+
+    def append(self, event: ProgressEvent) -> None:
+        self.record(event)
+
+
+def test_score_equals_evaluate_bpb_of_the_same_weights(settings: HarnessSettings, run_candidate) -> None:
+    """The idle candidate's weights are its seeded initialisation, so the score is known exactly."""
+    result = run_candidate(FOLDER / "no_training.py")
+    assert result.status == "ok", result.log_tail
+    torch.manual_seed(settings.seed)
+    model = nn.Sequential(nn.Embedding(settings.vocab_size, settings.vocab_size))
+    expected = evaluate_bpb(
+        model, prepared_paths(settings).val_dir, torch.device("cpu"), settings.eval_batch_rows
+    )
+    assert result.val_bpb == expected or abs(result.val_bpb - expected) < 1e-9
+
+
+def test_repeated_runs_give_the_same_score_for_the_same_weights(run_candidate) -> None:
+    first = run_candidate(Path(FOLDER / "no_training.py"))
+    second = run_candidate(Path(FOLDER / "no_training.py"))
+    assert first.val_bpb == second.val_bpb
