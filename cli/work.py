@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     if args.gpu is not None and args.gpu < 0:
         raise SystemExit(f"autoresearch work: --gpu {args.gpu}: GPU numbers start at 0")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the worker's own
     try:
         settings = load_settings(args.preset, **({"data_dir": args.data_dir} if args.data_dir else {}))
     except ValueError as exc:

@@ -1,32 +1,32 @@
 """The prepared data cache, shared by all workers of a host.
 
-The first worker to start prepares the data (tokenizer, token files, validation rows) while
-holding a file lock; the others wait on the lock and then find it ready. After that the cache
-is only read (the runner mounts it read-only into the sandbox).
+`harness.prepare.prepare` holds a file lock on the prepared folder while it works and writes
+every stage atomically, so the first worker to start prepares the data and the others wait on
+the lock and then find it ready. After that the cache is only read: the runner mounts the
+training tokens read-only into the sandbox and the trusted scorer reads the validation rows.
 """
 
 from __future__ import annotations
 
 import logging
 
-from filelock import FileLock, Timeout
-
 from harness.config import HarnessSettings
+from harness.data.errors import DataError
 from harness.prepare import prepare
 from harness.prepared import read_manifest
 
 
+class DataCacheError(Exception):
+    """The data could not be prepared; the message names the setting or folder to fix."""
+
+
 def ensure_prepared(settings: HarnessSettings, log: logging.Logger) -> str:
-    """Prepare the data for `settings` unless another worker did; return its harness id."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(settings.data_dir / ".worker-prepare.lock")
+    """Prepare the data for `settings` unless it is ready; return its harness id."""
+    log.info("checking the prepared data in %s (preset %s)", settings.data_dir, settings.preset)
     try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        log.info("waiting for another worker that is preparing the data in %s", settings.data_dir)
-        lock.acquire()
-    try:
-        prepare(settings)
-    finally:
-        lock.release()
-    return str(read_manifest(settings)["harness_id"])
+        paths = prepare(settings, progress=False)
+        harness_id = str(read_manifest(settings)["harness_id"])
+    except DataError as exc:
+        raise DataCacheError(f"preparing data failed: {exc}") from exc
+    log.info("data ready in %s, harness id %s", paths.root, harness_id)
+    return harness_id

@@ -1,8 +1,9 @@
 """Which device this worker runs on, pinned with CUDA_VISIBLE_DEVICES, and what it reports.
 
 Results are compared only within one platform, so the worker reports its device name and
-memory when it registers. CUDA is probed in a short child process: initialising CUDA in the
-long-lived worker would hold GPU memory that the experiments need.
+memory when it registers, named exactly as the runner names the device in each result. CUDA is
+probed in a short child process, so that the long-lived worker does not set up CUDA state of
+its own on the GPU that its experiments use.
 """
 
 from __future__ import annotations
@@ -14,10 +15,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.runner.devices import device_name
+
+# The device name comes from the runner's own function, so that the platform a worker registers
+# is exactly the `device` of the results it reports.
 _CUDA_PROBE = """
 import json, torch
-props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
-print(json.dumps([{"name": p.name, "memory": p.total_memory} for p in props]))
+from harness.runner.devices import device_name
+print(json.dumps([
+    {"name": device_name(f"cuda:{i}"), "memory": torch.cuda.get_device_properties(i).total_memory}
+    for i in range(torch.cuda.device_count())
+]))
 """
 
 
@@ -27,7 +35,7 @@ class PlatformError(Exception):
 
 @dataclass(frozen=True)
 class Platform:
-    device: str  # e.g. "NVIDIA H100 80GB HBM3" or "cpu: AMD EPYC 7B13 (2 threads)"
+    device: str  # e.g. "NVIDIA H100 80GB HBM3" or "cpu (AMD EPYC 7B13)"
     memory_gb: float
     cuda: bool
 
@@ -81,20 +89,7 @@ def probe_gpu() -> Platform:
 
 
 def probe_cpu() -> Platform:
-    threads = len(os.sched_getaffinity(0))
-    return Platform(device=f"cpu: {cpu_model()} ({threads} threads)", memory_gb=memory_gb(), cuda=False)
-
-
-def cpu_model() -> str:
-    """The CPU model name from /proc/cpuinfo, or the architecture where the kernel gives none."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and value.strip():
-                return " ".join(value.split())
-    except OSError:
-        pass
-    return os.uname().machine
+    return Platform(device=device_name("cpu"), memory_gb=memory_gb(), cuda=False)
 
 
 def memory_gb() -> float:

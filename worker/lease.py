@@ -29,12 +29,15 @@ class LeaseKeeper:
         self,
         client: Any,
         lease_id: str,
+        experiment_id: Any,
         heartbeat_seconds: float,
         log: logging.Logger,
         progress_interval: float = 1.0,
     ) -> None:
         self.client = client
         self.lease_id = lease_id
+        self.experiment_id = experiment_id
+        self._phase: str | None = None
         self.heartbeat_seconds = heartbeat_seconds
         self.progress_interval = progress_interval
         self.log = log
@@ -43,6 +46,7 @@ class LeaseKeeper:
         self.lost = False  # the server no longer holds this lease for us
         self.expires_at: str | None = None
         self._unreachable = False  # logged once per outage, not once per second
+        self._run_over = False
         self._events: list[ProgressEvent] = []
         self._events_lock = threading.Lock()
         self._stop = threading.Event()
@@ -60,17 +64,23 @@ class LeaseKeeper:
 
     def add_progress(self, event: ProgressEvent) -> None:
         """The runner's on_progress callback: cheap, never blocks on the network."""
+        if event.phase != self._phase:
+            self._phase = event.phase
+            self.log.info("experiment %s: %s phase", self.experiment_id, event.phase)
         with self._events_lock:
             self._events.append(event)
             del self._events[:-MAX_BUFFERED_EVENTS]
 
-    def stop_progress(self) -> None:
+    def run_finished(self) -> None:
         """The run is over: drop progress not yet sent (the result supersedes it)."""
+        self._run_over = True
         with self._events_lock:
             self._events.clear()
 
     def _cancel(self, reason: str, lost: bool) -> None:
-        if not self.cancel.is_set():
+        if self._run_over:
+            self.log.info("lease %s: %s", self.lease_id, reason)
+        elif not self.cancel.is_set():
             self.log.warning("lease %s: %s; cancelling the run", self.lease_id, reason)
         self.cancel_reason = self.cancel_reason or reason
         self.lost = self.lost or lost

@@ -21,7 +21,7 @@ from client import ApiError, Client
 from harness.config import HarnessSettings
 from harness.runner import run_experiment
 from worker.backoff import Backoff, Stopped, describe, retry
-from worker.datacache import ensure_prepared
+from worker.datacache import DataCacheError, ensure_prepared
 from worker.delivery import ResultSender
 from worker.device import Platform, PlatformError, pin_cpu, pin_gpu, probe_cpu, probe_gpu
 from worker.lease import LeaseKeeper
@@ -101,16 +101,16 @@ class Worker:
                 log,
             )
         except ApiError as exc:
-            if exc.status == 409:
-                raise WorkerError(
-                    f"the server's project does not use this worker's harness ({describe(exc)}); this "
-                    f"worker's harness id is {self.harness_id} (preset {self.settings.preset}, data "
-                    f"{self.settings.data_source}): run it with the server's PRESET and DATA_SOURCE"
-                ) from exc
             if exc.status in (401, 403):
                 raise WorkerError(
                     f"the server refused the worker token ({describe(exc)}); pass a worker token "
                     "with --token or AUTORESEARCH_WORKER_TOKEN"
+                ) from exc
+            if exc.status == 409:
+                raise WorkerError(
+                    f"the server refused to register this worker: {describe(exc)} (this worker: harness "
+                    f"{self.harness_id}, preset {self.settings.preset}, data {self.settings.data_source}, "
+                    f"device {self.platform.device!r})"
                 ) from exc
             raise
         if answer["harness_id"] != self.harness_id:
@@ -193,26 +193,31 @@ class Worker:
             )
             self.release(lease_id, "train.py content hash mismatch")
             return
-        keeper = LeaseKeeper(self.client, lease_id, self.heartbeat_seconds, log).start()
+        candidate = self.work_root / "train.py"
+        candidate.write_text(train_py)
+        keeper = LeaseKeeper(self.client, lease_id, experiment_id, self.heartbeat_seconds, log).start()
         self.stop.watch_run(keeper.cancel)
         started_at = time.time()
         try:
             result = run_experiment(
-                train_py,
+                candidate,
                 self.settings,
                 on_progress=keeper.add_progress,
                 unsafe_no_sandbox=self.options.unsafe_no_sandbox,
                 work_root=self.work_root,
                 cancel=keeper.cancel,
+                device="cuda" if self.platform.cuda else "cpu",
             )
         except BaseException:
             keeper.stop()
             raise
         finally:
             self.stop.watch_run(None)
-            keeper.stop_progress()
+            keeper.run_finished()
+            candidate.unlink(missing_ok=True)
         ended_at = time.time()
-        if keeper.cancel.is_set():
+        # A cancel that came after the run had finished does not void the finished result.
+        if result.error_class == "cancelled":
             keeper.stop()
             if keeper.lost:
                 log.warning(
@@ -326,8 +331,8 @@ def _run_with_state(
         worker.run()
     except Stopped:
         pass
-    except (WorkerError, ApiError) as exc:
-        log.error("%s", exc if isinstance(exc, WorkerError) else f"the server refused: {describe(exc)}")
+    except (WorkerError, DataCacheError, ApiError) as exc:
+        log.error("%s", f"the server refused: {describe(exc)}" if isinstance(exc, ApiError) else exc)
         sender.close()
         client.close()
         return 1

@@ -7,15 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from worker.device import PlatformError, memory_gb, pin_cpu, pin_gpu, probe_cpu, probe_gpu
+from worker.device import PlatformError, pin_cpu, pin_gpu, probe_cpu, probe_gpu
 
 
-def test_cpu_platform_names_the_model_threads_and_memory() -> None:
+def test_cpu_platform_names_the_model_like_the_runner_and_memory() -> None:
     platform = probe_cpu()
     cpuinfo = Path("/proc/cpuinfo").read_text()
     model = next(line.split(":", 1)[1] for line in cpuinfo.splitlines() if line.startswith("model name"))
-    assert platform.device == f"cpu: {' '.join(model.split())} ({len(os.sched_getaffinity(0))} threads)"
-    assert 0 < platform.memory_gb == memory_gb()
+    assert platform.device == f"cpu ({model.strip()})"  # what RunResult.device says for a CPU run
+    meminfo = Path("/proc/meminfo").read_text()
+    total_kb = int(next(line.split()[1] for line in meminfo.splitlines() if line.startswith("MemTotal:")))
+    assert 0 < platform.memory_gb <= round(total_kb / 2**20, 1)
     assert not platform.cuda
 
 

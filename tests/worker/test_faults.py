@@ -1,0 +1,124 @@
+"""Fault tests with real processes: workers killed, the server restarted, workers in parallel."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.worker.candidates import bigram
+from tests.worker.conftest import Project, wait_until
+
+
+def results_of(project: Project, experiment_id: int) -> list[tuple[str, str]]:
+    return project.query("SELECT id, worker_id FROM results WHERE experiment_id = ?", experiment_id)
+
+
+def leases_of(project: Project, experiment_id: int) -> list[tuple[str, str, str]]:
+    """(worker name, lease state, lease id) of every lease of the experiment, oldest first."""
+    return project.query(
+        "SELECT w.name, l.state, l.id FROM leases l JOIN workers w ON w.id = l.worker_id "
+        "WHERE l.experiment_id = ? ORDER BY l.claimed_at",
+        experiment_id,
+    )
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line contains `text` (e.g. a worker's state folder)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue  # the process ended meanwhile
+    return found
+
+
+def test_sigkilled_worker_experiment_runs_again_elsewhere_and_is_recorded_once(project: Project) -> None:
+    first = project.worker("first")
+    project.wait_training(1, first)
+    first.signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    # The sandbox dies with its worker (no orphan keeps training on the GPU).
+    state = str(project.tmp / "workers" / "first")
+    wait_until(lambda: not processes_mentioning(state), 10, "the killed worker's runs to end")
+
+    second = project.worker("second")
+    done = project.final(1)
+    assert first.claimed() == [1] and second.claimed() == [1]
+    assert [(name, state) for name, state, _ in leases_of(project, 1)] == [
+        ("first", "expired"),
+        ("second", "finished"),
+    ]
+    assert done["attempts"] == 2  # the killed run counted as an attempt
+    ((_, worker_id),) = results_of(project, 1)  # recorded exactly once, by the second worker
+    assert project.query("SELECT name FROM workers WHERE id = ?", worker_id) == [("second",)]
+
+
+@pytest.mark.parametrize("project", [60], indirect=True)
+def test_server_restart_while_training_result_delivered_when_back(project: Project) -> None:
+    worker = project.worker("w")
+    project.wait_training(1, worker)
+    project.server.stop()
+    # The run finishes while the server is away; the result waits in the spool.
+    worker.wait_for_log(r"experiment 1: \w+, val_bpb .*spooled", timeout=120)
+    worker.wait_for_log(r"result \S+ not delivered yet, waiting for the server", timeout=30)
+    assert len(list((project.tmp / "workers" / "w" / "spool" / "pending").glob("*.json"))) == 1
+
+    project.server.start()
+    done = project.final(1)
+    worker.wait_for_log(r"experiment 1: result recorded", timeout=60)
+    assert done["result"]["status"] != "crash"  # heartbeats failing did not cancel the run
+    assert done["attempts"] == 1
+    assert [(name, state) for name, state, _ in leases_of(project, 1)] == [("w", "finished")]
+    assert len(results_of(project, 1)) == 1
+    assert not list((project.tmp / "workers" / "w" / "spool" / "pending").glob("*.json"))
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0
+
+
+@pytest.mark.parametrize("project", [60], indirect=True)
+def test_spooled_result_survives_worker_kill_and_is_resent_on_restart(project: Project) -> None:
+    worker = project.worker("w")
+    project.wait_training(1, worker)
+    project.server.stop()
+    spooled = worker.wait_for_log(r"experiment 1: \w+, val_bpb .*; result (\S+) spooled", timeout=120)
+    worker.signal(signal.SIGKILL)
+    worker.wait(timeout=10)
+
+    project.server.start()
+    again = project.worker("w")  # same name, same state folder
+    again.wait_for_log(r"resending 1 result\(s\) spooled by an earlier run", timeout=30)
+    done = project.final(1)
+    assert done["attempts"] == 1  # not run again: the spooled result was delivered
+    ((result_id, _),) = results_of(project, 1)
+    assert result_id == spooled.group(1)
+    assert again.claimed() == []
+
+
+def test_two_workers_many_experiments_each_runs_once_and_best_only_improves(project: Project) -> None:
+    with project.agent() as agent:
+        ids = [1] + [agent.submit(f"lr {lr}", train_py=bigram(lr))["id"] for lr in (0.02, 0.1, 0.2, 0.4)]
+    workers = [project.worker("a"), project.worker("b")]
+    finals = {i: project.final(i, timeout=300) for i in ids}
+
+    claims = workers[0].claimed() + workers[1].claimed()
+    assert sorted(claims) == sorted(ids)  # every experiment ran exactly once
+    assert all(w.claimed() for w in workers)  # and both workers took part
+    for i in ids:
+        assert finals[i]["attempts"] == 1
+        assert len(results_of(project, i)) == 1
+        assert [state for _, state, _ in leases_of(project, i)] == ["finished"]
+    # No experiment was leased to two workers at once: every lease is the only one of its experiment.
+    assert project.query("SELECT experiment_id FROM leases GROUP BY experiment_id HAVING count(*) > 1") == []
+
+    with project.agent() as agent:
+        lineage = agent.leaderboard()["lineage"]
+    bpbs = [entry["val_bpb"] for entry in sorted(lineage, key=lambda entry: entry["finished_at"])]
+    assert bpbs == sorted(bpbs, reverse=True) and len(set(bpbs)) == len(bpbs)  # best only moved forward
+    for i, experiment in finals.items():
+        before = experiment["best_before"]
+        if experiment["status"] == "kept" and before and before["val_bpb"] is not None:
+            assert experiment["val_bpb"] < before["val_bpb"], i
