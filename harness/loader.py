@@ -9,6 +9,7 @@ and copied with non_blocking=True.
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 from collections.abc import Iterator
@@ -71,6 +72,21 @@ def pair_batches(
         yield pair
 
 
+# Producer threads still running, so that they can be stopped before the interpreter shuts down:
+# a daemon thread caught inside torch while Python finalizes aborts the whole process. A thread
+# leaves the set when it ends, not when its consumer goes away, as it may still be mid-batch.
+_producers: set[tuple[threading.Event, threading.Thread]] = set()
+
+
+@atexit.register
+def _stop_producers() -> None:
+    running = list(_producers)
+    for stop, _ in running:
+        stop.set()
+    for _, thread in running:
+        thread.join(timeout=5)
+
+
 def prefetched(source: Iterator[torch.Tensor], depth: int) -> Iterator[torch.Tensor]:
     """Run `source` in a background thread, `depth` items ahead; its errors surface here."""
     items: queue.Queue[tuple[str, object]] = queue.Queue(maxsize=depth)
@@ -91,12 +107,15 @@ def prefetched(source: Iterator[torch.Tensor], depth: int) -> Iterator[torch.Ten
             for item in source:
                 if not put("item", item):
                     return
+            put("end", None)
         except BaseException as exc:  # handed to the consumer, which re-raises it
             put("error", exc)
-            return
-        put("end", None)
+        finally:
+            _producers.discard(producer)
 
     thread = threading.Thread(target=produce, name="harness-loader", daemon=True)
+    producer = (stop, thread)
+    _producers.add(producer)
     thread.start()
     try:
         while True:
@@ -108,7 +127,7 @@ def prefetched(source: Iterator[torch.Tensor], depth: int) -> Iterator[torch.Ten
             else:
                 return
     finally:
-        stop.set()
+        stop.set()  # the thread ends after the item in hand (and leaves _producers then)
 
 
 def packed_batches(
