@@ -1,0 +1,1 @@
+"""Built-in agents that research through the API without an LLM (controls for LLM agents)."""
