@@ -64,7 +64,10 @@ def pair_batches(
 ) -> Iterator[torch.Tensor]:
     """Endless CPU int64 tensors [2, B, T]: [0] the inputs, [1] the targets (inputs shifted by one)."""
     spans = epoch_spans(token_file.offsets, usable_docs(token_file, max_tokens), seed)
-    for rows in best_fit_batches(token_file.tokens, spans, seq_len + 1, batch_size, BUFFER_DOCS, stats):
+    packed = best_fit_batches(
+        token_file.read_into, token_file.tokens.dtype, spans, seq_len + 1, batch_size, BUFFER_DOCS, stats
+    )
+    for rows in packed:
         pair = torch.empty((2, batch_size, seq_len), dtype=torch.int64, pin_memory=pin_memory)
         view = pair.numpy()
         view[0] = rows[:, :-1]

@@ -202,7 +202,8 @@ def _val_stage(
     offsets = token_file.offsets
     spans = zip(offsets[:-1].tolist(), np.diff(offsets).tolist(), strict=True)
     num_rows = settings.eval_tokens // settings.seq_len
-    rows = next(best_fit_batches(token_file.tokens, spans, settings.seq_len + 1, num_rows), None)
+    dtype = token_file.tokens.dtype
+    rows = next(best_fit_batches(token_file.read_into, dtype, spans, settings.seq_len + 1, num_rows), None)
     got = 0 if rows is None else len(rows)
     if got < num_rows:
         names = ", ".join(p.name for p in shards)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 
@@ -21,6 +21,18 @@ import numpy as np
 
 # Candidates held for best fit: more gives better fits (fewer crops) at a little more memory.
 BUFFER_DOCS = 1000
+
+# Fills `out` (a contiguous 1-D slice of a row) with the tokens that start at index `start`.
+ReadInto = Callable[[np.ndarray, int], None]
+
+
+def array_reader(tokens: np.ndarray) -> ReadInto:
+    """Read documents from tokens held in memory (or memory-mapped)."""
+
+    def read_into(out: np.ndarray, start: int) -> None:
+        out[:] = tokens[start : start + len(out)]
+
+    return read_into
 
 
 @dataclass
@@ -39,18 +51,20 @@ class PackStats:
 
 
 def best_fit_batches(
-    tokens: np.ndarray,
+    read_into: ReadInto,
+    dtype: np.dtype,
     spans: Iterator[tuple[int, int]],
     row_len: int,
     batch_rows: int,
     buffer_size: int = BUFFER_DOCS,
     stats: PackStats | None = None,
 ) -> Iterator[np.ndarray]:
-    """Yield [batch_rows, row_len] arrays of `tokens`' dtype packed from document `spans`.
+    """Yield [batch_rows, row_len] arrays of `dtype` packed from document `spans`.
 
-    `spans` gives (start, length) of each document in `tokens`, in the order to use them. When
-    it runs out, the rows completed so far are yielded as a last, shorter batch and the
-    generator ends; an endless `spans` gives endless batches.
+    `spans` gives (start, length) of each document, in the order to use them; `read_into` copies
+    a document's first tokens into its place in a row. When `spans` runs out, the rows completed
+    so far are yielded as a last, shorter batch and the generator ends; an endless `spans` gives
+    endless batches.
     """
     if row_len < 1 or batch_rows < 1 or buffer_size < 1:
         raise ValueError("row_len, batch_rows and buffer_size must be positive")
@@ -72,7 +86,7 @@ def best_fit_batches(
         add(span)
 
     while True:
-        batch = np.empty((batch_rows, row_len), dtype=tokens.dtype)
+        batch = np.empty((batch_rows, row_len), dtype=dtype)
         flat = batch.reshape(-1)
         for row in range(batch_rows):
             end = (row + 1) * row_len
@@ -99,7 +113,7 @@ def best_fit_batches(
                 if not queue:
                     del queues[length]
                     del lengths[index]
-                flat[pos : pos + take] = tokens[start : start + take]
+                read_into(flat[pos : pos + take], start)
                 pos += take
                 stats.docs += 1
                 stats.taken_tokens += length

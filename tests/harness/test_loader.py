@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from harness.config import HarnessSettings
 from harness.data.errors import DataError
+from harness.data.packing import array_reader
 from harness.data.tokens import TokenFile, write_token_dir
 from harness.loader import packed_batches, pair_batches, prefetched
 from harness.prepared import PreparedPaths, read_manifest
@@ -29,7 +30,8 @@ def token_file(docs: list[list[int]]) -> TokenFile:
     """An in-memory token file: each document gets a leading BOS, as prepare writes them."""
     flat = [token for doc in docs for token in [BOS, *doc]]
     offsets = np.cumsum([0] + [len(doc) + 1 for doc in docs]).astype(np.int64)
-    return TokenFile(tokens=np.array(flat, dtype=np.uint16), offsets=offsets, bos_id=BOS)
+    tokens = np.array(flat, dtype=np.uint16)
+    return TokenFile(tokens=tokens, offsets=offsets, bos_id=BOS, read_into=array_reader(tokens))
 
 
 documents = st.lists(st.lists(st.integers(8, 500), min_size=0, max_size=30), min_size=1, max_size=40)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.data.packing import PackStats, best_fit_batches
+from harness.data.packing import PackStats, array_reader, best_fit_batches
 
 BOS = 0
 
@@ -23,6 +25,18 @@ def make_corpus(lengths: list[int]) -> tuple[np.ndarray, list[tuple[int, int]], 
             where[len(tokens) + 1] = (doc, pos)
             tokens.append(len(tokens) + 1)
     return np.array(tokens, dtype=np.uint32), spans, where
+
+
+def pack(
+    tokens: np.ndarray,
+    spans: list[tuple[int, int]],
+    row_len: int,
+    batch_rows: int,
+    buffer_size: int,
+    stats: PackStats | None = None,
+) -> Iterator[np.ndarray]:
+    read = array_reader(tokens)
+    return best_fit_batches(read, tokens.dtype, iter(spans), row_len, batch_rows, buffer_size, stats)
 
 
 def list_scan_spec(docs: list[list[int]], row_len: int, buffer_size: int) -> list[list[int]]:
@@ -61,7 +75,7 @@ def test_rows_follow_the_best_fit_rule(
     lengths: list[int], row_len: int, batch_rows: int, buffer_size: int
 ) -> None:
     tokens, spans, _ = make_corpus(lengths)
-    batches = list(best_fit_batches(tokens, iter(spans), row_len, batch_rows, buffer_size))
+    batches = list(pack(tokens, spans, row_len, batch_rows, buffer_size))
     got = [row.tolist() for batch in batches for row in batch]
     docs = [tokens[start : start + length].tolist() for start, length in spans]
     assert got == list_scan_spec(docs, row_len, buffer_size)
@@ -75,7 +89,7 @@ def test_rows_are_bos_aligned_unpadded_and_in_document_order(
 ) -> None:
     tokens, spans, where = make_corpus(lengths)
     stats = PackStats()
-    batches = best_fit_batches(tokens, iter(spans), row_len, 3, buffer_size, stats)
+    batches = pack(tokens, spans, row_len, 3, buffer_size, stats)
     rows = [row for batch in batches for row in batch]
     used: set[int] = set()
     for row in rows:
@@ -109,7 +123,7 @@ def test_best_fit_avoids_the_crop_that_filling_in_order_would_make() -> None:
     # Filling in arrival order with 6 first would have to crop; best fit crops nothing.
     tokens, spans, _ = make_corpus([6, 3, 7, 4])
     stats = PackStats()
-    (batch,) = best_fit_batches(tokens, iter(spans), 10, 2, 8, stats)
+    (batch,) = pack(tokens, spans, 10, 2, 8, stats)
     doc = [tokens[start : start + length].tolist() for start, length in spans]
     assert batch[0].tolist() == doc[2] + doc[1]
     assert batch[1].tolist() == doc[0] + doc[3]
@@ -119,7 +133,7 @@ def test_best_fit_avoids_the_crop_that_filling_in_order_would_make() -> None:
 def test_crop_takes_the_shortest_prefix_when_nothing_fits() -> None:
     tokens, spans, _ = make_corpus([9, 8, 12])
     stats = PackStats()
-    batch = next(best_fit_batches(tokens, iter(spans), 5, 1, 8, stats))
+    batch = next(pack(tokens, spans, 5, 1, 8, stats))
     start, _ = spans[1]
     assert batch[0].tolist() == tokens[start : start + 5].tolist()
     assert stats.cropped_docs == 1 and stats.dropped_tokens == 3
