@@ -96,7 +96,8 @@ def _init_once(env: dict[str, str]) -> None:
     settings = ServerSettings(data_dir=Path(env["DATA_DIR"]))
     if settings.resolved_research_repo.exists():
         return
-    subprocess.run([_exe(), "init"], env=env, check=True)
+    if subprocess.run([_exe(), "init"], env=env).returncode != 0:
+        raise SystemExit("autoresearch up: `autoresearch init` failed (its message is above)")
 
 
 def _local_tokens(data_dir: Path, env: dict[str, str]) -> dict[str, str]:
