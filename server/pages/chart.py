@@ -12,16 +12,19 @@ one DOM node instead of ten thousand.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 WIDTH, HEIGHT = 1000.0, 440.0
-LEFT, RIGHT, TOP, BOTTOM = 70.0, 24.0, 72.0, 48.0  # room for axis labels and the kept labels
+LEFT, RIGHT, TOP, BOTTOM = 70.0, 24.0, 64.0, 48.0  # room for axis labels and the kept labels
 FAILED_LANE_Y = TOP - 14.0  # the lane of experiments that have no score
 LABEL_CHARS = 42
-MIN_LABEL_GAP = 14.0  # user units between labelled points; closer labels would overlap
+MIN_LABEL_GAP = 30.0  # user units between labelled points; closer slanted labels would overlap
+LABEL_RUN_PER_CHAR = 5.3  # horizontal extent of one label character (11px text slanted by 28 degrees)
 
 
 class Finished(NamedTuple):
@@ -41,6 +44,7 @@ class KeptMark:
     val_bpb: float
     description: str
     label: str | None  # None when the label would overlap the previous one
+    label_left: bool = False  # near the right edge: the label ends at the point instead of starting there
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,34 @@ def _label(description: str) -> str:
     return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
 
 
+def _labelled(kept: list[KeptMark]) -> list[KeptMark]:
+    """The kept marks, labelled where labels fit: the biggest improvements first.
+
+    A label needs MIN_LABEL_GAP of room on both sides. Labels slant up to the right; the one
+    nearest the right edge may instead sit level, to the left of its point (the empty area under
+    the best line); others that would run off the chart stay unlabelled (their titles remain).
+    """
+    gains = [math.inf] + [a.val_bpb - b.val_bpb for a, b in itertools.pairwise(kept)]
+    chosen_x: list[float] = []
+    chosen: set[int] = set()
+    for i in sorted(range(len(kept)), key=lambda i: (-gains[i], i)):
+        at = bisect.bisect_left(chosen_x, kept[i].x)
+        crowded_left = at > 0 and kept[i].x - chosen_x[at - 1] < MIN_LABEL_GAP
+        crowded_right = at < len(chosen_x) and chosen_x[at] - kept[i].x < MIN_LABEL_GAP
+        if not (crowded_left or crowded_right):
+            chosen_x.insert(at, kept[i].x)
+            chosen.add(i)
+    last = max(chosen, default=-1)
+    out = []
+    for i, mark in enumerate(kept):
+        label = _label(mark.description) if i in chosen else None
+        overflows = label is not None and mark.x + len(label) * LABEL_RUN_PER_CHAR > WIDTH
+        if overflows and i != last:
+            label = None
+        out.append(replace(mark, label=label, label_left=overflows and i == last))
+    return out
+
+
 def _y_ticks(low: float, high: float, scale: float, bottom: float) -> list[Tick]:
     step = nice_step(high - low, 5)
     decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
@@ -136,7 +168,6 @@ def build_chart(points: Sequence[Finished]) -> Chart:
     kept: list[KeptMark] = []
     best_steps: list[str] = []
     clipped = 0
-    last_label_x = -math.inf
     for x, point in zip(x_of, points, strict=True):
         score = point.val_bpb
         if score is None:
@@ -146,10 +177,7 @@ def build_chart(points: Sequence[Finished]) -> Chart:
         if not point.kept:
             discarded.append(f"M{x:.1f} {y:.1f}h0")
             continue
-        label = None
-        if x - last_label_x >= MIN_LABEL_GAP:
-            label, last_label_x = _label(point.description), x
-        kept.append(KeptMark(point.id, x, y, score, point.description, label))
+        kept.append(KeptMark(point.id, x, y, score, point.description, None))
         # The best holds until the next keep: a horizontal run, then a drop to the new best.
         best_steps.append(f"H{x:.1f}V{y:.1f}" if best_steps else f"M{x:.1f} {y:.1f}")
     if best_steps:
@@ -158,7 +186,7 @@ def build_chart(points: Sequence[Finished]) -> Chart:
         count=count,
         discarded_path="".join(discarded),
         failed_path="".join(failed),
-        kept=kept,
+        kept=_labelled(kept),
         best_path="".join(best_steps),
         y_ticks=_y_ticks(low, high, scale, plot_bottom),
         x_ticks=_x_ticks(count, x_of),

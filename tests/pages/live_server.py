@@ -68,7 +68,10 @@ def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 6
 
 
 @contextmanager
-def live_server(data_dir: Path, agents: tuple[str, ...] = ("alice", "bob")) -> Iterator[LiveServer]:
+def live_server(
+    data_dir: Path, agents: tuple[str, ...] = ("alice", "bob"), env: dict[str, str] | None = None
+) -> Iterator[LiveServer]:
+    """A new project in `data_dir` served on 127.0.0.1; `env` adds server settings (PUBLIC_READS...)."""
     _settings, agent_tokens, worker_token = init_research(data_dir, agents)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -80,6 +83,7 @@ def live_server(data_dir: Path, agents: tuple[str, ...] = ("alice", "bob")) -> I
         "HARNESS_ID": HARNESS_ID,
         "PLATFORM": PLATFORM,
         "SSE_KEEPALIVE_SECONDS": "2",
+        **(env or {}),
     }
     command = [
         sys.executable, "-m", "uvicorn", "server.main:create_app", "--factory",
