@@ -86,7 +86,6 @@ def reference_batches(
                     stats.dropped_tokens += len(doc) - remaining
                     stats.taken_tokens += len(doc)
                     pos += remaining
-                stats.docs += 1
         yield rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
 
 

@@ -1,7 +1,7 @@
 """The training data loader: prepared token files to packed (inputs, targets) batches.
 
 This is what `ctx.loader(batch_size)` returns inside the sandbox. It reads only the training
-token folder (read-only, memory-mapped) and never tokenizes text. Documents are visited in a
+token folder (read-only; one pread per document) and never tokenizes text. Documents are visited in a
 fresh seeded permutation each epoch and packed best-fit (harness.data.packing). A background
 thread prepares the next batches while the model trains; on CUDA they are built in pinned memory
 and copied with non_blocking=True.

@@ -40,7 +40,6 @@ class PackStats:
     """What packing did so far; `crop_fraction` is the share of taken tokens that were dropped."""
 
     rows: int = 0
-    docs: int = 0
     cropped_docs: int = 0
     dropped_tokens: int = 0
     taken_tokens: int = 0
@@ -115,7 +114,6 @@ def best_fit_batches(
                     del lengths[index]
                 read_into(flat[pos : pos + take], start)
                 pos += take
-                stats.docs += 1
                 stats.taken_tokens += length
                 nxt = next(spans, None)
                 if nxt is not None:
