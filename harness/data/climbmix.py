@@ -31,7 +31,13 @@ def climbmix_jobs(settings: HarnessSettings, raw_dir: Path) -> list[tuple[str, P
 
 
 def fetch_climbmix(settings: HarnessSettings, raw_dir: Path, progress: bool) -> None:
+    """Download the shards not yet present; shards no longer wanted (fewer CLIMBMIX_TRAIN_SHARDS)
+    are removed, so that only the configured ones are tokenized."""
     jobs = climbmix_jobs(settings, raw_dir)
+    wanted = {dest for _, dest in jobs}
+    for stale in [*raw_dir.glob("train/*.parquet"), *raw_dir.glob("val/*.parquet")]:
+        if stale not in wanted:
+            stale.unlink()
     policy = DownloadPolicy(
         retries=settings.download_retries,
         backoff_s=settings.download_backoff_s,

@@ -228,3 +228,12 @@ def test_a_missing_shard_names_the_url_and_the_settings(serve, tmp_path: Path) -
     server = serve(Behaviour())
     with pytest.raises(DataError, match=r"shard_00002\.parquet: HTTP 404.*CLIMBMIX_TRAIN_SHARDS"):
         fetch_climbmix(climbmix_settings(server, tmp_path, climbmix_train_shards=3), tmp_path / "raw", False)
+
+
+def test_fewer_shards_than_before_removes_the_extra_ones(
+    serve, shard_files: dict[str, bytes], tmp_path: Path
+) -> None:
+    server = serve(Behaviour())
+    fetch_climbmix(climbmix_settings(server, tmp_path), tmp_path / "raw", progress=False)
+    fetch_climbmix(climbmix_settings(server, tmp_path, climbmix_train_shards=1), tmp_path / "raw", False)
+    assert sorted(downloaded(tmp_path / "raw")) == [shard_name(0), shard_name(CLIMBMIX_VAL_SHARD)]
