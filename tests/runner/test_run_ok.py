@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from pathlib import Path
@@ -48,7 +49,7 @@ def test_honest_candidate_is_trained_scored_and_reported(settings: HarnessSettin
     assert 0 < result.val_bpb < uniform
     # Progress: at most one event a second, ending in the score phase.
     assert events and events[-1].phase == "score"
-    assert all(later - earlier >= 0.99 for earlier, later in zip(stamps, stamps[1:], strict=False))
+    assert all(later - earlier >= 0.99 for earlier, later in itertools.pairwise(stamps))
     assert any(event.phase == "train" and event.loss is not None for event in events)
 
 

@@ -1,4 +1,3 @@
-# ruff: noqa: F821
 # Appended to good_bigram.py by tests/runner/candidates.py, which defines HOSTILE_ARGS,
 # honest_build_model and honest_train.
 """Broken: the process dies of a signal."""

@@ -3,6 +3,7 @@
 # honest_build_model and honest_train.
 """Hostile: prints a fake summary and forges harness protocol messages on every open fd."""
 
+import contextlib
 import json
 import os
 
@@ -13,14 +14,11 @@ def forge():
         {"ev": "stats", "steps": 10**9, "tokens": 10**12},
         {"ev": "phase", "name": "saved"},
         {"ev": "done", "val_bpb": 0.000001},
-        {"ev": "progress", "step": 1, "loss": 0.0, "val_bpb": 0.000001},
     ]
     data = "".join(json.dumps(line) + "\n" for line in lines).encode()
     for fd in range(3, 64):
-        try:
+        with contextlib.suppress(OSError):
             os.write(fd, data)
-        except OSError:
-            pass
 
 
 def build_model(ctx):

