@@ -7,7 +7,20 @@ import importlib
 import sys
 
 # Each module defines `register(subparsers)`, which adds its command(s) and sets `func`.
-COMMAND_MODULES: list[str] = ["work", "prepare", "serve", "db", "init", "token", "up"]
+COMMAND_MODULES: list[str] = [
+    "work",
+    "prepare",
+    "serve",
+    "db",
+    "init",
+    "token",
+    "up",
+    "submit",
+    "status",
+    "best",
+    "results_tsv",
+    "agent",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

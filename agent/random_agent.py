@@ -1,0 +1,99 @@
+"""The random-search agent: mutate the best train.py's constants, submit, wait, repeat.
+
+It runs the whole research loop through the API without an LLM, and is the control that LLM
+agents are compared against: an agent that cannot beat random hyperparameter search on the same
+budget has not learned anything from the results.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.mutation import mutate_constants
+from client import ApiError, Client
+from client.api import FINAL_STATUSES
+
+HYPOTHESIS = "random-search control: one or two hyperparameter constants moved at random"
+
+
+@dataclass
+class Tally:
+    """What the agent did: experiments it submitted and how each one ended."""
+
+    submitted: list[int] = field(default_factory=list)
+    finished: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def kept(self) -> int:
+        return sum(1 for experiment in self.finished if experiment["status"] == "kept")
+
+
+def _submit_one(client: Client, rng: random.Random, say: Callable[[str], None]) -> dict[str, Any] | None:
+    """Mutate the current best and submit it; None when the agent's queue is full (429)."""
+    best = client.best()
+    source, change = mutate_constants(best["train_py"], rng)
+    try:
+        experiment = client.submit(
+            f"random: {change}", train_py=source, base=best["commit"], hypothesis=HYPOTHESIS
+        )
+    except ApiError as error:
+        if error.status == 429:
+            return None
+        raise
+    if experiment["existing"]:
+        say(f"experiment {experiment['id']} already ran this train.py ({change}); following it")
+    else:
+        say(f"submitted experiment {experiment['id']}: {change}")
+    return experiment
+
+
+def run_random_agent(
+    client: Client,
+    rng: random.Random,
+    say: Callable[[str], None],
+    *,
+    count: int = 0,
+    parallel: int = 1,
+    poll_s: float = 2.0,
+    stop: threading.Event | None = None,
+) -> Tally:
+    """Submit `count` experiments (0: until `stop` is set), at most `parallel` unfinished at a time.
+
+    Each submission starts from the best at that moment, so with `parallel=1` every change builds
+    on the decisions before it. Re-based experiments are followed to their re-runs.
+    """
+    stop = stop or threading.Event()
+    tally = Tally()
+    in_flight: set[int] = set()
+    while not stop.is_set() and (in_flight or count == 0 or len(tally.submitted) < count):
+        while len(in_flight) < parallel and (count == 0 or len(tally.submitted) < count):
+            experiment = _submit_one(client, rng, say)
+            if experiment is None:  # the server's per-agent queue limit: wait for decisions first
+                break
+            tally.submitted.append(experiment["id"])
+            in_flight.add(experiment["id"])
+        if stop.wait(poll_s):
+            break
+        for experiment_id in sorted(in_flight):
+            experiment = client.experiment(experiment_id)
+            if experiment["status"] not in FINAL_STATUSES:
+                continue
+            in_flight.discard(experiment_id)
+            if experiment.get("rebased_to"):
+                say(f"experiment {experiment_id} re-based onto a newer best as {experiment['rebased_to']}")
+                in_flight.add(experiment["rebased_to"])
+                continue
+            tally.finished.append(experiment)
+            say(_decision(experiment))
+    return tally
+
+
+def _decision(experiment: dict[str, Any]) -> str:
+    score = experiment.get("val_bpb")
+    shown = f"val_bpb {score:.6f}" if score is not None else "no score"
+    reason = experiment.get("reason") or "-"
+    return f"experiment {experiment['id']} {experiment['status']}: {shown} ({reason})"

@@ -1,0 +1,49 @@
+"""`autoresearch best`: print or write the best train.py."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from cli import views
+from cli.connection import add_connection_args, connect, reporting
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "best",
+        help="print the best train.py (or write it with -o)",
+        description="The current best train.py: printed to standard output (a summary line goes to "
+        "standard error), or written to a file with -o. Start every change from it.",
+    )
+    parser.add_argument("-o", "--output", type=Path, metavar="FILE", help="write train.py to FILE")
+    parser.add_argument(
+        "--json", action="store_true", help="print commit, val_bpb, experiment id and train.py as JSON"
+    )
+    add_connection_args(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.output is not None and args.output.is_dir():
+        raise SystemExit(f"autoresearch best: -o {args.output} is a folder; give a file name, e.g. train.py")
+    client = connect(args, "best", token_required=False)
+    with reporting("best", client):
+        best = client.best()
+    if args.json:
+        print(json.dumps(best, indent=2))
+        return 0
+    origin = f"experiment {best['experiment_id']}" if best.get("experiment_id") else "the baseline"
+    about = f"best: val_bpb {views.bpb(best['val_bpb'])}, {origin}, commit {best['commit']}"
+    if args.output is None:
+        print(f"# {about}", file=sys.stderr)
+        sys.stdout.write(best["train_py"])
+        return 0
+    try:
+        args.output.write_text(best["train_py"])
+    except OSError as exc:
+        raise SystemExit(f"autoresearch best: cannot write {args.output} ({exc.strerror})") from None
+    print(f"wrote {args.output} ({about})")
+    return 0

@@ -1,0 +1,106 @@
+"""`autoresearch status`: the best, the queue and recent experiments, or single experiments."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from cli import views
+from cli.connection import add_connection_args, connect, reporting
+from client import ApiError, Client
+
+PAGE_LIMIT = 200  # the API's largest page
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "status",
+        help="show the best, the queue and recent experiments, or given experiments in detail",
+        description="Without IDs: the current best, how many experiments are queued and running, and the "
+        "most recent experiments (filter with --agent / --state). With IDs: each experiment in detail: "
+        "status, decision and its reason, the harness's measurements and error; --diff and --log add "
+        "the change and the end of the run's output.",
+    )
+    parser.add_argument("ids", nargs="*", type=int, metavar="ID", help="experiment ids to show in detail")
+    parser.add_argument("-n", "--limit", type=int, default=15, help="recent experiments to list (default 15)")
+    parser.add_argument("--agent", help="only this agent's experiments")
+    parser.add_argument(
+        "--state",
+        choices=["queued", "running", "kept", "reverted", "rebased", "stale", "cancelled", "infra_failed"],
+        help="only experiments in this state",
+    )
+    parser.add_argument("--diff", action="store_true", help="with IDs: also print each change (unified diff)")
+    parser.add_argument("--log", action="store_true", help="with IDs: also print the end of each run's log")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_connection_args(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 1 <= args.limit <= PAGE_LIMIT:
+        raise SystemExit(f"autoresearch status: --limit must be between 1 and {PAGE_LIMIT}")
+    if (args.diff or args.log) and not args.ids:
+        raise SystemExit("autoresearch status: --diff and --log need experiment IDs, e.g. `status 12 --log`")
+    client = connect(args, "status", token_required=False)
+    with reporting("status", client):
+        if args.ids:
+            show_experiments(client, args)
+        else:
+            show_overview(client, args)
+    return 0
+
+
+def show_experiments(client: Client, args: argparse.Namespace) -> None:
+    experiments = [client.experiment(experiment_id) for experiment_id in args.ids]
+    if args.json:
+        for experiment in experiments:
+            if args.diff:
+                experiment["diff"] = client.diff(experiment["id"])
+            if args.log:
+                experiment["log"] = client.log(experiment["id"])
+        print(json.dumps(experiments if len(experiments) > 1 else experiments[0], indent=2))
+        return
+    for index, experiment in enumerate(experiments):
+        if index:
+            print()
+        print(views.details(experiment))
+        if args.diff:
+            print("--- change ---")
+            print(client.diff(experiment["id"]).rstrip("\n"))
+        if args.log:
+            print("--- log (end) ---")
+            print(client.log(experiment["id"]).rstrip("\n") or "(no result yet)")
+
+
+def _count(client: Client, state: str) -> str:
+    page = client.experiments(status=state, limit=PAGE_LIMIT)
+    return f"{len(page['items'])}{'+' if page['next_cursor'] else ''}"
+
+
+def _best(client: Client) -> dict[str, Any] | None:
+    try:
+        return client.best()
+    except ApiError as error:
+        if error.status == 409:  # no project yet: say so below instead of failing
+            return None
+        raise
+
+
+def show_overview(client: Client, args: argparse.Namespace) -> None:
+    best = _best(client)
+    recent = client.experiments(agent=args.agent, status=args.state, limit=args.limit)["items"]
+    counts = {state: _count(client, state) for state in ("queued", "running")}
+    if args.json:
+        if best is not None:
+            best = {key: value for key, value in best.items() if key != "train_py"}
+        print(json.dumps({"best": best, **counts, "experiments": recent}, indent=2))
+        return
+    if best is None:
+        print("no project yet: run `autoresearch init` on the server host")
+    else:
+        origin = f"experiment {best['experiment_id']}" if best.get("experiment_id") else "baseline"
+        print(f"best: val_bpb {views.bpb(best['val_bpb'])} ({origin}, commit {best['commit'][:12]})")
+    print(f"queue: {counts['queued']} queued, {counts['running']} running")
+    print()
+    print(views.table(recent) if recent else "no experiments match")
