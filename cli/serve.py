@@ -18,7 +18,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--host", help="address to listen on (default: $HOST, else 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default: $PORT, else 8000)")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="default info"
+    )
     parser.set_defaults(func=run)
 
 

@@ -19,12 +19,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("token", help="create or revoke API tokens")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     create = actions.add_parser("create", help="create a token and print it (shown only this once)")
-    create.add_argument("--kind", required=True, choices=["agent", "worker", "admin"])
+    create.add_argument(
+        "--kind",
+        required=True,
+        choices=["agent", "worker", "admin"],
+        help="agent: submit and cancel; worker: run experiments; admin: everything",
+    )
     create.add_argument("--name", required=True, help="agent/worker name: letters, digits, _ . @ -")
     create.set_defaults(func=create_token)
     revoke = actions.add_parser("revoke", help="revoke a token by kind and name")
-    revoke.add_argument("--kind", required=True, choices=["agent", "worker", "admin"])
-    revoke.add_argument("--name", required=True)
+    revoke.add_argument("--kind", required=True, choices=["agent", "worker", "admin"], help="its kind")
+    revoke.add_argument("--name", required=True, help="the name it was created with")
     revoke.set_defaults(func=revoke_token)
 
 
