@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from harness.data.errors import DataError
 from harness.data.packing import best_fit_batches
 from harness.data.shards import count_texts, iter_text_batches, iter_texts
 from harness.data.sources import fetch_raw, train_shards, val_shards
-from harness.data.tokens import open_token_dir, replace_dir, write_token_dir
+from harness.data.tokens import TOKENS_FILE, open_token_dir, read_meta, replace_dir, write_token_dir
 from harness.manifest import compute_harness_id, files_sha256, harness_source_sha256, module_sha256
 from harness.prepared import PreparedPaths, prepared_paths
 from harness.tokenizer import (
@@ -71,6 +71,20 @@ def _mark_stage(paths: PreparedPaths, name: str, inputs: str, output: Any) -> No
     tmp = marker.with_name(f".{marker.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps({"inputs": inputs, "output": output}))
     os.replace(tmp, marker)
+
+
+def _intact(check: Callable[[], bool]) -> bool:
+    """Whether a finished stage's outputs are still there and unchanged (missing files: no)."""
+    try:
+        return check()
+    except (OSError, DataError):
+        return False
+
+
+def _train_files_match(paths: PreparedPaths, meta: dict[str, Any]) -> bool:
+    """Same meta and a token file of the right size (not hashed: it may be gigabytes)."""
+    expected = meta["num_tokens"] * np.dtype(meta["dtype"]).itemsize
+    return read_meta(paths.train_dir) == meta and (paths.train_dir / TOKENS_FILE).stat().st_size == expected
 
 
 def check_settings(settings: HarnessSettings) -> None:
@@ -141,7 +155,7 @@ def _tokenizer_texts(paths: PreparedPaths, max_chars: int) -> Iterator[str]:
 def _tokenizer_stage(settings: HarnessSettings, paths: PreparedPaths, raw: str, progress: bool) -> str:
     inputs = _hash([raw, settings.vocab_size, settings.tokenizer_max_chars, module_sha256("tokenizer.py")])
     done = _stage_output(paths, "tokenizer", inputs)
-    if done is not None:
+    if done is not None and _intact(lambda: tokenizer_sha256(paths) == done):
         return done
     if progress:
         print(f"training a {settings.vocab_size}-token BPE tokenizer", file=sys.stderr)
@@ -176,7 +190,7 @@ def _train_stage(
 ) -> dict[str, Any]:
     inputs = _hash([raw, tokenizer_sha, module_sha256("data/tokens.py")])
     done = _stage_output(paths, "train", inputs)
-    if done is not None:
+    if done is not None and _intact(lambda: _train_files_match(paths, done)):
         return done
     tokenizer = load_tokenizer(paths.tokenizer_dir)
     shards = train_shards(paths.raw_dir)
@@ -191,7 +205,8 @@ def _val_stage(
 ) -> None:
     code = module_sha256("data/tokens.py", "data/packing.py")
     inputs = _hash([raw, tokenizer_sha, settings.seq_len, settings.eval_tokens, code])
-    if _stage_output(paths, "val", inputs) is not None:
+    done = _stage_output(paths, "val", inputs)
+    if done is not None and _intact(lambda: _val_sha256(paths) == done):
         return
     tokenizer = load_tokenizer(paths.tokenizer_dir)
     shards = val_shards(paths.raw_dir)
@@ -220,15 +235,18 @@ def _val_stage(
     np.save(tmp / "inputs.npy", np.ascontiguousarray(rows[:, :-1]))
     np.save(tmp / "targets.npy", np.ascontiguousarray(targets))
     np.save(tmp / "target_bytes.npy", token_bytes[targets].astype(np.int32))
-    del token_file, rows, targets
     replace_dir(tmp, paths.val_dir)
     shutil.rmtree(paths.root / ".work", ignore_errors=True)
-    _mark_stage(paths, "val", inputs, True)
+    _mark_stage(paths, "val", inputs, _val_sha256(paths))
 
 
-def _write_manifest(settings: HarnessSettings, paths: PreparedPaths, train_meta: dict[str, Any]) -> dict:
+def _val_sha256(paths: PreparedPaths) -> str:
+    return files_sha256([paths.val_dir / name for name in VAL_FILES], paths.val_dir)
+
+
+def _write_manifest(settings: HarnessSettings, paths: PreparedPaths, train_meta: dict[str, Any]) -> None:
     tokenizer = load_tokenizer(paths.tokenizer_dir)
-    val_sha = files_sha256([paths.val_dir / name for name in VAL_FILES], paths.val_dir)
+    val_sha = _val_sha256(paths)
     tokenizer_sha = tokenizer_sha256(paths)
     source_sha = harness_source_sha256()
     scoring = scoring_fields(settings)
@@ -256,7 +274,6 @@ def _write_manifest(settings: HarnessSettings, paths: PreparedPaths, train_meta:
         tmp = paths.manifest_path.with_name(f".{paths.manifest_path.name}.tmp-{os.getpid()}")
         tmp.write_text(text)
         os.replace(tmp, paths.manifest_path)
-    return manifest
 
 
 def prepare(settings: HarnessSettings, progress: bool = True) -> PreparedPaths:

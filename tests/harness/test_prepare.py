@@ -117,3 +117,22 @@ def test_reading_with_another_seq_len_says_to_prepare_again(fresh: Prepared) -> 
     settings, _ = fresh
     with pytest.raises(DataError, match="SEQ_LEN=64, but the settings say 32"):
         read_manifest(small_settings(settings.data_dir, seq_len=32, eval_tokens=32 * 32))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["train/tokens.bin", "val/targets.npy", "tokenizer/tokenizer.json"],
+)
+def test_a_deleted_or_damaged_output_is_rebuilt(
+    damage: str, tmp_path: Path, fresh: tuple[HarnessSettings, PreparedPaths]
+) -> None:
+    settings, paths = fresh
+    copy = tmp_path / "prepared" / paths.root.name
+    shutil.copytree(paths.root, copy)
+    (copy / damage).write_bytes(b"damaged")
+    prepare(small_settings(tmp_path), progress=False)
+    assert (copy / damage).read_bytes() == (paths.root / damage).read_bytes()
+    (copy / damage).unlink()
+    prepare(small_settings(tmp_path), progress=False)
+    assert (copy / damage).read_bytes() == (paths.root / damage).read_bytes()
+    assert read_manifest(small_settings(tmp_path))["harness_id"] == read_manifest(settings)["harness_id"]
