@@ -16,7 +16,7 @@ import bisect
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NamedTuple
 
 WIDTH, HEIGHT = 1000.0, 440.0
@@ -36,14 +36,13 @@ class Finished(NamedTuple):
     description: str = ""
 
 
-@dataclass(frozen=True)
-class KeptMark:
+class KeptMark(NamedTuple):
     id: int
     x: float
     y: float
     val_bpb: float
     description: str
-    label: str | None  # None when the label would overlap the previous one
+    label: str | None = None  # None where a label would crowd another one or run off the chart
     label_left: bool = False  # near the right edge: the label ends at the point instead of starting there
 
 
@@ -121,14 +120,14 @@ def _labelled(kept: list[KeptMark]) -> list[KeptMark]:
             chosen_x.insert(at, kept[i].x)
             chosen.add(i)
     last = max(chosen, default=-1)
-    out = []
-    for i, mark in enumerate(kept):
-        label = _label(mark.description) if i in chosen else None
-        overflows = label is not None and mark.x + len(label) * LABEL_RUN_PER_CHAR > WIDTH
-        if overflows and i != last:
-            label = None
-        out.append(replace(mark, label=label, label_left=overflows and i == last))
-    return out
+    kept = list(kept)
+    for i in sorted(chosen):
+        label = _label(kept[i].description)
+        if kept[i].x + len(label) * LABEL_RUN_PER_CHAR <= WIDTH:
+            kept[i] = kept[i]._replace(label=label)
+        elif i == last:
+            kept[i] = kept[i]._replace(label=label, label_left=True)
+    return kept
 
 
 def _y_ticks(low: float, high: float, scale: float, bottom: float) -> list[Tick]:
@@ -168,16 +167,19 @@ def build_chart(points: Sequence[Finished]) -> Chart:
     kept: list[KeptMark] = []
     best_steps: list[str] = []
     clipped = 0
-    for x, point in zip(x_of, points, strict=True):
-        score = point.val_bpb
+    for x, (id_, is_kept, score, description) in zip(x_of, points, strict=True):
         if score is None:
             continue
-        clipped += score > high
-        y = plot_bottom - (min(score, high) - low) * scale
-        if not point.kept:
-            discarded.append(f"M{x:.1f} {y:.1f}h0")
+        if score > high:  # off the scale: drawn at the top edge
+            clipped += 1
+            y = plot_top
+        else:
+            y = plot_bottom - (score - low) * scale
+        if not is_kept:
+            # Whole units are finer than a dot: 906 of them span the plot, a dot is 3 to 6 wide.
+            discarded.append(f"M{round(x)} {round(y)}h0")
             continue
-        kept.append(KeptMark(point.id, x, y, score, point.description, None))
+        kept.append(KeptMark(id_, x, y, score, description))
         # The best holds until the next keep: a horizontal run, then a drop to the new best.
         best_steps.append(f"H{x:.1f}V{y:.1f}" if best_steps else f"M{x:.1f} {y:.1f}")
     if best_steps:

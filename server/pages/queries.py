@@ -37,7 +37,6 @@ from server.pages.chart import Finished
 PLOTTED_STATUSES = (KEPT, REVERTED, REBASED, STALE, INFRA_FAILED)
 PAGE_SIZE = 50
 SortKey = Literal["id", "val_bpb", "finished", "status", "agent"]
-SORT_KEYS: tuple[SortKey, ...] = ("id", "val_bpb", "finished", "status", "agent")
 
 
 @dataclass(frozen=True)

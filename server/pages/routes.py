@@ -33,7 +33,9 @@ LOG_LIMIT = 200_000  # characters of the log shown on the page; the API's /log h
 
 def _optional(value: str | None) -> str | None:
     """An empty form field ("all") means no filter."""
-    return value.strip() or None if value is not None else None
+    if value is None or not value.strip():
+        return None
+    return value.strip()
 
 
 def _status_filter(value: str | None) -> str | None:

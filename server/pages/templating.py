@@ -31,11 +31,11 @@ def iso(moment: datetime | None) -> str:
     return "" if moment is None else moment.astimezone(UTC).isoformat()
 
 
-def ago(moment: datetime | None, now: datetime | None = None) -> str:
+def ago(moment: datetime | None) -> str:
     """How long ago, in the largest whole unit (the page refreshes while people watch)."""
     if moment is None:
         return "never"
-    seconds = max(0, int(((now or datetime.now(UTC)) - moment).total_seconds()))
+    seconds = max(0, int((datetime.now(UTC) - moment).total_seconds()))
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
         if seconds >= size:
             return f"{seconds // size} {unit} ago"
@@ -51,7 +51,7 @@ def duration(seconds: float | None) -> str:
     return f"{minutes} min {rest:02d} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
 
 
-def count(value: int | None) -> str:
+def thousands(value: int | None) -> str:
     return "—" if value is None else f"{value:,}"
 
 
@@ -67,7 +67,9 @@ def build_templates() -> Jinja2Templates:
     env = templates.env
     env.trim_blocks = True
     env.lstrip_blocks = True
-    env.filters.update(bpb=bpb, signed=signed, utc=utc, iso=iso, ago=ago, duration=duration, count=count)
+    env.filters.update(
+        bpb=bpb, signed=signed, utc=utc, iso=iso, ago=ago, duration=duration, thousands=thousands
+    )
     env.globals["static_url"] = static_url
     return templates
 
