@@ -54,7 +54,7 @@ def export_rows(session: Session) -> Iterator[TsvRow]:
         .where(Experiment.status.in_((KEPT, REVERTED, REBASED, STALE)))
         .order_by(Experiment.id)
     )
-    for experiment, result in session.execute(statement).tuples():
+    for experiment, result in session.execute(statement):
         ok = result.status == "ok" and result.val_bpb is not None
         status = "keep" if experiment.status == KEPT else "discard" if ok else "crash"
         yield TsvRow(

@@ -1,0 +1,97 @@
+"""Many workers claiming at once: each experiment goes to exactly one worker (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from server.crud import leases
+from server.crud.tokens import Principal
+from server.models import Worker
+from server.schemas import SubmitIn
+from server.submissions import submit
+
+
+def _queue(live, baseline_source: str, count: int) -> set[int]:
+    """Queue `count` distinct experiments (straight through the submit code, to keep the test quick)."""
+    live.ctx.settings.max_queued_per_agent = count
+    live.client("agent", "queue-filler")
+    principal = Principal(_token_id(live, "queue-filler"), "agent", "queue-filler")
+    return {
+        submit(
+            live.ctx,
+            principal,
+            SubmitIn(description=f"idea {i}", train_py=baseline_source + f"# {i}\n"),
+            None,
+        ).experiment_id
+        for i in range(count)
+    }
+
+
+def _token_id(live, name: str) -> int:
+    from sqlalchemy import select
+
+    from server.models import ApiToken
+
+    with live.ctx.db.read() as session:
+        return session.scalar(select(ApiToken.id).where(ApiToken.name == name))
+
+
+def _race(count: int, body) -> None:  # type: ignore[no-untyped-def]
+    barrier = threading.Barrier(count)
+
+    def run(index: int) -> None:
+        barrier.wait()
+        body(index)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def test_concurrent_http_claims_hand_each_experiment_to_exactly_one_worker(
+    live_any_db, worker_factory, baseline_source: str
+) -> None:
+    live = live_any_db
+    workers = [worker_factory(live, f"gpu{i}") for i in range(8)]
+    workers[0].run_next(1.0)  # measure the baseline first
+    submitted = _queue(live, baseline_source, 32)
+    claimed: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def drain(index: int) -> None:
+        while (claim := workers[index].claim()) is not None:
+            with lock:
+                claimed.append((claim["experiment_id"], index))
+
+    _race(len(workers), drain)
+    counts = Counter(experiment_id for experiment_id, _ in claimed)
+    assert set(counts) == submitted and set(counts.values()) == {1}
+    assert len({index for _, index in claimed}) > 1  # the claims really were spread over workers
+    assert len(live.client().experiments(status="running", limit=200)["items"]) == len(submitted)
+
+
+def test_claims_straight_at_the_database_under_heavy_contention(
+    live_any_db, worker_factory, baseline_source
+) -> None:
+    """The same without HTTP in between: 16 threads calling `claim` on one connection pool."""
+    live = live_any_db
+    workers = [worker_factory(live, f"w{i}") for i in range(16)]
+    workers[0].run_next(1.0)
+    submitted = _queue(live, baseline_source, 32)
+    with live.ctx.db.read() as session:
+        owners = {w.worker_id: session.get(Worker, w.worker_id).token_id for w in workers}
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def drain(index: int) -> None:
+        worker_id = workers[index].worker_id
+        principal = Principal(owners[worker_id], "worker", "w")
+        while (claim := leases.claim(live.ctx, principal, worker_id)) is not None:
+            with lock:
+                got.append(claim.experiment_id)
+
+    _race(len(workers), drain)
+    assert sorted(got) == sorted(submitted)

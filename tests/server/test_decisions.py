@@ -1,0 +1,157 @@
+"""Keep, revert, rebase and stale, including results that arrive together (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from collections import Counter
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from server.decisions import judge_measured
+
+
+def git(live, *args: str) -> str:
+    repo = str(live.settings.resolved_research_repo)
+    return subprocess.run(
+        ["git", "-C", repo, *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@given(
+    val=st.floats(0, 10, allow_nan=False),
+    ref=st.floats(0, 10, allow_nan=False),
+    delta=st.floats(0, 1, allow_nan=False),
+)
+def test_keep_exactly_when_better_by_more_than_min_delta(val: float, ref: float, delta: float) -> None:
+    better, reason = judge_measured(val, ref, delta, "best")
+    assert better == (val < ref - delta)
+    assert reason.split(" ")[1] == ("<" if better else ">=")
+
+
+def test_keep_revert_and_reasons(live, worker_factory, baseline_source: str) -> None:
+    worker, agent = worker_factory(live), live.client("agent")
+    assert worker.run_next(1.0)["decision"] == "keep"
+    sources = [baseline_source.replace("DEPTH = 4", f"DEPTH = {d}") for d in (5, 6, 7, 8)]
+    ids = [agent.submit(f"depth {i}", train_py=s)["id"] for i, s in enumerate(sources)]
+    small = worker.run_next(0.9996)  # better, but not by more than MIN_DELTA (0.0005)
+    assert small["decision"] == "revert" and small["reason"] == "0.9996 >= best 1.0000 - 0.0005"
+    crash = worker.run_next(None, status="crash", error_class="train_error")
+    assert crash["decision"] == "revert" and "crash (train_error)" in crash["reason"]
+    kept = worker.run_next(0.98)
+    assert kept == {
+        "experiment_id": ids[2],
+        "decision": "keep",
+        "status": "kept",
+        "reason": "0.9800 < best 1.0000 - 0.0005",
+    }
+    best = agent.best()
+    assert (best["experiment_id"], best["val_bpb"], best["train_py"]) == (ids[2], 0.98, sources[2])
+    assert git(live, "rev-parse", "best") == best["commit"]
+    # The last one was based on the baseline, and did not beat it: reverted, noting that best moved.
+    late = worker.run_next(0.9999)
+    assert late["decision"] == "revert"
+    assert late["reason"].startswith("0.9999 >= its base 1.0000 - 0.0005 (best moved")
+    lineage = agent.leaderboard()["lineage"]
+    assert [entry["experiment_id"] for entry in lineage] == [1, ids[2]]
+    assert lineage[1]["improvement"] == pytest.approx(0.02)
+
+
+def test_results_from_another_platform_or_harness_are_not_compared(
+    live, worker_factory, baseline_source: str
+) -> None:
+    worker = worker_factory(live)
+    worker.run_next(1.0)
+    agent = live.client("agent")
+    agent.submit("a", train_py=baseline_source + "# a\n")
+    agent.submit("b", train_py=baseline_source + "# b\n")
+    other_device = worker.run_next(0.5, device="NVIDIA H100")
+    other_harness = worker.run_next(0.5, harness_id="another")
+    assert other_device["decision"] == other_harness["decision"] == "revert"
+    assert "not compared" in other_device["reason"] and "not compared" in other_harness["reason"]
+    assert agent.best()["experiment_id"] == 1
+
+
+def test_a_broken_baseline_lets_the_first_valid_result_become_the_best(
+    live, worker_factory, baseline_source
+) -> None:
+    worker = worker_factory(live)
+    assert worker.run_next(None, status="crash", error_class="syntax_error")["decision"] == "revert"
+    live.client("agent").submit("fix", train_py=baseline_source + "# fixed\n")
+    answer = worker.run_next(2.5)
+    assert answer["decision"] == "keep" and "no valid measurement" in answer["reason"]
+
+
+def test_best_moved_while_it_ran_rebases_or_goes_stale(live, worker_factory, baseline_source: str) -> None:
+    worker, agent = worker_factory(live), live.client("agent")
+    worker.run_next(1.0)
+    deeper = baseline_source.replace("DEPTH = 4", "DEPTH = 6")
+    wider = baseline_source + "WIDTH = 128  # far enough from DEPTH to apply on top of it\n"
+    depth_clash = baseline_source.replace("DEPTH = 4", "DEPTH = 2")
+    first = agent.submit("deeper", train_py=deeper)
+    second = agent.submit("wider", train_py=wider)
+    agent.submit("shallower", train_py=depth_clash)
+    later = agent.submit("later", train_py=baseline_source + "# later\n")
+    claims = [worker.claim() for _ in range(3)]  # all three run on the baseline at once
+    assert worker.report(claims[0], 0.95)["decision"] == "keep"
+    rebased = worker.report(claims[1], 0.96)
+    assert rebased["decision"] == "rebase" and "re-applied onto the new best" in rebased["reason"]
+    stale = worker.report(claims[2], 0.97)
+    assert stale["decision"] == "stale" and "does not apply" in stale["reason"]
+    moved = agent.experiment(second["id"])
+    requeued = agent.experiment(moved["rebased_to"])
+    assert (
+        requeued["rebased_from"] == second["id"]
+        and requeued["base"] == agent.experiment(first["id"])["commit"]
+    )
+    assert agent.diff(requeued["id"]).count("+WIDTH = 128") == 1
+    assert (
+        git(live, "show", f"{requeued['commit']}:train.py") + "\n" == deeper + wider[len(baseline_source) :]
+    )
+    # The re-applied change keeps its place in the queue: it runs before what was submitted later.
+    assert worker.claim()["experiment_id"] == requeued["id"]
+    assert agent.experiment(later["id"])["queue_position"] == 0
+
+
+def test_results_arriving_together_never_both_advance_best(
+    live_any_db, worker_factory, baseline_source: str
+) -> None:
+    live = live_any_db
+    agent = live.client("agent")
+    workers = [worker_factory(live, f"gpu{i}") for i in range(6)]
+    workers[0].run_next(1.0)
+    for round_number in range(3):
+        best_before = agent.best()["commit"]
+        for i in range(len(workers)):
+            # Each edits its own line, so every change also applies on top of any other.
+            agent.submit(
+                f"r{round_number} w{i}",
+                train_py=agent.best()["train_py"] + f"# round {round_number} idea {i}\n",
+            )
+        claims = [w.claim() for w in workers]
+        assert all(c is not None for c in claims)
+        barrier = threading.Barrier(len(workers))
+        answers: list[dict] = [{}] * len(workers)
+
+        def report(i: int) -> None:
+            barrier.wait()
+            answers[i] = workers[i].report(claims[i], 0.9 - 0.01 * round_number - 0.001 * i)
+
+        threads = [threading.Thread(target=report, args=(i,)) for i in range(len(workers))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        decisions = Counter(a["decision"] for a in answers)
+        assert decisions == {"keep": 1, "rebase": len(workers) - 1}, answers
+        winner = next(a for a in answers if a["decision"] == "keep")
+        best = agent.best()
+        assert best["experiment_id"] == winner["experiment_id"]
+        assert git(live, "rev-parse", "best^") == best_before  # one fast-forward step from the old best
+        for worker in workers[1:]:  # run the re-queued ones away for the next round
+            worker.run_next(5.0)
+    kept = [e["experiment_id"] for e in agent.leaderboard()["lineage"]]
+    chain = git(live, "rev-list", "--first-parent", "best").split()
+    assert len(chain) == len(kept) and len(kept) == 4  # the baseline and one keep per round

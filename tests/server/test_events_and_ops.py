@@ -1,0 +1,185 @@
+"""Server-sent events, health, metrics and the results.tsv round trip."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from client import ApiError
+from server.crud import tsv
+
+
+def _read_events(
+    url: str,
+    until: str,
+    found: list[dict],
+    ready: threading.Event,
+    query: str = "",
+    last_id: int | None = None,
+) -> None:
+    headers = {"Last-Event-ID": str(last_id)} if last_id is not None else {}
+    with (
+        httpx.Client(timeout=5) as http,
+        http.stream("GET", f"{url}/api/v1/events{query}", headers=headers) as response,
+    ):
+        assert response.headers["content-type"].startswith("text/event-stream")
+        ready.set()
+        event: dict = {}
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                event["type"] = line[7:]
+            elif line.startswith("id: "):
+                event["id"] = int(line[4:])
+            elif line.startswith("data: "):
+                event["data"] = json.loads(line[6:])
+            elif not line and "type" in event:
+                found.append(event)
+                if event["type"] == until:
+                    return
+                event = {}
+
+
+def test_events_follow_an_experiment_from_queued_to_kept(live, worker_factory, baseline_source: str) -> None:
+    worker = worker_factory(live)
+    worker.run_next(1.0)
+    found: list[dict] = []
+    ready = threading.Event()
+    reader = threading.Thread(target=_read_events, args=(live.url, "kept", found, ready))
+    reader.start()
+    assert ready.wait(10)
+    deadline = time.monotonic() + 10
+    while live.ctx.bus.subscriber_count == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    experiment = live.client("agent").submit("lr", train_py=baseline_source.replace("0.01", "0.02"))
+    claim = worker.claim()
+    worker.client.progress(claim["lease_id"], [{"step": 1, "loss": 4.0, "fraction": 0.1}])
+    worker.report(claim, 0.9)
+    reader.join(20)
+    assert not reader.is_alive()
+    mine = [e for e in found if e["data"].get("experiment_id") == experiment["id"]]
+    assert [e["type"] for e in mine] == ["queued", "started", "progress", "finished", "kept"]
+    assert mine[2]["data"]["loss"] == 4.0 and mine[4]["data"]["val_bpb"] == 0.9
+    assert [e["id"] for e in found] == sorted(e["id"] for e in found)
+
+
+def test_event_streams_survive_clients_that_leave_and_can_resume(
+    live, worker_factory, baseline_source
+) -> None:
+    bus = live.ctx.bus
+    for _ in range(5):  # clients that disconnect at once must not leak subscribers or break the bus
+        with httpx.Client(timeout=10) as http, http.stream("GET", f"{live.url}/api/v1/events") as response:
+            next(response.iter_lines())
+    deadline = time.monotonic() + 10
+    while bus.subscriber_count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert bus.subscriber_count == 0
+    with httpx.Client(timeout=10) as http:
+        assert http.get(f"{live.url}/api/v1/events", params={"types": "bogus"}).status_code == 422
+    agent = live.client("agent")
+    for name in ("poke A", "poke B"):
+        agent.submit(name, train_py=baseline_source + f"# {name}\n")
+
+    def resume(after: int) -> dict:
+        found: list[dict] = []
+        _read_events(live.url, "queued", found, threading.Event(), "?types=queued", after)
+        return found[-1]
+
+    # Reconnecting with Last-Event-ID replays the buffered events after that id, filtered by type.
+    first = resume(0)
+    assert first["data"]["description"] == "poke A"
+    assert resume(first["id"])["data"]["description"] == "poke B"
+
+
+def test_health_and_metrics(live, worker_factory, baseline_source: str) -> None:
+    worker = worker_factory(live)
+    worker.run_next(1.0)
+    agent = live.client("agent")
+    agent.submit("a", train_py=baseline_source + "# a\n")
+    agent.submit("b", train_py=baseline_source + "# b\n")
+    worker.claim()
+    health = httpx.get(f"{live.url}/api/v1/healthz").json()
+    assert health == {"status": "ok", "database": "ok", "research_repo": "ok"}
+    text = httpx.get(f"{live.url}/api/v1/metrics").text
+    samples = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+    assert samples["autoresearch_queue_depth"] == "1" and samples["autoresearch_running"] == "1"
+    assert samples['autoresearch_experiments_finished_total{status="kept"}'] == "1"
+    assert samples['autoresearch_run_duration_seconds_bucket{le="10"}'] == "1"  # 5.5 s
+    assert samples["autoresearch_run_duration_seconds_count"] == "1"
+    assert samples["autoresearch_workers_online"] == "1"
+
+
+def test_results_tsv_export_in_the_autoresearch_format(live, worker_factory, baseline_source: str) -> None:
+    worker = worker_factory(live)
+    worker.run_next(0.997900, peak_memory_mb=45060.2)
+    agent = live.client("agent")
+    agent.submit("increase LR to 0.04", train_py=baseline_source.replace("0.01", "0.04"))
+    agent.submit("switch to\tGeLU", train_py=baseline_source + "# gelu\n")
+    worker.run_next(0.993200, peak_memory_mb=45100.0)
+    worker.run_next(None, status="crash", error_class="out_of_memory")
+    rows = agent.results_tsv().splitlines()
+    assert rows[0] == "commit\tval_bpb\tmemory_gb\tstatus\tdescription"
+    commits = [agent.experiment(i)["commit"][:7] for i in (1, 2, 3)]
+    assert rows[1:] == [
+        f"{commits[0]}\t0.997900\t44.0\tkeep\tbaseline",
+        f"{commits[1]}\t0.993200\t44.0\tkeep\tincrease LR to 0.04",
+        f"{commits[2]}\t0.000000\t0.0\tcrash\tswitch to GeLU",
+    ]
+
+
+tsv_rows = st.lists(
+    st.builds(
+        tsv.TsvRow,
+        commit=st.text("0123456789abcdef", min_size=7, max_size=7),
+        val_bpb=st.floats(0, 10).map(lambda v: round(v, 6)),
+        memory_gb=st.floats(0, 100).map(lambda v: round(v, 1)),
+        status=st.sampled_from(tsv.TSV_STATUSES),
+        description=st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), max_size=60).map(
+            str.strip
+        ),
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+@given(rows=tsv_rows)
+@settings(max_examples=50)
+def test_tsv_lines_parse_back_to_the_same_rows(rows: list[tsv.TsvRow]) -> None:
+    text = "\n".join([tsv.HEADER, *(row.line() for row in rows)]) + "\n"
+    assert [r.line() for r in tsv.parse(text)] == [r.line() for r in rows]
+
+
+def test_import_then_export_round_trips_and_is_admin_only(live) -> None:
+    log = "\n".join(
+        [
+            tsv.HEADER,
+            "a1b2c3d\t0.997900\t44.0\tkeep\tbaseline",
+            "b2c3d4e\t0.993200\t44.2\tkeep\tincrease LR to 0.04",
+            "c3d4e5f\t1.005000\t44.0\tdiscard\tswitch to GeLU activation",
+            "d4e5f6g\t0.000000\t0.0\tcrash\tdouble model width (OOM)".replace("g\t", "a\t"),
+        ]
+    )
+    with pytest.raises(ApiError) as caught:
+        live.client("agent").import_results_tsv(log)
+    assert caught.value.status == 403
+    admin = live.admin()
+    assert admin.import_results_tsv(log) == {"imported": 4, "skipped": 0}
+    assert admin.import_results_tsv(log) == {"imported": 0, "skipped": 4}
+    assert admin.results_tsv() == log + "\n"
+    assert admin.best()["experiment_id"] == 1  # history only: never compared with the best
+    for bad, words in (
+        ("commit\tval_bpb\n", "header"),
+        (tsv.HEADER + "\nzzz\t1\t1\tkeep\tx", "line 2: commit"),
+        (tsv.HEADER + "\nabcdef0\tnan\t1\tkeep\tx", "line 2: val_bpb"),
+        (tsv.HEADER + "\nabcdef0\t1\t1\tmaybe\tx", "line 2: status"),
+        (tsv.HEADER + "\nabcdef0\t1\t1", "5 tab-separated"),
+    ):
+        with pytest.raises(ApiError) as caught:
+            admin.import_results_tsv(bad)
+        assert caught.value.status == 422 and words in caught.value.detail
