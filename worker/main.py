@@ -19,6 +19,7 @@ from filelock import FileLock, Timeout
 
 from client import ApiError, Client
 from harness.config import HarnessSettings
+from harness.result import RunResult
 from harness.runner import run_experiment
 from worker.backoff import Backoff, Stopped, describe, retry
 from worker.datacache import DataCacheError, ensure_prepared
@@ -238,7 +239,7 @@ class Worker:
             entry.result_id,
         )
         if self.options.timings is not None:
-            self.record_timings(claim, claimed_at, started_at, ended_at, result.model_dump(mode="json"))
+            self.record_timings(experiment_id, claimed_at, started_at, result)
 
     def release(self, lease_id: str, reason: str) -> None:
         """Give the experiment back to the queue; a few quick tries, then lease expiry covers it."""
@@ -261,23 +262,16 @@ class Worker:
         log.warning("lease %s: could not release it; it returns to the queue when it expires", lease_id)
 
     def record_timings(
-        self,
-        claim: dict[str, Any],
-        claimed_at: float,
-        started_at: float,
-        ended_at: float,
-        result: dict[str, Any],
+        self, experiment_id: Any, claimed_at: float, started_at: float, result: RunResult
     ) -> None:
+        """One JSON line per experiment: when it was claimed, run, spooled, and its measured times."""
         assert self.options.timings is not None
         line = {
-            "experiment_id": claim["experiment_id"],
+            "experiment_id": experiment_id,
             "claimed_at": claimed_at,
             "run_started_at": started_at,
-            "run_ended_at": ended_at,
             "spooled_at": time.time(),
-            "training_seconds": result.get("training_seconds"),
-            "total_seconds": result.get("total_seconds"),
-            "status": result.get("status"),
+            **result.model_dump(mode="json", exclude={"log_tail"}),
         }
         with open(self.options.timings, "a") as f:
             f.write(json.dumps(line) + "\n")

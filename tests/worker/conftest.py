@@ -1,220 +1,24 @@
-"""Real processes for worker tests: the server (uvicorn via `autoresearch serve`) on a free port
-with SQLite and a research repo in tmp, and workers started as `autoresearch work --cpu`.
-
-All of them use the `test` preset data prepared once by tests/fixtures_data.py.
+"""Fixtures for worker tests: a fresh real server per test (see processes.py), on the `test`
+preset data prepared once by tests/fixtures_data.py.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import signal
-import socket
-import sqlite3
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
-from client import Client
 from harness.config import HarnessSettings
 from harness.prepared import PreparedPaths
 from tests.fixtures_data import test_data  # noqa: F401  (session fixture)
 from tests.worker.candidates import bigram
+from tests.worker.processes import Project, start_project
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "cli.main"]
 # Short, so that a killed worker's experiment is requeued within seconds. Tests that take the
 # server down for longer ask for a longer lease with @pytest.mark.parametrize("project", [60],
 # indirect=True).
 LEASE_SECONDS = 3.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
-    """Poll `condition` until it returns something truthy; fail naming `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
-
-
-@dataclass
-class ServerProcess:
-    env: dict[str, str]
-    port: int
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it
-        self.proc = subprocess.Popen(
-            [*CLI, "serve", "--port", str(self.port)], env=self.env, cwd=REPO_ROOT, stdout=log, stderr=log
-        )
-        wait_until(self._healthy, 60, f"the server on port {self.port} (log: {self.log_path})")
-
-    def _healthy(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(
-                f"the server exited with {self.proc.returncode}:\n{self.log_path.read_text()}"
-            )
-        try:
-            return httpx.get(f"{self.url}/api/v1/healthz", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-
-@dataclass
-class WorkerProcess:
-    name: str
-    args: list[str]
-    env: dict[str, str]
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> WorkerProcess:
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it
-        self.proc = subprocess.Popen(
-            [*CLI, "work", *self.args], env=self.env, cwd=REPO_ROOT, stdout=log, stderr=log
-        )
-        return self
-
-    def log(self) -> str:
-        return self.log_path.read_text() if self.log_path.exists() else ""
-
-    def check_alive(self) -> None:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(f"worker {self.name} exited with {self.proc.returncode}:\n{self.log()}")
-
-    def wait_for_log(self, pattern: str, timeout: float = 60) -> re.Match[str]:
-        def found() -> re.Match[str] | None:
-            match = re.search(pattern, self.log())
-            if match is None:
-                self.check_alive()
-            return match
-
-        return wait_until(found, timeout, f"worker {self.name} to log {pattern!r}")
-
-    def signal(self, sig: signal.Signals) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-
-    def wait(self, timeout: float) -> int:
-        assert self.proc is not None
-        return self.proc.wait(timeout=timeout)
-
-    def claimed(self) -> list[int]:
-        """Experiment ids this worker claimed, in order (from its log)."""
-        return [int(m) for m in re.findall(r"experiment (\d+) \(attempt \d+\): claimed", self.log())]
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-@dataclass
-class Project:
-    """One server with its own database and research repo, and the workers started for it."""
-
-    tmp: Path
-    settings: HarnessSettings
-    server: ServerProcess
-    worker_token: str
-    agent_token: str
-    workers: list[WorkerProcess] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    def agent(self) -> Client:
-        return Client(self.url, self.agent_token)
-
-    def worker(self, name: str, *extra: str) -> WorkerProcess:
-        env = {**self.server.env, "AUTORESEARCH_WORKER_TOKEN": self.worker_token}
-        args = [
-            "--server",
-            self.url,
-            "--cpu",
-            "--name",
-            name,
-            "--preset",
-            "test",
-            "--data-dir",
-            str(self.settings.data_dir),
-            "--state-dir",
-            str(self.tmp / "workers" / name),
-            *extra,
-        ]
-        worker = WorkerProcess(name, args, env, self.tmp / f"{name}.log")
-        self.workers.append(worker)
-        return worker.start()
-
-    def experiment(self, experiment_id: int) -> dict[str, Any]:
-        with self.agent() as client:
-            return client.experiment(experiment_id)
-
-    def final(self, experiment_id: int, timeout: float = 180) -> dict[str, Any]:
-        """The experiment once it reached a final state (waits for it)."""
-        with self.agent() as client:
-            return client.wait_for_decision(experiment_id, timeout=timeout, poll_s=0.3)
-
-    def wait_training(self, experiment_id: int, worker: WorkerProcess, timeout: float = 120) -> None:
-        """Wait until the server has progress showing `worker` training the experiment."""
-
-        def training() -> bool:
-            worker.check_alive()
-            return any(event["fraction"] > 0 for event in self.progress(experiment_id))
-
-        wait_until(training, timeout, f"experiment {experiment_id} to be training on worker {worker.name}")
-
-    def query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-        """Rows from the server's SQLite database, opened read-only (to check what it recorded)."""
-        with sqlite3.connect(f"file:{self.tmp / 'server.db'}?mode=ro", uri=True) as db:
-            return db.execute(sql, args).fetchall()
-
-    def progress(self, experiment_id: int) -> list[dict[str, Any]]:
-        answer = httpx.get(f"{self.url}/api/v1/experiments/{experiment_id}/progress", timeout=10)
-        answer.raise_for_status()
-        return answer.json()["events"]
-
-
-def run_cli(env: dict[str, str], *args: str) -> str:
-    out = subprocess.run([*CLI, *args], env=env, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
-    assert out.returncode == 0, f"autoresearch {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}"
-    return out.stdout
 
 
 @pytest.fixture
@@ -225,31 +29,8 @@ def project(
 ) -> Iterator[Project]:
     """A fresh server whose baseline (experiment 1) is a cheap bigram, and tokens for it."""
     settings, _paths = test_data
-    lease_seconds = float(getattr(request, "param", LEASE_SECONDS))
-    env = {
-        **os.environ,
-        "PRESET": "test",
-        "DATA_SOURCE": "builtin",
-        "DATA_DIR": str(settings.data_dir),
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'server.db'}",
-        "RESEARCH_REPO": str(tmp_path / "research.git"),
-        "LEASE_SECONDS": str(lease_seconds),
-        "LEASE_SWEEP_SECONDS": "0.5",
-        "PYTHONUNBUFFERED": "1",
-    }
-    baseline = tmp_path / "baseline_train.py"
-    baseline.write_text(bigram(0.05))
-    program = tmp_path / "program.md"
-    program.write_text("# Worker tests\n\nTune LEARNING_RATE.\n")
-    run_cli(env, "init", "--train-py", str(baseline), "--program-md", str(program))
-    worker_token = run_cli(env, "token", "create", "--kind", "worker", "--name", "workers").strip()
-    agent_token = run_cli(env, "token", "create", "--kind", "agent", "--name", "agent-1").strip()
-    server = ServerProcess(env, free_port(), tmp_path / "server.log")
-    server.start()
-    project = Project(tmp_path, settings, server, worker_token, agent_token)
+    project = start_project(tmp_path, settings, bigram(0.05), float(getattr(request, "param", LEASE_SECONDS)))
     try:
         yield project
     finally:
-        for worker in project.workers:
-            worker.stop()
-        server.stop()
+        project.close()

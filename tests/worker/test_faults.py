@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.worker.candidates import bigram
-from tests.worker.conftest import Project, wait_until
+from tests.worker.processes import Project, wait_until
 
 
 def results_of(project: Project, experiment_id: int) -> list[tuple[str, str]]:

@@ -1,0 +1,35 @@
+"""Stopping a real worker: SIGTERM finishes the current experiment; stop-now gives it back."""
+
+from __future__ import annotations
+
+import signal
+
+from tests.worker.candidates import bigram
+from tests.worker.processes import Project, wait_until
+
+
+def test_sigterm_finishes_current_experiment_then_stop_now_releases_the_next(project: Project) -> None:
+    with project.agent() as agent:
+        second = agent.submit("lr 0.1", train_py=bigram(0.1))["id"]
+
+    finishing = project.worker("finishing")
+    project.wait_training(1, finishing)
+    finishing.signal(signal.SIGTERM)
+    assert finishing.wait(timeout=120) == 0
+    assert finishing.claimed() == [1]  # it did not take the next one
+    assert project.experiment(1)["result"] is not None  # the run it had was finished and delivered
+    assert project.experiment(second)["status"] == "queued"
+
+    stopping = project.worker("stopping", "--stop-now")
+    project.wait_training(second, stopping)
+    stopping.signal(signal.SIGTERM)
+    assert stopping.wait(timeout=30) == 0
+    assert stopping.claimed() == [second]
+    released = wait_until(
+        lambda: (e := project.experiment(second))["status"] == "queued" and e,
+        10,
+        "the experiment to be queued",
+    )
+    assert released["result"] is None
+    assert project.query("SELECT state FROM leases WHERE experiment_id = ?", second) == [("released",)]
+    assert "released" in stopping.log()
