@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import signal
 import socket
 import sqlite3
@@ -144,6 +145,7 @@ class Project:
     server: ServerProcess
     worker_token: str
     agent_token: str
+    admin_token: str
     workers: list[WorkerProcess] = field(default_factory=list)
 
     @property
@@ -152,6 +154,9 @@ class Project:
 
     def agent(self) -> Client:
         return Client(self.url, self.agent_token)
+
+    def admin(self) -> Client:
+        return Client(self.url, self.admin_token)
 
     def worker(self, name: str, *extra: str) -> WorkerProcess:
         env = {**self.server.env, "AUTORESEARCH_WORKER_TOKEN": self.worker_token}
@@ -220,6 +225,7 @@ def start_project(
     tmp: Path, settings: HarnessSettings, baseline_train_py: str, lease_seconds: float, **env_extra: str
 ) -> Project:
     """Init a research repo and database in `tmp`, create tokens and start the server."""
+    admin_token = secrets.token_urlsafe(24)
     env = {
         **os.environ,
         "PRESET": settings.preset,
@@ -230,6 +236,7 @@ def start_project(
         "LEASE_SECONDS": str(lease_seconds),
         "LEASE_SWEEP_SECONDS": "0.5",
         "PYTHONUNBUFFERED": "1",
+        "ADMIN_TOKEN": admin_token,
         **env_extra,
     }
     baseline = tmp / "baseline_train.py"
@@ -241,4 +248,4 @@ def start_project(
     agent_token = run_cli(env, "token", "create", "--kind", "agent", "--name", "agent-1").strip()
     server = ServerProcess(env, free_port(), tmp / "server.log")
     server.start()
-    return Project(tmp, settings, server, worker_token, agent_token)
+    return Project(tmp, settings, server, worker_token, agent_token, admin_token)

@@ -33,3 +33,15 @@ def test_sigterm_finishes_current_experiment_then_stop_now_releases_the_next(pro
     assert released["result"] is None
     assert project.query("SELECT state FROM leases WHERE experiment_id = ?", second) == [("released",)]
     assert "released" in stopping.log()
+
+
+def test_cancel_from_the_server_stops_the_run_and_the_worker_goes_on(project: Project) -> None:
+    worker = project.worker("w")
+    project.wait_training(1, worker)
+    with project.admin() as admin:
+        admin.cancel(1)
+    worker.wait_for_log(r"the server asked to cancel this experiment; cancelling the run", timeout=30)
+    assert project.final(1, timeout=30)["status"] == "cancelled"
+    assert project.query("SELECT state FROM leases WHERE experiment_id = 1") == [("released",)]
+    worker.wait_for_log(r"idle: waiting for queued experiments", timeout=30)  # back in its claim loop
+    worker.check_alive()
