@@ -4,6 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml | sha256sum | cut -c1-12)
 PRESET ?= cpu
 WORKERS ?= 1
+GPU ?=
 
 .PHONY: run test lint bench
 
@@ -15,7 +16,7 @@ $(STAMP): requirements.txt pyproject.toml
 
 # Creates the venv, installs, prepares the built-in data, starts server + worker, prints the URL.
 run: $(STAMP)
-	$(VENV)/bin/autoresearch up --preset $(PRESET) --workers $(WORKERS)
+	$(VENV)/bin/autoresearch up --preset $(PRESET) --workers $(WORKERS) $(if $(GPU),--gpu,)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
