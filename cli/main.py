@@ -20,6 +20,7 @@ COMMAND_MODULES: list[str] = [
     "best",
     "results_tsv",
     "agent",
+    "run",
 ]
 
 

@@ -103,7 +103,7 @@ def run_experiment(
             if verdict is None:
                 pacer.offer(
                     ProgressEvent(
-                        step=outcome.steps or 0,
+                        step=outcome.step or 0,
                         fraction=1.0,
                         phase="score",
                         elapsed_s=time.monotonic() - started,

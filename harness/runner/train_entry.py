@@ -37,7 +37,7 @@ class Progress:
         self.allowance = allowance
         self.first_step_after: float | None = None
         self.last_sent = 0.0
-        self.max_step = 0
+        self.steps = 0  # ctx.log calls: the contract is one per step
         self.tokens = 0
 
     def time_left(self) -> float:
@@ -48,13 +48,15 @@ class Progress:
         now = time.monotonic()
         if self.first_step_after is None:
             self.first_step_after = now - self.spawned_at
-        self.max_step = max(self.max_step, int(step))
+        self.steps += 1
         loss = float(loss)
         diverged = math.isnan(loss) or math.isinf(loss) or loss > DIVERGED_LOSS
         if diverged or self.last_sent == 0.0 or now - self.last_sent >= PROGRESS_INTERVAL_S:
             self.last_sent = now
             fields = {k: float(v) for k, v in extra.items() if isinstance(v, int | float)}
-            self.reporter.send("progress", step=int(step), loss=loss, tokens=self.tokens, **fields)
+            self.reporter.send(
+                "progress", step=int(step), steps=self.steps, loss=loss, tokens=self.tokens, **fields
+            )
         if diverged:
             raise TrainingDivergedError(f"loss is {loss} at step {step}: training diverged")
 
@@ -139,7 +141,7 @@ def main(config: dict[str, Any]) -> None:
         reporter.error(where, exc, kind)
         finish(1)
     cuda_peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
-    reporter.send("stats", steps=progress.max_step, tokens=progress.tokens, cuda_peak_bytes=cuda_peak)
+    reporter.send("stats", steps=progress.steps, tokens=progress.tokens, cuda_peak_bytes=cuda_peak)
     reporter.send("phase", name="saved")
     finish(0)
 

@@ -42,7 +42,8 @@ class TrainOutcome:
     peak_rss_bytes: int = 0
     error: dict[str, str] = field(default_factory=dict)  # (claimed) where, kind, message, traceback
     saved: bool = False  # (claimed) the entry reported the weights saved
-    steps: int | None = None  # (claimed)
+    steps: int | None = None  # (claimed) ctx.log calls
+    step: int | None = None  # (claimed) the step number last logged, for progress
     tokens: int | None = None  # (claimed)
     cuda_peak_bytes: int | None = None  # (claimed)
     loss: float | None = None  # (claimed) the latest loss, for progress
@@ -195,8 +196,13 @@ def handle(message: dict[str, Any], after: float, outcome: TrainOutcome) -> None
     if event == "progress":
         if outcome.first_step_after is None:
             outcome.first_step_after = after
-        step, tokens = count(message.get("step")), count(message.get("tokens"))
-        outcome.steps = step if step is not None else outcome.steps
+        step, steps, tokens = (
+            count(message.get("step")),
+            count(message.get("steps")),
+            count(message.get("tokens")),
+        )
+        outcome.step = step if step is not None else outcome.step
+        outcome.steps = steps if steps is not None else outcome.steps
         outcome.tokens = tokens if tokens is not None else outcome.tokens
         loss, speed = number(message.get("loss")), number(message.get("tokens_per_s"), 0.0)
         if loss is not None and (math.isnan(loss) or math.isinf(loss) or loss > DIVERGED_LOSS):
@@ -227,7 +233,7 @@ def report(
     )
     pacer.offer(
         ProgressEvent(
-            step=outcome.steps or 0,
+            step=outcome.step or 0,
             loss=outcome.loss,
             tokens_per_s=outcome.tokens_per_s,
             fraction=min(1.0, trained / budget) if budget > 0 else 0.0,

@@ -46,13 +46,15 @@ def run_candidate(settings: HarnessSettings, tmp_path: Path) -> RunCandidate:
     work_root = tmp_path / "runs"
     work_root.mkdir()
 
-    def run(train_py: Path, events: list[ProgressEvent] | None = None, **overrides: Any) -> RunResult:
+    def run(
+        train_py: Path, on_progress: Callable[[ProgressEvent], None] | None = None, **overrides: Any
+    ) -> RunResult:
         options = {key: overrides.pop(key) for key in ("unsafe_no_sandbox", "cancel") if key in overrides}
         chosen = settings.model_copy(update=overrides)
         result = run_experiment(
             train_py,
             chosen,
-            on_progress=events.append if events is not None else None,
+            on_progress=on_progress,
             work_root=work_root,
             **options,
         )

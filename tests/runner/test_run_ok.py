@@ -7,6 +7,7 @@ import math
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
@@ -26,7 +27,7 @@ def test_honest_candidate_is_trained_scored_and_reported(settings: HarnessSettin
         events.append(event)
         stamps.append(time.monotonic())
 
-    result = run_candidate(GOOD, events=_Recorder(record))
+    result = run_candidate(GOOD, on_progress=record)
     assert result.status == "ok", result.log_tail
     assert result.error_class is None and result.error_message is None
     assert result.sandbox is True
@@ -53,17 +54,6 @@ def test_honest_candidate_is_trained_scored_and_reported(settings: HarnessSettin
     assert any(event.phase == "train" and event.loss is not None for event in events)
 
 
-class _Recorder(list):
-    """A list whose append also calls `record`, to timestamp events as they arrive."""
-
-    def __init__(self, record) -> None:
-        super().__init__()
-        self.record = record
-
-    def append(self, event: ProgressEvent) -> None:
-        self.record(event)
-
-
 def test_score_equals_evaluate_bpb_of_the_same_weights(settings: HarnessSettings, run_candidate) -> None:
     """The idle candidate's weights are its seeded initialisation, so the score is known exactly."""
     result = run_candidate(FOLDER / "no_training.py")
@@ -73,7 +63,7 @@ def test_score_equals_evaluate_bpb_of_the_same_weights(settings: HarnessSettings
     expected = evaluate_bpb(
         model, prepared_paths(settings).val_dir, torch.device("cpu"), settings.eval_batch_rows
     )
-    assert result.val_bpb == expected or abs(result.val_bpb - expected) < 1e-9
+    assert result.val_bpb == pytest.approx(expected, rel=1e-9)
 
 
 def test_repeated_runs_give_the_same_score_for_the_same_weights(run_candidate) -> None:

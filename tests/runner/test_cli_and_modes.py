@@ -1,0 +1,95 @@
+"""`autoresearch run`, the refusal to run without a sandbox, the unsafe mode, and cancelling."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from cli.main import main
+from harness.prepared import read_manifest
+from harness.result import ProgressEvent
+from harness.runner import sandbox
+from tests.fixtures_data import CACHE_DIR
+from tests.runner.candidates import GOOD, compose
+
+
+def cli(*args: str) -> list[str]:
+    return ["run", *args, "--preset", "test", "--data-dir", str(CACHE_DIR)]
+
+
+def test_cli_summary_block_is_the_harness_s_own(test_data, tmp_path: Path, capsys) -> None:
+    """The candidate prints a fake summary; stdout holds only the harness's, with the real score."""
+    code = main(cli(str(compose(tmp_path, "hostile/fake_val_bpb.py"))))
+    out = capsys.readouterr()
+    assert code == 0, out
+    lines = out.out.splitlines()
+    claimed = [line for line in lines if line.startswith("val_bpb:")]
+    assert len(claimed) == 1 and float(claimed[0].split()[1]) > 1.0
+    for key in ("training_seconds:", "total_seconds:", "peak_vram_mb:", "num_steps:", "num_params_M:"):
+        assert any(line.startswith(key) for line in lines), key
+    assert "status:           ok" in lines and "sandbox:          on" in lines
+    assert "score" in out.err  # live progress went to stderr
+
+
+def test_cli_json_record(test_data, capsys) -> None:
+    code = main(cli(str(GOOD), "--json"))
+    record = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert record["status"] == "ok" and record["val_bpb"] > 0 and record["sandbox"] is True
+    assert record["harness_id"] == read_manifest(test_data[0])["harness_id"]
+
+
+def test_cli_missing_file_is_a_usage_error(test_data, tmp_path: Path, capsys) -> None:
+    missing = tmp_path / "nope" / "train.py"
+    assert main(cli(str(missing))) == 2
+    assert f"{missing}: no such file" in capsys.readouterr().err
+
+
+def test_without_bubblewrap_candidates_are_refused(
+    test_data, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
+    sandbox.check_bwrap.cache_clear()
+    try:
+        assert main(cli(str(GOOD))) == 2
+    finally:
+        sandbox.check_bwrap.cache_clear()
+    err = capsys.readouterr().err
+    assert "bubblewrap (bwrap) is not installed" in err and "--unsafe-no-sandbox" in err
+
+
+def test_unsafe_mode_runs_unconfined_and_says_so(run_candidate, tmp_path: Path) -> None:
+    """The same candidate that the sandbox cuts off reaches a host server without it."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(30)
+    port = server.getsockname()[1]
+    received: list[bytes] = []
+    thread = threading.Thread(target=lambda: received.append(server.accept()[0].recv(100)), daemon=True)
+    thread.start()
+    try:
+        candidate = compose(tmp_path, "hostile/opens_socket.py", addresses=[("127.0.0.1", port)])
+        result = run_candidate(candidate, unsafe_no_sandbox=True)
+        thread.join(timeout=5)
+    finally:
+        server.close()
+    assert result.sandbox is False
+    assert "NO SANDBOX (--unsafe-no-sandbox)" in result.log_tail
+    assert "CONNECTED" in result.log_tail and received and received[0].startswith(b"leak from")
+
+
+def test_cancel_stops_the_run_at_once(run_candidate, tmp_path: Path) -> None:
+    cancel = threading.Event()
+
+    def on_progress(event: ProgressEvent) -> None:
+        if event.phase == "train":
+            cancel.set()
+
+    result = run_candidate(
+        compose(tmp_path, "hostile/sleeps_forever.py"), on_progress=on_progress, cancel=cancel
+    )
+    assert (result.status, result.error_class) == ("crash", "cancelled"), result.log_tail
+    assert result.training_seconds < 3.0  # the candidate would sleep until the deadline
