@@ -114,9 +114,9 @@ def _capped(docs: list[str], max_bytes: int) -> Iterator[str]:
         yield doc
 
 
-def fetch_builtin(raw_dir: Path, corpus_max_bytes: int, root: Path | None = None) -> None:
+def fetch_builtin(raw_dir: Path, corpus_max_bytes: int) -> None:
     """Write the corpus as parquet: raw/train/shard_*.parquet and the pinned raw/val/shard_val.parquet."""
-    root = root or stdlib_root()
+    root = stdlib_root()
     train, val = corpus_documents(root)
     if not train or not val:
         raise DataError(
