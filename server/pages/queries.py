@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from sqlalchemy import Select, case, func, select
 from sqlalchemy.orm import Session
@@ -31,7 +31,6 @@ from server.models import (
     Worker,
     utcnow,
 )
-from server.pages.chart import Finished
 
 # Statuses that end a run with an outcome worth plotting (cancelled runs were stopped, not judged).
 PLOTTED_STATUSES = (KEPT, REVERTED, REBASED, STALE, INFRA_FAILED)
@@ -79,14 +78,9 @@ def plotted_key(totals: dict[str, tuple[int, int]]) -> tuple[tuple[int, int], ..
     return tuple(totals.get(status, (0, 0)) for status in PLOTTED_STATUSES)
 
 
-def unscored_reverted(session: Session) -> int:
-    """Reverted experiments without a score: their run crashed (or was invalid, or timed out)."""
-    statement = select(func.count()).where(Experiment.status == REVERTED, Experiment.val_bpb.is_(None))
-    return int(session.scalar(statement) or 0)
-
-
 def summary(session: Session, totals: dict[str, tuple[int, int]], crashed_runs: int) -> Summary:
-    """The headline numbers; `crashed_runs` is `unscored_reverted` (cached with the chart)."""
+    """The headline numbers; `crashed_runs` counts reverted experiments without a score (their run
+    crashed, timed out or was invalid), which the chart cache knows."""
     project = load_project(session)
 
     def total(*statuses: str) -> int:
@@ -114,19 +108,39 @@ def summary(session: Session, totals: dict[str, tuple[int, int]], crashed_runs: 
     )
 
 
-def finished_points(session: Session) -> list[Finished]:
-    """Every plotted experiment in order of completion (descriptions only for kept ones).
+class PlottedRow(NamedTuple):
+    status: str
+    finished_at: datetime | None
+    id: int
+    kept: bool
+    val_bpb: float | None
+    description: str  # only for kept experiments (the chart labels those alone)
+
+
+def plotted_rows(session: Session, after: tuple[datetime, int] | None = None) -> list[PlottedRow]:
+    """Plotted experiments in order of completion: all, or those after `after` (finished_at, id).
 
     Run as a Core statement on the session's connection: ten thousand plain rows, no ORM
     loading machinery in between.
     """
     kept = Experiment.status == KEPT
     statement = (
-        select(Experiment.id, kept, Experiment.val_bpb, case((kept, Experiment.description), else_=""))
+        select(
+            Experiment.status,
+            Experiment.finished_at,
+            Experiment.id,
+            kept,
+            Experiment.val_bpb,
+            case((kept, Experiment.description), else_=""),
+        )
         .where(Experiment.status.in_(PLOTTED_STATUSES))
         .order_by(Experiment.finished_at, Experiment.id)
     )
-    return [Finished._make(row) for row in session.connection().execute(statement)]
+    if after is not None:
+        finished_at, id_ = after
+        later = Experiment.finished_at > finished_at
+        statement = statement.where(later | ((Experiment.finished_at == finished_at) & (Experiment.id > id_)))
+    return [PlottedRow._make(row) for row in session.connection().execute(statement)]
 
 
 @dataclass(frozen=True)

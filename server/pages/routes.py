@@ -62,7 +62,7 @@ def leaderboard(
     with ctx.db.read() as session:
         totals = queries.status_totals(session)
         plotted = request.app.state.pages_chart.view(session, totals)
-        summary = queries.summary(session, totals, plotted.crashed_runs)
+        summary = queries.summary(session, totals, plotted.plotted.crashed_runs)
         table = queries.table_page(
             session, status=status, agent=agent, sort=sort, descending=order == "desc", page=page
         )

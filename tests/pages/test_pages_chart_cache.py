@@ -1,0 +1,66 @@
+"""The cached chart is always the chart a fresh read of the database would draw."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from bench.pages import seed_experiments
+from server.core.db import Database, create_db_engine
+from server.models import INFRA_FAILED, KEPT, REVERTED, Experiment
+from server.pages import queries
+from server.pages.chart_cache import ChartCache
+from tests.pages.live_server import init_research
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    settings, _agents, _worker = init_research(tmp_path, agents=("alice",))
+    database = Database(create_db_engine(settings.resolved_database_url))
+    yield database
+    database.dispose()
+
+
+def finish(db: Database, status: str, val_bpb: float | None, finished_at: datetime) -> None:
+    """One more plotted experiment, finished at `finished_at` (on the baseline's commit)."""
+    with db.write() as session:
+        base = session.get(Experiment, 1)
+        assert base is not None
+        session.add(
+            Experiment(
+                source="agent", description=f"late {uuid.uuid4().hex[:6]}", base_commit=base.commit_sha,
+                commit_sha=base.commit_sha, status=status, created_at=finished_at, queued_at=finished_at,
+                finished_at=finished_at, val_bpb=val_bpb,
+            )
+        )  # fmt: skip
+
+
+def view_markup(cache: ChartCache, db: Database) -> tuple[str, int]:
+    with db.read() as session:
+        view = cache.view(session, queries.status_totals(session))
+        return str(view.markup), view.plotted.crashed_runs
+
+
+def test_the_cached_chart_is_always_a_fresh_read(db: Database) -> None:
+    seed_experiments(db, 40, in_flight=2)
+    cache = ChartCache()
+    first, _ = view_markup(cache, db)
+    later = datetime.now(UTC) + timedelta(days=1)
+    steps = [
+        (KEPT, 0.5, later),  # finishes after everything read so far: read incrementally
+        (REVERTED, None, later + timedelta(minutes=1)),  # a crash
+        (INFRA_FAILED, None, later + timedelta(minutes=2)),
+        (REVERTED, 0.9, datetime(2000, 1, 1, tzinfo=UTC)),  # "before" the others: read everything again
+    ]
+    previous = first
+    for status, val_bpb, finished_at in steps:
+        finish(db, status, val_bpb, finished_at)
+        cached = view_markup(cache, db)
+        assert cached == view_markup(ChartCache(), db)
+        assert cached[0] != previous
+        previous = cached[0]
+    assert view_markup(cache, db) == (previous, view_markup(ChartCache(), db)[1])  # unchanged: same view
