@@ -1,0 +1,41 @@
+"""Time accounting rules (harness.runner.timing): properties that must hold for any timings."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.runner import timing
+
+seconds = st.floats(min_value=0.0, max_value=1e5, allow_nan=False)
+first_step = st.none() | seconds
+
+
+@given(first=first_step, lifetime=seconds, allowance=seconds)
+def test_startup_credit_is_bounded_and_splits_the_lifetime(first, lifetime, allowance) -> None:
+    credit = timing.startup_credit(first, lifetime, allowance)
+    trained = timing.training_seconds(first, lifetime, allowance)
+    assert 0.0 <= credit <= min(allowance, lifetime)
+    assert abs(credit + trained - lifetime) <= 1e-9 * max(1.0, lifetime)
+    if first is not None and first <= min(allowance, lifetime):
+        assert credit == first  # the first step ends startup
+
+
+@given(first=first_step, lifetime=seconds, later=seconds, allowance=seconds)
+def test_training_time_never_runs_backwards(first, lifetime, later, allowance) -> None:
+    assert timing.training_seconds(first, lifetime + later, allowance) >= timing.training_seconds(
+        first, lifetime, allowance
+    )
+
+
+@given(budget=st.floats(min_value=0.1, max_value=1e4), allowance=seconds)
+def test_the_hard_deadline_lies_beyond_every_run_that_is_merely_over_budget(budget, allowance) -> None:
+    deadline = timing.train_deadline(budget, allowance)
+    assert deadline > allowance + budget + timing.over_budget_tolerance(budget)
+    assert not timing.is_over_budget(budget + timing.over_budget_tolerance(budget), budget)
+    assert timing.is_over_budget(budget + timing.over_budget_tolerance(budget) + 1e-6 * budget + 1e-9, budget)
+
+
+def test_tolerance_is_two_percent_with_a_floor() -> None:
+    assert timing.over_budget_tolerance(300.0) == 6.0
+    assert timing.over_budget_tolerance(3.0) == timing.OVER_BUDGET_TOLERANCE_MIN_S
