@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from server.context import AppContext
@@ -26,19 +26,32 @@ def get_ctx(request: Request) -> AppContext:
 Ctx = Annotated[AppContext, Depends(get_ctx)]
 
 
-def caller(
-    ctx: Ctx, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> Principal | None:
-    if credentials is None:
-        return None
+def _lookup(ctx: AppContext, token: str) -> Principal:
     with ctx.db.read() as session:
-        principal = find_principal(session, credentials.credentials)
+        principal = find_principal(session, token)
     if principal is None:
         raise Problem(401, "invalid-token", "the bearer token is unknown or revoked", headers=_CHALLENGE)
     return principal
 
 
-Caller = Annotated[Principal | None, Depends(caller)]
+def bearer_caller(
+    ctx: Ctx, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Principal | None:
+    """The caller of an endpoint that needs a token (declared as bearer security in OpenAPI)."""
+    return _lookup(ctx, credentials.credentials) if credentials is not None else None
+
+
+def optional_caller(
+    ctx: Ctx, authorization: Annotated[str | None, Header(include_in_schema=False)] = None
+) -> Principal | None:
+    """The caller of a read, which is public unless PUBLIC_READS=false (so not declared in OpenAPI)."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return _lookup(ctx, token.strip())
+
+
+Caller = Annotated[Principal | None, Depends(bearer_caller)]
 
 
 def _authenticated(principal: Principal | None) -> Principal:
@@ -72,7 +85,9 @@ def require_admin(principal: Caller) -> Principal:
     return principal
 
 
-def require_reader(ctx: Ctx, principal: Caller) -> Principal | None:
+def require_reader(
+    ctx: Ctx, principal: Annotated[Principal | None, Depends(optional_caller)]
+) -> Principal | None:
     if not ctx.settings.public_reads:
         return _authenticated(principal)
     return principal

@@ -283,3 +283,32 @@ def worker_factory() -> Callable[..., SimWorker]:
 @pytest.fixture
 def baseline_source() -> str:
     return BASELINE
+
+
+@pytest.fixture(scope="module")
+def seeded_live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Live, dict[str, str]]]:
+    """A server with history (kept, reverted, crashed, queued, running experiments) and tokens.
+
+    Claims never wait here (CLAIM_MAX_WAIT_S=0), so that generated requests stay quick.
+    """
+    folder = tmp_path_factory.mktemp("seeded")
+    settings = make_settings(folder, claim_max_wait_s=0.0)
+    init_with_small_baseline(settings, folder)
+    app = create_app(settings)
+    with serve(app) as url:
+        live = Live(url, app, settings)
+        tokens = {
+            "agent": live.token("agent", "seed-agent"),
+            "worker": live.token("worker", "seed-worker"),
+            "admin": "admin-secret",
+        }
+        worker = sim_worker(live, "seed-gpu", tokens["worker"])
+        worker.run_next(1.0)
+        agent = Client(url, tokens["agent"])
+        for i in range(5):
+            agent.submit(f"seed {i}", train_py=BASELINE + f"# seed {i}\n", hypothesis="h")
+        worker.run_next(0.99)
+        worker.run_next(1.2)
+        worker.run_next(None, status="crash", error_class="train_error")
+        worker.claim()
+        yield live, tokens

@@ -109,8 +109,12 @@ def get_experiment(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> Ex
     return view
 
 
-@router.get("/{experiment_id}/diff", response_class=PlainTextResponse, responses=_ERRORS)
-def get_diff(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> PlainTextResponse:
+class DiffResponse(PlainTextResponse):
+    media_type = "text/x-diff"
+
+
+@router.get("/{experiment_id}/diff", response_class=DiffResponse, responses=_ERRORS)
+def get_diff(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> DiffResponse:
     """The unified diff of train.py from the experiment's base to its commit."""
     with ctx.db.read() as session:
         experiment = session.get(Experiment, experiment_id)
@@ -120,7 +124,7 @@ def get_diff(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> PlainTex
     old = (
         ctx.repo.train_py(experiment.base_commit).decode("utf-8", "replace") if experiment.base_commit else ""
     )
-    return PlainTextResponse(make_patch(old, new), media_type="text/x-diff")
+    return DiffResponse(make_patch(old, new))
 
 
 @router.get("/{experiment_id}/log", response_class=PlainTextResponse, responses=_ERRORS)

@@ -15,12 +15,16 @@ router = APIRouter(tags=["results.tsv"])
 MAX_IMPORT_BYTES = 20_000_000
 
 
-@router.get("/results.tsv", response_class=PlainTextResponse)
-def export_tsv(ctx: Ctx, _reader: Reader) -> PlainTextResponse:
+class TsvResponse(PlainTextResponse):
+    media_type = "text/tab-separated-values"
+
+
+@router.get("/results.tsv", response_class=TsvResponse)
+def export_tsv(ctx: Ctx, _reader: Reader) -> TsvResponse:
     """Every result so far (imported history first) as commit, val_bpb, memory_gb, status, description."""
     with ctx.db.read() as session:
         lines = [tsv.HEADER, *(row.line() for row in tsv.export_rows(session))]
-    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/tab-separated-values")
+    return TsvResponse("\n".join(lines) + "\n")
 
 
 @router.post(
