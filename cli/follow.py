@@ -12,6 +12,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,7 +78,8 @@ def describe(event: Event) -> str:
     return event.type
 
 
-def _open_stream(client: Client, last_event_id: int | None, read_timeout: float) -> httpx.Response:
+@contextmanager
+def _open_stream(client: Client, last_event_id: int | None, read_timeout: float) -> Iterator[httpx.Response]:
     headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
     request = client.http.build_request(
         "GET",
@@ -87,15 +89,17 @@ def _open_stream(client: Client, last_event_id: int | None, read_timeout: float)
         timeout=httpx.Timeout(30.0, read=read_timeout),
     )
     stream = client.http.send(request, stream=True)
-    if stream.status_code != 200:
-        stream.read()
+    try:
+        if stream.status_code != 200:
+            stream.read()
+            try:
+                problem = stream.json()
+            except ValueError:
+                problem = {"title": stream.reason_phrase, "detail": stream.text[:500]}
+            raise ApiError(stream.status_code, problem, "GET", str(stream.url))
+        yield stream
+    finally:
         stream.close()
-        try:
-            problem = stream.json()
-        except ValueError:
-            problem = {"title": stream.reason_phrase, "detail": stream.text[:500]}
-        raise ApiError(stream.status_code, problem, "GET", str(stream.url))
-    return stream
 
 
 def follow(

@@ -127,7 +127,9 @@ def test_services_start_in_order_and_workers_get_gpus_and_a_working_sandbox(
 
 def test_the_worker_entrypoint_is_installed_by_the_dockerfile(resolved: dict[str, Any]) -> None:
     (entrypoint,) = resolved["services"]["worker"]["entrypoint"]
-    copies = [line.split() for line in (REPO / "Dockerfile").read_text().splitlines() if line.startswith("COPY")]
+    copies = [
+        line.split() for line in (REPO / "Dockerfile").read_text().splitlines() if line.startswith("COPY")
+    ]
     installed = {words[-1]: words[-2] for words in copies}
     assert installed[f"/usr/local/bin/{entrypoint}"] == "docker/gpu-worker.sh"
 

@@ -1,0 +1,166 @@
+"""The agent-side CLI against a real server and a real worker: submit, status, best, export, import.
+
+Everything on the server side runs for real: `autoresearch serve` with SQLite on a free port and a
+sandboxed CPU worker on the `test` preset. Submissions run as subprocesses, exactly as a user
+types them; the other commands run through cli.main in this process (the same code, without a
+Python start-up per call).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.kit.cli_process import ADMIN_TOKEN, BASELINE_LR, cli, in_process, write
+from tests.worker.candidates import bigram
+from tests.worker.processes import Project
+
+FINAL = {"kept", "reverted", "rebased", "stale", "cancelled", "infra_failed"}
+
+
+def patch_of(old: str, new: str) -> str:
+    diff = difflib.unified_diff(old.splitlines(True), new.splitlines(True), "a/train.py", "b/train.py")
+    return "".join(diff)
+
+
+@pytest.fixture(scope="module")
+def submitted(project: Project, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A patch submitted with --wait (the baseline runs first), then an edited train.py with -q."""
+    tmp = tmp_path_factory.mktemp("submissions")
+    patch = write(tmp / "lr.patch", patch_of(bigram(BASELINE_LR), bigram(0.03)))
+    waited = cli(
+        *("submit", str(patch), "-m", "lr 0.03", "--hypothesis", "a smaller step is steadier"),
+        *("--wait", "--timeout", "240"),
+        server=project.url,
+        token=project.agent_token,
+    )
+    assert waited.returncode in (0, 3), waited.stderr
+    edited = write(tmp / "train.py", bigram(0.08))
+    quiet = cli("submit", str(edited), "-m", "lr 0.08", "-q", server=project.url, token=project.agent_token)
+    assert quiet.returncode == 0, quiet.stderr
+    patch_id = int(re.match(r"experiment (\d+) ", waited.stdout)[1])  # type: ignore[index]
+    return {"patch_id": patch_id, "waited": waited, "edited_id": int(quiet.stdout), "quiet": quiet}
+
+
+def test_submit_prints_the_experiment_id(
+    project: Project, submitted: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert submitted["quiet"].stdout.strip().isdigit()  # -q: only the id
+    assert submitted["edited_id"] != submitted["patch_id"]
+    assert project.experiment(submitted["edited_id"])["description"] == "lr 0.08"
+    diff = in_process(capsys, "status", str(submitted["edited_id"]), "--diff", server=project.url)
+    assert "+LEARNING_RATE = 0.08" in diff.out
+
+
+def test_submit_wait_follows_the_experiment_to_its_decision(
+    project: Project, submitted: dict[str, Any]
+) -> None:
+    out = submitted["waited"].stdout
+    final = project.experiment(submitted["patch_id"])
+    assert final["status"] in FINAL
+    assert final["hypothesis"] == "a smaller step is steadier"
+    assert out.startswith(f"experiment {final['id']} queued")
+    assert f"experiment {final['id']}: started on worker kit-worker" in out
+    assert f"experiment {final['id']}: finished: ok, val_bpb " in out
+    assert out.strip().splitlines()[-1].startswith(f"experiment {final['id']} {final['status']}: val_bpb ")
+    assert submitted["waited"].returncode == (0 if final["status"] == "kept" else 3)
+
+
+def test_an_identical_train_py_is_not_queued_again(project: Project, submitted: dict[str, Any]) -> None:
+    again = cli(
+        "submit", "-", "-m", "same again", stdin=bigram(0.08), server=project.url, token=project.agent_token
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith(f"experiment {submitted['edited_id']}: this train.py was already")
+
+
+def test_status_lists_the_experiments_and_details_one(
+    project: Project, submitted: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    overview = in_process(capsys, "status", server=project.url)
+    assert overview.code == 0, overview.err
+    assert overview.out.startswith("best: val_bpb ")
+    rows = {line.split()[0]: line for line in overview.out.splitlines() if line[:1].isdigit()}
+    assert "lr 0.08" in rows[str(submitted["edited_id"])]
+    assert "lr 0.03" in rows[str(submitted["patch_id"])]
+
+    detail = in_process(capsys, "status", str(submitted["patch_id"]), "--log", "--diff", server=project.url)
+    assert detail.code == 0, detail.err
+    assert "  hypothesis:   a smaller step is steadier" in detail.out
+    assert "-LEARNING_RATE = 0.05\n+LEARNING_RATE = 0.03" in detail.out
+    assert "  result:       val_bpb " in detail.out
+
+
+def test_best_prints_and_writes_the_best_train_py(
+    project: Project, submitted: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with project.agent() as client:
+        best = client.best()
+    printed = in_process(capsys, "best", server=project.url)
+    assert printed.code == 0, printed.err
+    assert printed.out == best["train_py"]
+    assert f"commit {best['commit']}" in printed.err
+    written = in_process(capsys, "best", "-o", str(tmp_path / "best.py"), server=project.url)
+    assert written.code == 0, written.err
+    assert (tmp_path / "best.py").read_text() == best["train_py"]
+
+
+def test_export_gives_results_tsv_and_import_brings_it_back(
+    project: Project, submitted: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project.final(submitted["edited_id"])
+    tsv = tmp_path / "results.tsv"
+    exported = in_process(capsys, "export", "-o", str(tsv), server=project.url)
+    assert exported.code == 0, exported.err
+    lines = tsv.read_text().splitlines()
+    assert lines[0].split("\t") == ["commit", "val_bpb", "memory_gb", "status", "description"]
+    rows = lines[1:]
+    assert len(rows) == 3  # the baseline and both submissions have results
+    assert all(
+        len(row.split("\t")) == 5 and row.split("\t")[3] in ("keep", "discard", "crash") for row in rows
+    )
+    assert [row.split("\t")[4] for row in rows] == ["baseline", "lr 0.03", "lr 0.08"]
+
+    imported = in_process(capsys, "import", str(tsv), server=project.url, token=ADMIN_TOKEN)
+    assert imported.code == 0, imported.err
+    assert imported.out.startswith(f"imported 3 rows from {tsv}; skipped 0")
+    # Imported rows are history: listed first, apart from (and never compared with) the experiments.
+    assert in_process(capsys, "export", server=project.url).out.splitlines() == [lines[0], *rows, *rows]
+    again = in_process(capsys, "import", str(tsv), server=project.url, token=ADMIN_TOKEN)
+    assert again.out.startswith(f"imported 0 rows from {tsv}; skipped 3")
+
+
+def test_errors_name_the_fix(project: Project, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    no_server = cli("status")  # as a subprocess: the message and exit status a user sees
+    assert no_server.returncode == 1
+    assert "give the server URL with --server or $AUTORESEARCH_SERVER" in no_server.stderr
+
+    def error(*args: str, token: str | None = "t") -> str:
+        outcome = in_process(capsys, *args, server=project.url, token=token)
+        assert outcome.code == 1
+        return outcome.err
+
+    train_py = str(write(tmp_path / "t.py", bigram(0.2)))
+    assert "give a token with --token or $AUTORESEARCH_TOKEN" in error(
+        "submit", train_py, "-m", "x", token=None
+    )
+    wrong_token = error("submit", train_py, "-m", "x", token="nope")
+    assert "401" in wrong_token and "check --token" in wrong_token
+    assert f"{tmp_path / 'absent.patch'}: no such file" in error(
+        "submit", str(tmp_path / "absent.patch"), "-m", "x"
+    )
+    words = str(write(tmp_path / "notes.txt", "just some words\n"))
+    forced = error("submit", words, "--as", "patch", "-m", "x")
+    assert "is not a unified diff" in forced and "git diff" in forced
+    bad_patch = str(write(tmp_path / "bad.patch", patch_of("X = 1\n", "X = 2\n")))
+    refused = error("submit", bad_patch, "-m", "x", token=project.agent_token)
+    assert refused.startswith("autoresearch submit: the server refused: 422")
+    assert "no experiment 999999" in error("status", "999999", token=None)
+    not_admin = error("import", words, token=project.agent_token)
+    assert "403" in not_admin and "admin" in not_admin
+    unreachable = in_process(capsys, "best", server="http://127.0.0.1:9")
+    assert "cannot reach the server at http://127.0.0.1:9" in unreachable.err

@@ -1,0 +1,53 @@
+"""`--help` works for every registered command, and every command and option says what it does."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+
+import pytest
+
+from cli.main import COMMAND_MODULES, build_parser, main
+
+
+def commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser, str | None]]:
+    """(command path, its parser, its one-line help) for every command and sub-command."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, subparser in action.choices.items():
+                yield (*path, name), subparser, helps.get(name)
+                yield from commands(subparser, (*path, name))
+
+
+ALL_COMMANDS = [path for path, _, _ in commands(build_parser())]
+
+
+def test_every_command_module_registers_a_command() -> None:
+    assert len({path[0] for path in ALL_COMMANDS}) >= len(COMMAND_MODULES)
+    expected = {"init", "prepare", "serve", "work", "up", "db", "run", "submit", "status", "best"}
+    assert expected | {"export", "import", "token", "agent"} <= {path[0] for path in ALL_COMMANDS}
+
+
+@pytest.mark.parametrize("path", ALL_COMMANDS, ids=" ".join)
+def test_help_works(path: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*path, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: autoresearch {' '.join(path)}")
+
+
+def test_every_command_and_option_is_described() -> None:
+    undocumented = []
+    for path, parser, one_line in commands(build_parser()):
+        if not one_line:
+            undocumented.append(" ".join(path))
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+                continue
+            if not action.help:
+                undocumented.append(f"{' '.join(path)} {action.option_strings or action.dest}")
+    assert not undocumented, f"no help text: {undocumented}"
