@@ -16,7 +16,10 @@ from sqlalchemy.orm import Session
 
 from server.core.config import ServerSettings
 from server.core.db import Database
+from server.core.ttl_cache import TtlCache
+from server.crud.tokens import Principal
 from server.events import Broadcaster, Event
+from server.presence import Presence
 from server.research_repo import ResearchRepo
 
 log = logging.getLogger(__name__)
@@ -38,6 +41,11 @@ class AppContext:
     db: Database
     repo: ResearchRepo
     bus: Broadcaster
+    presence: Presence
+    # Token hash -> caller, for TOKEN_CACHE_SECONDS: a revoked token stops working within that time.
+    principals: TtlCache[str, Principal]
+    # Set once the best has a valid measurement (it never loses it): claims then skip the check.
+    best_measured: bool = False
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:

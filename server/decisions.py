@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.result import RunResult
 from server.candidates import commit_message, find_same_train_py, queue_candidate
 from server.context import AppContext, Tx
 from server.crud.experiments import agent_names, by_commit
-from server.models import KEPT, REBASED, REVERTED, STALE, Experiment, Project, Result, utcnow
+from server.models import KEPT, REBASED, REVERTED, STALE, Experiment, Project, utcnow
 from server.patches import PatchError, apply_patch, make_patch, parse_patch
 from server.research_repo import blob_sha
 
@@ -51,7 +52,7 @@ def judge_measured(val_bpb: float, reference: float | None, min_delta: float, na
     return False, f"{_fmt(val_bpb)} >= {name} {_fmt(reference)} - {_fmt(min_delta)}"
 
 
-def decide(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, result: Result) -> Verdict:
+def decide(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, result: RunResult) -> Verdict:
     """Decide, apply the decision (best, experiment status, a re-queued candidate), emit events."""
     experiment.best_before_commit = project.best_commit
     experiment.best_before_val_bpb = project.best_val_bpb
@@ -77,7 +78,7 @@ def decide(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, re
     return verdict
 
 
-def _verdict(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, result: Result) -> Verdict:
+def _verdict(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, result: RunResult) -> Verdict:
     if project.harness_id is not None and result.harness_id != project.harness_id:
         return Verdict(
             "revert",
@@ -155,7 +156,9 @@ def _agent_label(tx: Tx, experiment: Experiment) -> str:
     return agent_names(tx.session, {experiment.agent_id}).get(experiment.agent_id, "agent")
 
 
-def _advance_best(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, result: Result) -> None:
+def _advance_best(
+    ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, result: RunResult
+) -> None:
     previous = project.best_commit
     project.best_commit = experiment.commit_sha
     project.best_experiment_id = experiment.id

@@ -26,11 +26,13 @@ from server.core.config import ServerSettings, get_settings
 from server.core.db import Database, create_db_engine
 from server.core.migrate import upgrade
 from server.core.problems import install_problem_handlers
+from server.core.ttl_cache import TtlCache
 from server.crud.leases import expire_leases
 from server.crud.project import load_project
 from server.crud.tokens import sync_env_admin
 from server.events import Broadcaster
 from server.harness_pin import configured_harness_id, pin
+from server.presence import Presence
 from server.research_repo import ResearchRepo
 
 log = logging.getLogger(__name__)
@@ -63,7 +65,14 @@ def build_context(settings: ServerSettings) -> AppContext:
                 project.best_commit,
             )
             repo.set_best(project.best_commit)
-    return AppContext(settings=settings, db=db, repo=repo, bus=Broadcaster(history_size=settings.sse_history))
+    return AppContext(
+        settings=settings,
+        db=db,
+        repo=repo,
+        bus=Broadcaster(history_size=settings.sse_history),
+        presence=Presence(write_every_s=min(10.0, settings.lease_seconds / 3)),
+        principals=TtlCache(settings.token_cache_seconds),
+    )
 
 
 async def _sweep_leases(ctx: AppContext) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+import time
 from collections import OrderedDict
 from io import BytesIO
 from pathlib import Path
@@ -22,6 +23,7 @@ import git
 import gitdb.exc
 from git.objects.fun import tree_to_stream
 from gitdb import IStream
+from gitdb.db import LooseObjectDB
 
 TRAIN_PY = "train.py"
 PROGRAM_MD = "program.md"
@@ -53,18 +55,19 @@ def init_research_repo(path: Path, train_py: bytes, program_md: bytes) -> str:
     research = ResearchRepo(path)
     with research.lock:
         tree = research._write_tree({TRAIN_PY: train_py, PROGRAM_MD: program_md})
-        commit = git.Commit.create_from_tree(
-            research.repo, tree, "Baseline", parent_commits=[], author=_SERVER_ACTOR, committer=_SERVER_ACTOR
-        )
+        commit = research._write_commit(tree.binsha, [], "Baseline\n", _SERVER_ACTOR)
         git.Head.create(research.repo, BEST_BRANCH, commit, force=True)
+    research.close()
     repo.close()
-    return commit.hexsha
+    return commit
 
 
 class ResearchRepo:
     def __init__(self, path: Path, cache_size: int = 2048) -> None:
         self.path = path
         self.repo = git.Repo(path)
+        # Objects are written in Python (GitPython's default store runs `git hash-object` per object).
+        self._objects = LooseObjectDB(str(Path(self.repo.git_dir) / "objects"))
         self.lock = threading.RLock()
         self._train_py_cache: OrderedDict[str, bytes] = OrderedDict()
         self._cache_size = cache_size
@@ -72,8 +75,19 @@ class ResearchRepo:
     def close(self) -> None:
         self.repo.close()
 
+    def _store(self, kind: bytes, data: bytes) -> bytes:
+        return self._objects.store(IStream(kind, len(data), BytesIO(data))).binsha
+
     def _write_blob(self, content: bytes) -> bytes:
-        return self.repo.odb.store(IStream(git.Blob.type, len(content), BytesIO(content))).binsha
+        return self._store(git.Blob.type, content)
+
+    def _write_commit(self, tree: bytes, parents: list[str], message: str, author: git.Actor) -> str:
+        stamp = f"{int(time.time())} +0000"
+        lines = [f"tree {tree.hex()}", *(f"parent {p}" for p in parents)]
+        lines.append(f"author {author.name} <{author.email}> {stamp}")
+        lines.append(f"committer {_SERVER_ACTOR.name} <{_SERVER_ACTOR.email}> {stamp}")
+        data = ("\n".join(lines) + "\n\n" + message).encode()
+        return self._store(git.Commit.type, data).hex()
 
     def _write_tree(self, files: dict[str, bytes]) -> git.Tree:
         entries = sorted((self._write_blob(data), _BLOB_MODE, name) for name, data in files.items())
@@ -83,9 +97,7 @@ class ResearchRepo:
         entries.sort(key=lambda entry: entry[2])  # flat tree of files: plain name order
         stream = BytesIO()
         tree_to_stream(entries, stream.write)
-        data = stream.getvalue()
-        binsha = self.repo.odb.store(IStream(git.Tree.type, len(data), BytesIO(data))).binsha
-        return git.Tree(self.repo, binsha)
+        return git.Tree(self.repo, self._store(git.Tree.type, stream.getvalue()))
 
     def _commit(self, sha: str) -> git.Commit:
         try:
@@ -138,12 +150,9 @@ class ResearchRepo:
                 for binsha, mode, name in base.tree._cache
             ]
             tree = self._store_tree(entries)
-            actor = _agent_actor(agent)
-            commit = git.Commit.create_from_tree(
-                self.repo, tree, message, parent_commits=[base], author=actor, committer=_SERVER_ACTOR
-            )
-            self._train_py_cache[commit.hexsha] = train_py
-            return commit.hexsha
+            commit = self._write_commit(tree.binsha, [base.hexsha], message, _agent_actor(agent))
+            self._train_py_cache[commit] = train_py
+            return commit
 
     def set_experiment_ref(self, experiment_id: int, commit_sha: str) -> None:
         with self.lock:

@@ -13,6 +13,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from server.context import AppContext
 from server.core.problems import Problem
+from server.core.security import hash_token
 from server.crud.tokens import Principal, find_principal
 
 _bearer = HTTPBearer(auto_error=False, description="an agent, worker or admin token")
@@ -27,8 +28,13 @@ Ctx = Annotated[AppContext, Depends(get_ctx)]
 
 
 def _lookup(ctx: AppContext, token: str) -> Principal:
-    with ctx.db.read() as session:
-        principal = find_principal(session, token)
+    key = hash_token(token)
+    principal = ctx.principals.get(key)
+    if principal is None:
+        with ctx.db.read() as session:
+            principal = find_principal(session, token)
+        if principal is not None:
+            ctx.principals.put(key, principal)
     if principal is None:
         raise Problem(401, "invalid-token", "the bearer token is unknown or revoked", headers=_CHALLENGE)
     return principal

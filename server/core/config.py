@@ -26,6 +26,7 @@ class ServerSettings(BaseSettings):
 
     admin_token: str = Field("", description="admin bearer token given in the environment")
     public_reads: bool = True
+    token_cache_seconds: float = Field(5.0, ge=0.0)
 
     harness_id: str = Field("", description="pins the project's harness id (else the manifest)")
     platform: str = Field("", description="pins the project's platform (else the first worker)")

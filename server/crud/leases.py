@@ -13,7 +13,7 @@ import hashlib
 import uuid
 from datetime import timedelta
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import ColumnElement, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from server.context import AppContext, Tx
@@ -28,7 +28,6 @@ from server.models import (
     Experiment,
     Lease,
     ProgressSample,
-    Project,
     Worker,
     utcnow,
 )
@@ -37,97 +36,136 @@ from server.schemas import ClaimOut, HeartbeatOut, ProgressEventIn
 ACTIVE, EXPIRED, RELEASED, FINISHED = "active", "expired", "released", "finished"
 
 
-def _owned_worker(session: Session, principal: Principal, worker_id: str) -> Worker:
-    worker = session.get(Worker, worker_id)
-    if worker is None or worker.token_id != principal.id:
+def check_worker(ctx: AppContext, principal: Principal, worker_id: str) -> None:
+    """404 unless `worker_id` was registered with the caller's token."""
+    owner = ctx.presence.owner(worker_id)
+    if owner is None:
+        with ctx.db.read() as session:
+            worker = session.get(Worker, worker_id)
+        if worker is not None:
+            ctx.presence.remember(worker_id, worker.token_id)
+            owner = worker.token_id
+    if owner != principal.id:
         raise Problem(
             404, "unknown-worker", f"no worker {worker_id!r} registered with this token; register again"
         )
-    return worker
 
 
-def _next_queued(session: Session, project: Project) -> Experiment | None:
-    statement = (
-        select(Experiment)
-        .where(Experiment.status == QUEUED)
-        .order_by(Experiment.queued_at, Experiment.id)
-        .limit(1)
-        .with_for_update(skip_locked=True)
-    )
-    if project.best_val_bpb is None and project.best_experiment_id is not None:
-        # The best (the baseline) is not measured yet: measure it before anything is compared with it.
-        gate = session.get(Experiment, project.best_experiment_id)
-        if gate is not None and gate.status == RUNNING:
-            return None
-        if gate is not None and gate.status == QUEUED:
-            statement = statement.where(Experiment.id == gate.id)
-    return session.scalars(statement).first()
+def _touch(ctx: AppContext, session: Session, worker_id: str) -> None:
+    if ctx.presence.seen_write_due(worker_id):
+        session.execute(update(Worker).where(Worker.id == worker_id).values(last_seen_at=utcnow()))
+
+
+def _claimable(ctx: AppContext, session: Session) -> ColumnElement[bool]:
+    """Which queued experiments may be handed out now.
+
+    Until the best (the baseline) has a valid measurement, only it runs: nothing is compared
+    with an unmeasured best. Once measured, it stays measured, so the check is skipped after.
+    """
+    queued = Experiment.status == QUEUED
+    if ctx.best_measured:
+        return queued
+    project = load_project(session)
+    if project.best_val_bpb is not None or project.best_experiment_id is None:
+        ctx.best_measured = project.best_val_bpb is not None
+        return queued
+    gate = session.get(Experiment, project.best_experiment_id)
+    if gate is None or gate.status not in (QUEUED, RUNNING):
+        return queued  # the baseline ended without a valid result: the first valid result will do
+    return queued & (Experiment.id == gate.id)
 
 
 def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | None:
     """Lease the next queued experiment to this worker, or None when nothing can run now."""
+    check_worker(ctx, principal, worker_id)
     with ctx.db.read() as session:
-        worker = _owned_worker(session, principal, worker_id)
         anything = session.scalar(select(Experiment.id).where(Experiment.status == QUEUED).limit(1))
-        fresh = utcnow() - worker.last_seen_at < timedelta(seconds=ctx.settings.lease_seconds / 3)
-    if anything is None and fresh:
+    if anything is None:
+        if ctx.presence.seen_write_due(worker_id):
+            with ctx.transaction() as tx:
+                tx.session.execute(update(Worker).where(Worker.id == worker_id).values(last_seen_at=utcnow()))
         return None
     with ctx.transaction() as tx:
-        worker = _owned_worker(tx.session, principal, worker_id)
+        _touch(ctx, tx.session, worker_id)
         now = utcnow()
-        worker.last_seen_at = now
-        experiment = _next_queued(tx.session, load_project(tx.session)) if anything is not None else None
-        if experiment is None:
+        pick = (
+            select(Experiment.id)
+            .where(_claimable(ctx, tx.session))
+            .order_by(Experiment.queued_at, Experiment.id)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+            .scalar_subquery()
+        )
+        picked = tx.session.execute(
+            update(Experiment)
+            .where(Experiment.id == pick, Experiment.status == QUEUED)
+            .values(status=RUNNING, attempts=Experiment.attempts + 1, started_at=now)
+            .returning(Experiment.id, Experiment.attempts, Experiment.commit_sha, Experiment.description)
+            .execution_options(synchronize_session=False)
+        ).first()
+        if picked is None:
             return None
-        experiment.status = RUNNING
-        experiment.attempts += 1
-        experiment.started_at = now
         lease = Lease(
             id=str(uuid.uuid4()),
-            experiment_id=experiment.id,
-            worker_id=worker.id,
-            attempt=experiment.attempts,
+            experiment_id=picked.id,
+            worker_id=worker_id,
+            attempt=picked.attempts,
             state=ACTIVE,
             claimed_at=now,
             expires_at=now + timedelta(seconds=ctx.settings.lease_seconds),
         )
         tx.session.add(lease)
-        tx.emit("started", experiment_id=experiment.id, attempt=lease.attempt, worker=worker.name)
-        commit, description = experiment.commit_sha, experiment.description
-    train_py = ctx.repo.train_py(commit)
+        tx.emit("started", experiment_id=picked.id, attempt=picked.attempts, worker=worker_id)
+    train_py = ctx.repo.train_py(picked.commit_sha)
     return ClaimOut(
         lease_id=lease.id,
-        experiment_id=lease.experiment_id,
-        attempt=lease.attempt,
-        description=description,
+        experiment_id=picked.id,
+        attempt=picked.attempts,
+        description=picked.description,
         train_py=train_py.decode("utf-8"),
         train_py_sha256=hashlib.sha256(train_py).hexdigest(),
         lease_expires_at=lease.expires_at,
     )
 
 
-def held_lease(session: Session, principal: Principal, lease_id: str) -> Lease:
-    """The caller's active, unexpired lease (row-locked), else 404 (not yours) or 409 (not held)."""
+def locked_lease(ctx: AppContext, session: Session, principal: Principal, lease_id: str) -> Lease:
+    """The caller's lease, row-locked (PostgreSQL), in any state; 404 when not the caller's."""
     lease = session.scalars(select(Lease).where(Lease.id == lease_id).with_for_update()).first()
-    worker = session.get(Worker, lease.worker_id) if lease is not None else None
-    if lease is None or worker is None or worker.token_id != principal.id:
-        raise Problem(404, "unknown-lease", f"no lease {lease_id!r} held by this worker token")
+    if lease is not None:
+        owner = ctx.presence.owner(lease.worker_id)
+        if owner is None:
+            owner = session.scalar(select(Worker.token_id).where(Worker.id == lease.worker_id))
+            if owner is not None:
+                ctx.presence.remember(lease.worker_id, owner)
+        if owner == principal.id:
+            return lease
+    raise Problem(404, "unknown-lease", f"no lease {lease_id!r} held by this worker token")
+
+
+def require_held(ctx: AppContext, session: Session, lease: Lease) -> None:
+    """409 unless the lease is active and unexpired; notes the worker as seen."""
     if lease.state != ACTIVE:
-        raise Problem(409, "lease-not-held", f"lease {lease_id} is no longer held: it was {lease.state}")
+        raise Problem(409, "lease-not-held", f"lease {lease.id} is no longer held: it was {lease.state}")
     if lease.expires_at <= utcnow():
         raise Problem(
             409,
             "lease-not-held",
-            f"lease {lease_id} expired at {lease.expires_at.isoformat()}; the experiment goes back to the "
+            f"lease {lease.id} expired at {lease.expires_at.isoformat()}; the experiment goes back to the "
             "queue",
         )
-    worker.last_seen_at = utcnow()
+    _touch(ctx, session, lease.worker_id)
+
+
+def held_lease(ctx: AppContext, session: Session, principal: Principal, lease_id: str) -> Lease:
+    """The caller's active, unexpired lease (row-locked), else 404 (not yours) or 409 (not held)."""
+    lease = locked_lease(ctx, session, principal, lease_id)
+    require_held(ctx, session, lease)
     return lease
 
 
 def heartbeat(ctx: AppContext, principal: Principal, lease_id: str) -> HeartbeatOut:
     with ctx.transaction() as tx:
-        lease = held_lease(tx.session, principal, lease_id)
+        lease = held_lease(ctx, tx.session, principal, lease_id)
         lease.expires_at = utcnow() + timedelta(seconds=ctx.settings.lease_seconds)
         experiment = tx.session.get(Experiment, lease.experiment_id)
         assert experiment is not None
@@ -143,7 +181,7 @@ def record_progress(
     stored curve always covers the whole run at a coarser step instead of only its start.
     """
     with ctx.transaction() as tx:
-        lease = held_lease(tx.session, principal, lease_id)
+        lease = held_lease(ctx, tx.session, principal, lease_id)
         if not events:
             return
         tx.session.add_all(
@@ -224,7 +262,7 @@ def back_to_queue(tx: Tx, experiment: Experiment, why: str, count_attempt: bool,
 
 def release(ctx: AppContext, principal: Principal, lease_id: str, reason: str) -> None:
     with ctx.transaction() as tx:
-        lease = held_lease(tx.session, principal, lease_id)
+        lease = held_lease(ctx, tx.session, principal, lease_id)
         lease.state = RELEASED
         lease.ended_at = utcnow()
         experiment = tx.session.get(Experiment, lease.experiment_id, with_for_update=True)

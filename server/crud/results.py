@@ -6,7 +6,7 @@ from sqlalchemy.orm import Session
 
 from server.context import AppContext
 from server.core.problems import Problem
-from server.crud.leases import FINISHED, held_lease
+from server.crud.leases import FINISHED, locked_lease, require_held
 from server.crud.project import load_project
 from server.crud.tokens import Principal
 from server.decisions import decide
@@ -38,16 +38,16 @@ def _already_recorded(session: Session, lease_id: str, result_id: str) -> Result
 
 def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: ResultIn) -> ResultOutcome:
     result_id = body.result_id.lower()
-    with ctx.db.read() as session:
-        replay = _already_recorded(session, lease_id, result_id)
-    if replay is not None:
-        return replay
     with ctx.transaction() as tx:
-        lease = held_lease(tx.session, principal, lease_id)
+        lease = locked_lease(ctx, tx.session, principal, lease_id)
+        if lease.state == FINISHED:
+            replay = _already_recorded(tx.session, lease_id, result_id)
+            if replay is not None:
+                return replay
+        require_held(ctx, tx.session, lease)
+        if tx.session.get(Result, result_id) is not None:
+            raise Problem(409, "result-id-reused", f"result_id {result_id} was recorded for another lease")
         project = load_project(tx.session, lock=True)
-        replay = _already_recorded(tx.session, lease_id, result_id)
-        if replay is not None:
-            return replay
         experiment = tx.session.get(Experiment, lease.experiment_id, with_for_update=True)
         assert experiment is not None
         now = utcnow()
@@ -56,16 +56,17 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
         measured = body.result
         fields = measured.model_dump(mode="json")
         extra = {key: fields.pop(key) for key in list(fields) if key not in RESULT_COLUMNS}
-        result = Result(
-            id=result_id,
-            experiment_id=experiment.id,
-            lease_id=lease.id,
-            worker_id=lease.worker_id,
-            received_at=now,
-            extra=extra,
-            **fields,
+        tx.session.add(
+            Result(
+                id=result_id,
+                experiment_id=experiment.id,
+                lease_id=lease.id,
+                worker_id=lease.worker_id,
+                received_at=now,
+                extra=extra,
+                **fields,
+            )
         )
-        tx.session.add(result)
         experiment.finished_at = now
         experiment.platform = measured.device
         experiment.val_bpb = measured.val_bpb if measured.status == "ok" else None
@@ -76,6 +77,5 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
             experiment.status = CANCELLED
             experiment.decision_reason = "cancelled while running; its result is recorded but not compared"
         else:
-            decide(ctx, tx, project, experiment, result)
-        tx.session.flush()
+            decide(ctx, tx, project, experiment, measured)
         return _outcome(experiment)

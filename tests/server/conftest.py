@@ -7,12 +7,7 @@ and removes it at the end of the session. Each test gets its own database on it.
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -21,15 +16,14 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg
 import pytest
 import uvicorn
 from fastapi import FastAPI
-from sqlalchemy.engine import make_url
 
 from client import Client
 from server.context import AppContext
 from server.core.config import ServerSettings
+from server.core.pg_scratch import free_port, new_database, scratch_cluster
 from server.crud.tokens import create_token
 from server.main import create_app
 from server.project_init import init_project
@@ -53,21 +47,6 @@ def train(model, ctx):
 '''
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _pg_bin(name: str) -> str:
-    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}")) or [shutil.which(name) or ""]
-    if not found[-1]:
-        raise RuntimeError(
-            f"PostgreSQL's {name} is not installed (apt-get install postgresql) and TEST_POSTGRES_URL is unset"
-        )
-    return found[-1]
-
-
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A PostgreSQL server URL (superuser), for the session."""
@@ -75,56 +54,8 @@ def postgres_url() -> Iterator[str]:
     if given:
         yield given
         return
-    root = Path(tempfile.mkdtemp(prefix="autoresearch-pg-"))
-    data, port = root / "data", free_port()
-    as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    if as_postgres:
-        shutil.chown(root, "postgres")
-    subprocess.run(
-        [*as_postgres, _pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
-        check=True,
-        capture_output=True,
-    )
-    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300"
-    subprocess.run(
-        [
-            *as_postgres,
-            _pg_bin("pg_ctl"),
-            "-D",
-            str(data),
-            "-o",
-            options,
-            "-l",
-            str(root / "log"),
-            "-w",
-            "start",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run(
-            [*as_postgres, _pg_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True
-        )
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def new_postgres_database(server_url: str) -> str:
-    """A fresh, empty database on the server; its URL."""
-    url = make_url(server_url)
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(
-        host=url.host,
-        port=url.port,
-        user=url.username,
-        password=url.password,
-        dbname=url.database,
-        autocommit=True,
-    ) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
-    return url.set(database=name).render_as_string(hide_password=False)
+    with scratch_cluster() as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -132,7 +63,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh, empty database: a SQLite file, then a PostgreSQL database (the test runs on both)."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'db.sqlite'}"
-    return new_postgres_database(request.getfixturevalue("postgres_url"))
+    return new_database(request.getfixturevalue("postgres_url"))
 
 
 def make_settings(tmp_path: Path, database_url: str | None = None, **overrides: object) -> ServerSettings:

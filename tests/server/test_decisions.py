@@ -115,6 +115,23 @@ def test_best_moved_while_it_ran_rebases_or_goes_stale(live, worker_factory, bas
     assert agent.experiment(later["id"])["queue_position"] == 0
 
 
+def _report_together(workers: list, claims: list[dict], values: list[float]) -> list[dict]:
+    """Every worker reports its result at the same moment (threads released by one barrier)."""
+    barrier = threading.Barrier(len(workers))
+    answers: list[dict] = [{}] * len(workers)
+
+    def report(i: int) -> None:
+        barrier.wait()
+        answers[i] = workers[i].report(claims[i], values[i])
+
+    threads = [threading.Thread(target=report, args=(i,)) for i in range(len(workers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers
+
+
 def test_results_arriving_together_never_both_advance_best(
     live_any_db, worker_factory, baseline_source: str
 ) -> None:
@@ -132,18 +149,7 @@ def test_results_arriving_together_never_both_advance_best(
             )
         claims = [w.claim() for w in workers]
         assert all(c is not None for c in claims)
-        barrier = threading.Barrier(len(workers))
-        answers: list[dict] = [{}] * len(workers)
-
-        def report(i: int) -> None:
-            barrier.wait()
-            answers[i] = workers[i].report(claims[i], 0.9 - 0.01 * round_number - 0.001 * i)
-
-        threads = [threading.Thread(target=report, args=(i,)) for i in range(len(workers))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        answers = _report_together(workers, claims, [0.9 - 0.01 * round_number - 0.001 * i for i in range(6)])
         decisions = Counter(a["decision"] for a in answers)
         assert decisions == {"keep": 1, "rebase": len(workers) - 1}, answers
         winner = next(a for a in answers if a["decision"] == "keep")

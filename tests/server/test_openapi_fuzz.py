@@ -2,10 +2,10 @@
 
 Runs over real HTTP against a live server that has history (see `seeded_live`), so generated
 ids and bodies reach real code paths. GET /events is left out: it is an endless stream (see
-test_events_and_ops.py). Schema-valid requests may still be refused with a 4xx (a patch that does
-not apply is valid JSON), so the "positive data acceptance" check is off. Few examples per operation keep the run within about two minutes.
-Operations are driven with Hypothesis directly (schemathesis's pytest plugin does not support
-this pytest version).
+test_events_and_ops.py). Schema-valid requests may still be refused with a 4xx (a patch that
+does not apply is valid JSON), so the "positive data acceptance" check is off. Few examples per
+operation keep the run within about two minutes. Operations are driven with Hypothesis directly
+(schemathesis's pytest plugin does not support this pytest version).
 """
 
 from __future__ import annotations

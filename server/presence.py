@@ -1,0 +1,35 @@
+"""In-process knowledge about workers that saves a database round trip on every worker call.
+
+A worker's owning token never changes, so it is cached after the first lookup. `last_seen_at`
+(for "workers online") is written at most every `write_every_s` per worker instead of on every
+heartbeat, claim or progress call.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Presence:
+    write_every_s: float
+    _owners: dict[str, int] = field(default_factory=dict)
+    _written: dict[str, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def owner(self, worker_id: str) -> int | None:
+        return self._owners.get(worker_id)
+
+    def remember(self, worker_id: str, token_id: int) -> None:
+        self._owners[worker_id] = token_id
+
+    def seen_write_due(self, worker_id: str) -> bool:
+        """True (and counted as written) when this worker's last_seen_at should be written now."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._written.get(worker_id, -1e18) < self.write_every_s:
+                return False
+            self._written[worker_id] = now
+            return True
