@@ -60,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here so that other commands do not pay for the worker's imports.
-    from worker.main import WorkerOptions, run_worker
+    from worker.main import WorkerOptions, default_name, run_worker
 
     if not args.server:
         raise SystemExit("autoresearch work: give the server URL with --server or $AUTORESEARCH_SERVER")
@@ -68,8 +68,6 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("autoresearch work: give a worker token with --token or $AUTORESEARCH_WORKER_TOKEN")
     if args.gpu is not None and args.gpu < 0:
         raise SystemExit(f"autoresearch work: --gpu {args.gpu}: GPU numbers start at 0")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the worker's own
     try:
         settings = load_settings(args.preset, **({"data_dir": args.data_dir} if args.data_dir else {}))
     except ValueError as exc:
@@ -85,4 +83,8 @@ def run(args: argparse.Namespace) -> int:
         unsafe_no_sandbox=args.unsafe_no_sandbox,
         timings=args.timings,
     )
+    # The name in every line tells apart the workers of one host sharing a terminal or journal.
+    name = (options.name or default_name(options)).replace("%", "%%")
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s worker {name} %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the worker's own
     return run_worker(options, settings)

@@ -21,7 +21,7 @@ from client import ApiError, Client
 from harness.config import HarnessSettings
 from harness.result import RunResult
 from harness.runner import run_experiment
-from worker.backoff import Backoff, Stopped, describe, retry
+from worker.backoff import Backoff, Stopped, describe, is_transient, retry
 from worker.datacache import DataCacheError, ensure_prepared
 from worker.delivery import ResultSender
 from worker.device import Platform, PlatformError, pin_cpu, pin_gpu, probe_cpu, probe_gpu
@@ -247,18 +247,18 @@ class Worker:
         for _ in range(3):
             try:
                 self.client.release(lease_id, reason)
-            except ApiError as exc:
-                if exc.status not in (409, 404) and exc.status < 500:
+            except Exception as exc:
+                if isinstance(exc, ApiError) and exc.status in (404, 409):
+                    log.info("lease %s: already ended on the server (%s)", lease_id, describe(exc))
+                    return
+                if not is_transient(exc):
                     log.error("lease %s: release refused: %s", lease_id, describe(exc))
                     return
-                if exc.status in (409, 404):
-                    return  # already gone: nothing to give back
-            except Exception as exc:
                 log.warning("lease %s: release not delivered: %s", lease_id, describe(exc))
+                time.sleep(backoff.next_delay())
             else:
                 log.info("lease %s released: %s", lease_id, reason)
                 return
-            time.sleep(backoff.next_delay())
         log.warning("lease %s: could not release it; it returns to the queue when it expires", lease_id)
 
     def record_timings(

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from client import Client
+from client.api import FINAL_STATUSES
 from harness.config import HarnessSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -184,9 +185,21 @@ class Project:
             return client.experiment(experiment_id)
 
     def final(self, experiment_id: int, timeout: float = 180) -> dict[str, Any]:
-        """The experiment once it reached a final state (waits for it)."""
-        with self.agent() as client:
-            return client.wait_for_decision(experiment_id, timeout=timeout, poll_s=0.3)
+        """The experiment once it reached a final state; fails early if no worker is left alive."""
+
+        def finished() -> dict[str, Any] | None:
+            experiment = self.experiment(experiment_id)
+            if experiment["status"] in FINAL_STATUSES:
+                return experiment
+            running = [w for w in self.workers if w.proc is not None and w.proc.poll() is None]
+            if not running:
+                logs = "\n".join(f"--- {w.name}:\n{w.log()[-3000:]}" for w in self.workers)
+                raise AssertionError(
+                    f"experiment {experiment_id} is {experiment['status']}, no worker runs:\n{logs}"
+                )
+            return None
+
+        return wait_until(finished, timeout, f"experiment {experiment_id} to finish", interval=0.3)
 
     def wait_training(self, experiment_id: int, worker: WorkerProcess, timeout: float = 120) -> None:
         """Wait until the server has progress showing `worker` training the experiment."""
