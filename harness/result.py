@@ -46,7 +46,7 @@ class RunResult(BaseModel):
     val_bpb: float | None = None
     training_seconds: float | None = None
     startup_seconds: float | None = None  # train process startup not counted as training (<= allowance)
-    score_seconds: float | None = None  # rebuilding the model and all forward passes, incl. the probe
+    score_seconds: float | None = None  # forward passes and loss, incl. the causality probe
     total_seconds: float | None = None
     peak_memory_mb: float | None = None
     tokens: int | None = None

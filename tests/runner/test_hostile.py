@@ -89,7 +89,9 @@ def test_has_no_network(run_candidate, tmp_path: Path) -> None:
     try:
         with socket.create_connection(("127.0.0.1", port)) as probe:  # the server does work
             probe.sendall(b"probe")
-        result = run_candidate(compose(tmp_path, "hostile/opens_socket.py", addresses=[("127.0.0.1", port)]))
+        result = run_candidate(
+            compose(tmp_path, "hostile/opens_socket.py", addresses=[("127.0.0.1", port)]), time_budget=1.0
+        )
     finally:
         stop.set()
         thread.join()
@@ -107,7 +109,7 @@ def test_cannot_write_outside_its_work_dir(run_candidate, tmp_path: Path) -> Non
     protected = [HARNESS_DIR / "evaluate.py", venv_config]
     before = [path.read_bytes() for path in protected]
     targets = [*map(str, protected), str(outside), f"/tmp/{marker}"]
-    result = run_candidate(compose(tmp_path, "hostile/writes_outside.py", targets=targets))
+    result = run_candidate(compose(tmp_path, "hostile/writes_outside.py", targets=targets), time_budget=1.0)
     assert result.status == "ok", result.log_tail
     assert [path.read_bytes() for path in protected] == before
     assert not outside.exists() and not Path("/tmp", marker).exists()
@@ -119,7 +121,7 @@ def test_cannot_write_outside_its_work_dir(run_candidate, tmp_path: Path) -> Non
 
 def test_cannot_modify_the_harness_on_disk_or_in_the_scorer(run_candidate, tmp_path: Path) -> None:
     before = harness_digest()
-    result = run_candidate(compose(tmp_path, "hostile/modifies_harness.py"))
+    result = run_candidate(compose(tmp_path, "hostile/modifies_harness.py"), time_budget=1.0)
     assert harness_digest() == before
     assert "COULD NOT REWRITE" in result.log_tail and "REWROTE" not in result.log_tail
     assert result.status == "ok", result.log_tail
@@ -127,14 +129,14 @@ def test_cannot_modify_the_harness_on_disk_or_in_the_scorer(run_candidate, tmp_p
 
 
 def test_monkeypatched_loss_functions_do_not_reach_the_scorer(run_candidate, tmp_path: Path) -> None:
-    result = run_candidate(compose(tmp_path, "hostile/monkeypatch_loss.py"))
+    result = run_candidate(compose(tmp_path, "hostile/monkeypatch_loss.py"), time_budget=1.0)
     assert result.status == "ok", result.log_tail
     assert result.val_bpb > CHEAT_BPB
 
 
 def test_processes_left_running_die_with_the_sandbox(run_candidate, tmp_path: Path) -> None:
     marker = f"lingering-{uuid.uuid4().hex}"
-    result = run_candidate(compose(tmp_path, "hostile/lingering_process.py", marker=marker))
+    result = run_candidate(compose(tmp_path, "hostile/lingering_process.py", marker=marker), time_budget=1.0)
     assert result.status == "ok", result.log_tail
     assert processes_mentioning(marker) == []
 
@@ -142,7 +144,7 @@ def test_processes_left_running_die_with_the_sandbox(run_candidate, tmp_path: Pa
 def test_fake_summary_and_forged_messages_do_not_set_the_score(
     test_data, run_candidate, tmp_path: Path
 ) -> None:
-    result = run_candidate(compose(tmp_path, "hostile/fake_val_bpb.py"))
+    result = run_candidate(compose(tmp_path, "hostile/fake_val_bpb.py"), time_budget=1.0)
     assert result.status == "ok", result.log_tail
     assert "val_bpb:          0.000001" in result.log_tail  # it did print its claim
     assert result.val_bpb > CHEAT_BPB
@@ -163,7 +165,7 @@ def test_fork_bomb_is_contained_and_the_next_experiment_is_unaffected(
     before = harness_digest()
     bomb = run_candidate(compose(tmp_path, "hostile/fork_bomb.py"), time_budget=1.0, compile_allowance=2.0)
     assert (bomb.status, bomb.error_class) == ("timeout", "timeout"), bomb.log_tail
-    after = run_candidate(FOLDER / "no_training.py")
+    after = run_candidate(FOLDER / "no_training.py", time_budget=1.0)
     assert after.status == "ok", after.log_tail
     assert after.val_bpb == pytest.approx(idle_model_bpb(settings, paths), abs=1e-9)
     assert harness_digest() == before

@@ -1,0 +1,78 @@
+"""Per-experiment wall time the runner spends outside training and scoring.
+
+    python bench/runner_overhead.py [--preset cpu] [--runs 3] [--budget SECONDS] [--train-py PATH]
+
+Runs the candidate (default: the baseline train.py) through harness.runner.run_experiment, in
+the real sandbox, `--runs` times in one process (as a worker does; torch is imported first), and
+splits each run's total wall time into training (`training_seconds`), scoring (`score_seconds`:
+forward passes and loss, eval and probe) and overhead: everything else (process and sandbox
+starts, imports, build_model, weight save and load, the scorer, teardown). The reference measured
+in the same run is one bare `python -c "import torch"`, the unavoidable floor of any process that
+uses torch. Target: overhead <= 5 s, i.e. < 2 % of the h100 preset's 300 s budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch  # noqa: F401  (a worker process has it loaded before its first experiment)
+
+from harness.config import load_settings
+from harness.prepare import prepare
+from harness.runner import run_experiment
+
+BASELINE = Path(__file__).resolve().parents[1] / "harness" / "baseline" / "train.py"
+TARGET_S = 5.0
+H100_BUDGET_S = 300.0
+
+
+def torch_import_seconds() -> float:
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    return time.monotonic() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="cpu")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--budget", type=float, help="training seconds (default: the preset's)")
+    parser.add_argument("--train-py", type=Path, default=BASELINE)
+    args = parser.parse_args()
+    overrides = {"time_budget": args.budget} if args.budget else {}
+    settings = load_settings(args.preset, **overrides)
+    prepare(settings, progress=False)
+    reference = torch_import_seconds()
+    print(
+        f"preset {args.preset}: budget {settings.time_budget:g} s, {settings.eval_tokens:,} eval tokens, "
+        f"seq_len {settings.seq_len}, vocab {settings.vocab_size}; candidate {args.train_py}"
+    )
+    print(f"reference: python -c 'import torch' takes {reference:.2f} s")
+    overheads = []
+    for run in range(1, args.runs + 1):
+        result = run_experiment(args.train_py, settings)
+        if result.status not in ("ok", "over_budget"):
+            raise SystemExit(f"run {run}: {result.status} {result.error_class}: {result.error_message}")
+        total, trained, scored = result.total_seconds, result.training_seconds, result.score_seconds
+        overhead = total - trained - scored
+        overheads.append(overhead)
+        print(
+            f"run {run}: total {total:.2f} s = training {trained:.2f} + scoring {scored:.2f} + overhead "
+            f"{overhead:.2f} (train startup {result.startup_seconds:.2f}, rest "
+            f"{overhead - result.startup_seconds:.2f}); val_bpb {result.val_bpb:.4f}, {result.status}"
+        )
+    median = statistics.median(overheads)
+    print(
+        f"overhead median {median:.2f} s = {median / reference:.1f}x a bare torch import; "
+        f"{100 * median / H100_BUDGET_S:.2f} % of a {H100_BUDGET_S:.0f} s budget; "
+        f"target <= {TARGET_S:.0f} s: {'met' if median <= TARGET_S else 'NOT met'}"
+    )
+
+
+if __name__ == "__main__":
+    main()
