@@ -102,7 +102,7 @@ def main(config: dict[str, Any]) -> None:
             kind = "invalid_output" if isinstance(exc, InvalidOutputError) else None
             reporter.error("forward", exc, kind)
             finish(1)
-        reporter.send("done")
+        reporter.send("done", batch=command["batch"])
     finish(0)
 
 

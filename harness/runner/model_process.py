@@ -114,6 +114,7 @@ class ModelProcess:
         self.reader = LineReader()
         self.output = OutputTail(log_r)
         self.pending: list[dict[str, Any]] = []
+        self.batches = 0
 
     def send(self, **command: Any) -> None:
         try:
@@ -121,8 +122,9 @@ class ModelProcess:
         except OSError as exc:  # the process has gone; the next wait reports why
             raise self.failure("the model process exited unexpectedly") from exc
 
-    def wait_for(self, event: str, deadline: float) -> None:
-        """Block until the model sends `event`; raise ModelFailure on error, death or deadline."""
+    def wait_for(self, event: str, deadline: float, batch: int | None = None) -> None:
+        """Block until the model sends `event` (for `batch`, if given); raise ModelFailure on an
+        error report, the process's death or the deadline. Stale or forged answers are skipped."""
         while True:
             while self.pending:
                 message = self.pending.pop(0)
@@ -137,7 +139,7 @@ class ModelProcess:
                         status, error_class = "invalid", "invalid_output"
                     detail = text(message.get("traceback")) or text(message.get("message"))
                     raise ModelFailure(status, error_class, f"score phase ({self.label}): {detail}")
-                if message["ev"] == event:
+                if message["ev"] == event and (batch is None or message.get("batch") == batch):
                     return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -164,8 +166,9 @@ class ModelProcess:
         """Logits [n, T, V] (float32, a private copy) for `rows` [n, T]."""
         count = rows.shape[0]
         self.inputs[:count] = rows
-        self.send(cmd="batch", rows=count)
-        self.wait_for("done", deadline)
+        self.batches += 1
+        self.send(cmd="batch", rows=count, batch=self.batches)
+        self.wait_for("done", deadline, self.batches)
         return self.logits[:count].copy()
 
     def log(self) -> str:
