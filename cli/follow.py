@@ -62,7 +62,7 @@ def parse_events(lines: Iterator[str]) -> Iterator[Event]:
 def describe(event: Event) -> str:
     data = event.data
     if event.type == "started":
-        return f"started on worker {data.get('worker', '?')} (attempt {data.get('attempt', '?')})"
+        return f"started (attempt {data.get('attempt', '?')})"
     if event.type == "queued":
         return f"queued again ({data['why']})" if data.get("why") else "queued"
     if event.type == "progress":

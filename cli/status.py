@@ -18,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "status",
         help="show the best, the queue and recent experiments, or given experiments in detail",
         description="Without IDs: the current best, how many experiments are queued and running, and the "
-        "most recent experiments (filter with --agent / --state). With IDs: each experiment in detail: "
+        "most recent experiments (filter with --agent / --state; --on-best: only those tried on the "
+        "current best, including queued and running ones). With IDs: each experiment in detail: "
         "status, decision and its reason, the harness's measurements and error; --diff and --log add "
         "the change and the end of the run's output.",
     )
@@ -29,6 +30,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--state",
         choices=["queued", "running", "kept", "reverted", "rebased", "stale", "cancelled", "infra_failed"],
         help="only experiments in this state",
+    )
+    parser.add_argument(
+        "--on-best",
+        action="store_true",
+        help="only experiments on top of the current best (what is already tried or in flight there)",
     )
     parser.add_argument("--diff", action="store_true", help="with IDs: also print each change (unified diff)")
     parser.add_argument("--log", action="store_true", help="with IDs: also print the end of each run's log")
@@ -89,7 +95,15 @@ def _best(client: Client) -> dict[str, Any] | None:
 
 def show_overview(client: Client, args: argparse.Namespace) -> None:
     best = _best(client)
-    recent = client.experiments(agent=args.agent, status=args.state, limit=args.limit)["items"]
+    if args.on_best and best is not None:
+        children = client.children(best["commit"])["children"]
+        recent = [
+            experiment
+            for experiment in children
+            if args.agent in (None, experiment["agent"]) and args.state in (None, experiment["status"])
+        ][: args.limit]
+    else:
+        recent = client.experiments(agent=args.agent, status=args.state, limit=args.limit)["items"]
     counts = {state: _count(client, state) for state in ("queued", "running")}
     if args.json:
         if best is not None:
@@ -103,4 +117,6 @@ def show_overview(client: Client, args: argparse.Namespace) -> None:
         print(f"best: val_bpb {views.bpb(best['val_bpb'])} ({origin}, commit {best['commit'][:12]})")
     print(f"queue: {counts['queued']} queued, {counts['running']} running")
     print()
+    if args.on_best and best is not None:
+        print(f"on the best ({best['commit'][:12]}):")
     print(views.table(recent) if recent else "no experiments match")

@@ -9,12 +9,14 @@ Python start-up per call).
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cli import views
 from tests.kit.cli_process import ADMIN_TOKEN, BASELINE_LR, cli, in_process, write
 from tests.worker.candidates import bigram
 from tests.worker.processes import Project
@@ -64,9 +66,9 @@ def test_submit_wait_follows_the_experiment_to_its_decision(
     assert final["status"] in FINAL
     assert final["hypothesis"] == "a smaller step is steadier"
     assert out.startswith(f"experiment {final['id']} queued")
-    assert f"experiment {final['id']}: started on worker kit-worker" in out
-    assert f"experiment {final['id']}: finished: ok, val_bpb " in out
-    assert out.strip().splitlines()[-1].startswith(f"experiment {final['id']} {final['status']}: val_bpb ")
+    assert f"experiment {final['id']}: started (attempt " in out
+    assert f"experiment {final['id']}: finished: {final['result']['status']}" in out
+    assert out.strip().splitlines()[-1].startswith(f"experiment {final['id']} {views.outcome(final)}")
     assert submitted["waited"].returncode == (0 if final["status"] == "kept" else 3)
 
 
@@ -164,3 +166,19 @@ def test_errors_name_the_fix(project: Project, tmp_path: Path, capsys: pytest.Ca
     assert "403" in not_admin and "admin" in not_admin
     unreachable = in_process(capsys, "best", server="http://127.0.0.1:9")
     assert "cannot reach the server at http://127.0.0.1:9" in unreachable.err
+
+
+def test_status_on_best_shows_what_is_tried_on_the_best(
+    project: Project, submitted: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    project.final(submitted["edited_id"])  # the queue is empty: the best stays put below
+    with project.agent() as client:
+        best = client.best()
+        fresh = client.submit("lr 0.5 on the best", train_py=bigram(0.5), base=best["commit"])
+        try:
+            shown = in_process(capsys, "status", "--on-best", "--json", server=project.url)
+        finally:
+            client.cancel(fresh["id"])  # not needed to run: the listing is what is tested
+    listed = json.loads(shown.out)["experiments"]
+    assert fresh["id"] in [experiment["id"] for experiment in listed]
+    assert all(experiment["base"] == best["commit"] for experiment in listed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -174,3 +175,15 @@ def test_nothing_to_mutate_is_a_clear_error() -> None:
 def test_unparsable_source_raises_syntax_error() -> None:
     with pytest.raises(SyntaxError):
         mutate_constants("LR = = 3\n", random.Random(0))
+
+
+def test_the_real_baseline_has_constants_to_mutate_and_stays_valid() -> None:
+    baseline = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()
+    names = {constant.name for constant in find_constants(baseline)}
+    assert {"MATRIX_LR", "EMBEDDING_LR", "WARMDOWN_FRACTION"} <= names
+    rng = random.Random(0)
+    for _ in range(50):
+        new_source, description = mutate_constants(baseline, rng)
+        compile(new_source, "train.py", "exec")
+        changed = [line for line in description.split(", ")]
+        assert 1 <= len(changed) <= 2 and all(change.split()[0] in names for change in changed)
