@@ -185,5 +185,5 @@ def test_the_real_baseline_has_constants_to_mutate_and_stays_valid() -> None:
     for _ in range(50):
         new_source, description = mutate_constants(baseline, rng)
         compile(new_source, "train.py", "exec")
-        changed = [line for line in description.split(", ")]
+        changed = description.split(", ")
         assert 1 <= len(changed) <= 2 and all(change.split()[0] in names for change in changed)
