@@ -16,7 +16,9 @@ mkdir -p "$slots"
 
 count=0
 for node in /dev/nvidia[0-9]*; do
-    [ -e "$node" ] && count=$((count + 1))
+    if [ -e "$node" ]; then
+        count=$((count + 1))
+    fi
 done
 if [ "$count" -eq 0 ]; then
     echo "autoresearch gpu-worker: no GPU is visible in this container (no /dev/nvidia0)." >&2

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+from client.api import API_PREFIX
 from harness.config import PRESETS, HarnessSettings
+from server.api.routes import ops
 from server.core.config import ServerSettings
 from tests.kit.settings_catalog import AGENT_CLI, HARNESS, REPO, SERVER, WORKER
 
@@ -195,3 +197,9 @@ def test_env_example_is_what_compose_reads(tmp_path: Path) -> None:
     assert all(shlex.split(line.split("=", 1)[1] or "''") for line in lines)
     done = compose_config(tmp_path, [*lines, "POSTGRES_PASSWORD=x"])
     assert done.returncode == 0, done.stderr
+
+
+def test_the_server_health_check_asks_a_route_the_server_has(resolved: dict[str, Any]) -> None:
+    command = " ".join(resolved["services"]["server"]["healthcheck"]["test"])
+    (path,) = re.findall(r"http://127\.0\.0\.1:8000(/[\w/]+)", command)
+    assert path in {API_PREFIX + route.path for route in ops.router.routes}
