@@ -20,7 +20,6 @@ class Launched:
 
     popen: subprocess.Popen[bytes]
     cgroup: Cgroup | None
-    sandboxed: bool
 
     def pids(self) -> list[int]:
         if self.cgroup is not None:
@@ -93,4 +92,4 @@ def launch(
         if cgroup is not None:
             cgroup.remove()
         raise
-    return Launched(popen=popen, cgroup=cgroup, sandboxed=sandboxed)
+    return Launched(popen=popen, cgroup=cgroup)

@@ -17,7 +17,7 @@ from harness.config import HarnessSettings
 from harness.prepared import prepared_paths, read_manifest
 from harness.result import ProgressEvent, RunResult
 from harness.runner import timing
-from harness.runner.classify import over_budget, train_failure
+from harness.runner.classify import Verdict, over_budget, train_failure
 from harness.runner.devices import device_name, mfu_percent, peak_flops, resolve_device
 from harness.runner.limits import Cgroup, Limits, default_limits, remove_cgroups, tree_memory_bytes
 from harness.runner.output import ProgressPacer
@@ -46,6 +46,7 @@ def run_experiment(
     (status crash, error class cancelled). Safe to call repeatedly; leaves no process or file.
     """
     started = time.monotonic()
+    cancel = cancel or threading.Event()
     train_py = Path(train_py)
     if not train_py.is_file():
         raise FileNotFoundError(f"{train_py}: no such file; give the path of a train.py")
@@ -53,11 +54,12 @@ def run_experiment(
     if sandboxed:
         check_bwrap()
     manifest = read_manifest(settings)
-    paths = prepared_paths(settings)
     device = resolve_device(device)
     name = device_name(device)
     run_id = uuid.uuid4().hex[:12]
     limits = default_limits(settings.memory_limit_gb, run_id)
+    notes = harness_notes(sandboxed, limits, device, settings)
+    pacer = ProgressPacer(on_progress)
     run_dir = Path(tempfile.mkdtemp(prefix=f"autoresearch-run-{run_id}-", dir=work_root))
     try:
         candidate = run_dir / "train.py"
@@ -65,7 +67,8 @@ def run_experiment(
         candidate.chmod(0o444)
         for folder in ("work", "weights"):
             (run_dir / folder).mkdir()
-        notes = harness_notes(sandboxed, limits, device, settings)
+        paths = prepared_paths(settings)
+        bos_id = int(manifest["bos_id"])
         scorer = Scorer(
             ScoreJob(
                 candidate=candidate,
@@ -75,7 +78,7 @@ def run_experiment(
                 vocab_size=settings.vocab_size,
                 time_budget=settings.time_budget,
                 seed=settings.seed,
-                bos_id=int(manifest["bos_id"]),
+                bos_id=bos_id,
                 batch_rows=settings.eval_batch_rows,
                 sandboxed=sandboxed,
                 limits=limits,
@@ -83,51 +86,29 @@ def run_experiment(
             )
         )
         try:
-            pacer = ProgressPacer(on_progress)
             job = TrainJob(
                 candidate=candidate,
                 work_dir=run_dir / "work",
                 train_dir=paths.train_dir,
                 settings=settings,
-                bos_id=int(manifest["bos_id"]),
+                bos_id=bos_id,
                 device=device,
                 peak_flops=peak_flops(name),
                 sandboxed=sandboxed,
                 limits=limits,
             )
-            outcome = run_train_phase(job, pacer, cancel or threading.Event(), started)
-            verdict = train_failure(outcome, settings)
-            if verdict is None:
-                verdict = hand_over_weights(run_dir)
-            scored: dict[str, Any] = {}
-            if verdict is None:
-                pacer.offer(
-                    ProgressEvent(
-                        step=outcome.step or 0,
-                        fraction=1.0,
-                        phase="score",
-                        elapsed_s=time.monotonic() - started,
-                    )
-                )
-                scored = scorer.score(cancel or threading.Event(), pacer)
-                if scored["status"] != "ok":
-                    verdict = (
-                        scored["status"],
-                        scored.get("error_class", ""),
-                        scored.get("error_message", ""),
-                    )
+            outcome = run_train_phase(job, pacer, cancel, started)
+            verdict, scored = score_if_trained(outcome, settings, run_dir, scorer, pacer, cancel, started)
         finally:
             scorer.close()
         num_params = count_params(run_dir / "weights" / WEIGHTS_FILE)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
         remove_cgroups(limits.cgroup_prefix)
-    verdict = verdict or over_budget(outcome, settings)
     return build_result(
-        verdict,
+        verdict or over_budget(outcome, settings),
         outcome,
         scored,
-        settings,
         device,
         name,
         manifest["harness_id"],
@@ -138,7 +119,28 @@ def run_experiment(
     )
 
 
-def hand_over_weights(run_dir: Path) -> tuple[str, str, str] | None:
+def score_if_trained(
+    outcome: TrainOutcome,
+    settings: HarnessSettings,
+    run_dir: Path,
+    scorer: Scorer,
+    pacer: ProgressPacer,
+    cancel: threading.Event,
+    started: float,
+) -> tuple[Verdict | None, dict[str, Any]]:
+    """The train phase's failure, or the score phase's verdict (None when ok) and its result."""
+    verdict = train_failure(outcome, settings) or hand_over_weights(run_dir)
+    if verdict is not None:
+        return verdict, {}
+    elapsed = time.monotonic() - started
+    pacer.offer(ProgressEvent(step=outcome.step or 0, fraction=1.0, phase="score", elapsed_s=elapsed))
+    scored = scorer.score(cancel, pacer)
+    if scored["status"] == "ok":
+        return None, scored
+    return (scored["status"], scored.get("error_class", ""), scored.get("error_message", "")), scored
+
+
+def hand_over_weights(run_dir: Path) -> Verdict | None:
     """Move the saved weights where the score sandboxes see them, if they are a plain file.
 
     The train sandbox wrote into work/; a symlink or hard link there could point the trusted side
@@ -199,10 +201,9 @@ def harness_notes(sandboxed: bool, limits: Limits, device: str, settings: Harnes
 
 
 def build_result(
-    verdict: tuple[str, str, str] | None,
+    verdict: Verdict | None,
     outcome: TrainOutcome,
     scored: dict[str, Any],
-    settings: HarnessSettings,
     device: str,
     name: str,
     harness_id: str,

@@ -60,14 +60,10 @@ class SandboxSpec:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def find_bwrap() -> str | None:
-    return shutil.which("bwrap")
-
-
 @functools.cache
 def check_bwrap() -> str:
     """Path of a working bwrap; raises SandboxUnavailableError with the fix when there is none."""
-    path = find_bwrap()
+    path = shutil.which("bwrap")
     if path is None:
         raise SandboxUnavailableError(
             "bubblewrap (bwrap) is not installed, so train.py cannot be sandboxed; install it "
