@@ -69,11 +69,16 @@ def run_random_agent(
     stop = stop or threading.Event()
     tally = Tally()
     in_flight: set[int] = set()
+    queue_full = False
     while not stop.is_set() and (in_flight or count == 0 or len(tally.submitted) < count):
         while len(in_flight) < parallel and (count == 0 or len(tally.submitted) < count):
             experiment = _submit_one(client, rng, say)
             if experiment is None:  # the server's per-agent queue limit: wait for decisions first
+                if not queue_full:
+                    say("this agent has as many experiments queued as the server allows; waiting")
+                queue_full = True
                 break
+            queue_full = False
             tally.submitted.append(experiment["id"])
             in_flight.add(experiment["id"])
         if stop.wait(poll_s):
