@@ -66,8 +66,8 @@ def plan_probes(inputs: np.ndarray, count: int, rng: np.random.Generator) -> lis
     return probes
 
 
-def log_probs(logits: np.ndarray) -> torch.Tensor:
-    return torch.log_softmax(torch.from_numpy(logits).double(), dim=-1)
+def log_probs(logits: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(logits.double(), dim=-1)
 
 
 def max_tv_distance(expected: torch.Tensor, seen: torch.Tensor) -> float:
@@ -75,15 +75,23 @@ def max_tv_distance(expected: torch.Tensor, seen: torch.Tensor) -> float:
     return float(0.5 * (expected.exp() - seen.exp()).abs().sum(dim=-1).max())
 
 
-def check_finite(logits: np.ndarray, label: str) -> None:
-    if not np.isfinite(logits).all():
+def received(logits: np.ndarray, device: torch.device, label: str) -> torch.Tensor:
+    """The model's logits on the scoring device (on CUDA the loss is computed on the GPU)."""
+    tensor = torch.from_numpy(logits).to(device)
+    if not bool(torch.isfinite(tensor).all()):
         raise ModelFailure(
             "invalid", "invalid_output", f"score phase ({label}): logits contain NaN or infinity"
         )
+    return tensor
 
 
 def evaluate(
-    model: ModelProcess, rows: Any, batch_rows: int, probes: list[Probe], deadline: float
+    model: ModelProcess,
+    rows: Any,
+    batch_rows: int,
+    probes: list[Probe],
+    device: torch.device,
+    deadline: float,
 ) -> tuple[float, dict[int, torch.Tensor]]:
     """val_bpb over all rows, and the eval log-probabilities before the cut of each probed row."""
     inputs = rows.inputs.numpy()
@@ -91,12 +99,9 @@ def evaluate(
     kept: dict[int, torch.Tensor] = {}
     total_nats, total_bytes = 0.0, 0
     for first in range(0, rows.num_rows, batch_rows):
-        logits = model.forward(inputs[first : first + batch_rows], deadline)
-        check_finite(logits, model.label)
+        logits = received(model.forward(inputs[first : first + batch_rows], deadline), device, model.label)
         part = slice(first, first + batch_rows)
-        nats, nbytes = sum_nats_and_bytes(
-            torch.from_numpy(logits), rows.targets[part], rows.target_bytes[part]
-        )
+        nats, nbytes = sum_nats_and_bytes(logits, rows.targets[part], rows.target_bytes[part])
         total_nats += nats
         total_bytes += nbytes
         for offset in range(logits.shape[0]):
@@ -110,14 +115,15 @@ def probe_causality(
     probes: list[Probe],
     expected: dict[int, torch.Tensor],
     batch_rows: int,
+    device: torch.device,
     deadline: float,
 ) -> float:
     """The largest distance seen; raises ModelFailure(non_causal) above the tolerance."""
     worst = 0.0
     for first in range(0, len(probes), batch_rows):
         batch = probes[first : first + batch_rows]
-        logits = model.forward(np.stack([probe.tokens for probe in batch]), deadline)
-        check_finite(logits, model.label)
+        tokens = np.stack([probe.tokens for probe in batch])
+        logits = received(model.forward(tokens, deadline), device, model.label)
         for offset, probe in enumerate(batch):
             distance = max_tv_distance(expected[probe.row], log_probs(logits[offset, : probe.cut]))
             worst = max(worst, distance)
@@ -133,7 +139,12 @@ def probe_causality(
 
 
 def score(
-    eval_model: ModelProcess, probe_model: ModelProcess, rows: Any, batch_rows: int, timeout: float
+    eval_model: ModelProcess,
+    probe_model: ModelProcess,
+    rows: Any,
+    batch_rows: int,
+    device: torch.device,
+    timeout: float,
 ) -> dict[str, Any]:
     """Evaluate, then probe in the other process, once the runner says `go`.
 
@@ -148,13 +159,13 @@ def score(
         eval_model.send(cmd="go")
         eval_model.wait_for("loaded", deadline)
         started = time.monotonic()
-        val_bpb, expected = evaluate(eval_model, rows, batch_rows, probes, deadline)
+        val_bpb, expected = evaluate(eval_model, rows, batch_rows, probes, device, deadline)
         scoring = time.monotonic() - started
         eval_model.close()
         probe_model.send(cmd="go")
         probe_model.wait_for("loaded", deadline)
         started = time.monotonic()
-        worst = probe_causality(probe_model, probes, expected, batch_rows, deadline)
+        worst = probe_causality(probe_model, probes, expected, batch_rows, device, deadline)
         scoring += time.monotonic() - started
     except ModelFailure as failure:
         return {"status": failure.status, "error_class": failure.error_class, "error_message": str(failure)}
@@ -185,7 +196,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     )
     models = [ModelProcess(job, "eval"), ModelProcess(job, "probe")]
     try:
-        result = score(models[0], models[1], rows, batch_rows, config["timeout"])
+        device = torch.device(config["device"])
+        result = score(models[0], models[1], rows, batch_rows, device, config["timeout"])
     finally:
         for model in models:
             model.close()
