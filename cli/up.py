@@ -65,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
     url = f"http://{args.host}:{args.port}"
     # Own sessions: Ctrl-C reaches only `up`, which then stops the children in order.
     server = subprocess.Popen(
-        [_exe(), "serve", "--host", args.host, "--port", str(args.port)], env=env, start_new_session=True
+        [_exe(), "serve", "--host", args.host, "--port", str(args.port), "--log-level", "warning"],
+        env=env,
+        start_new_session=True,
     )
     children = [server]
     try:
@@ -129,12 +131,14 @@ def _wait_healthy(url: str, server: subprocess.Popen, timeout_s: float = 60.0) -
         if server.poll() is not None:
             raise SystemExit(f"autoresearch up: the server exited with code {server.returncode}")
         try:
-            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
+            if httpx.get(f"{url}/api/v1/healthz", timeout=1.0).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
-    raise SystemExit(f"autoresearch up: the server did not answer at {url}/healthz within {timeout_s:.0f} s")
+    raise SystemExit(
+        f"autoresearch up: the server did not answer at {url}/api/v1/healthz within {timeout_s:.0f} s"
+    )
 
 
 def _print_banner(url: str, agent_token: str, workers: int) -> None:
@@ -160,6 +164,7 @@ def _wait_any(children: list[subprocess.Popen]) -> None:
 
 def _stop(children: list[subprocess.Popen]) -> None:
     """Workers first (two SIGTERMs: cancel the running experiment and release its lease), then the server."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not abandon the children
     workers, server = children[1:], children[0]
     for _ in range(2):
         for child in workers:
