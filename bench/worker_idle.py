@@ -116,17 +116,17 @@ def measure(project: Project, experiments: int, timeout: float) -> None:
             f"  {this:>3} {cycle.wall:8.2f} {cycle.train:8.2f} {cycle.score:8.2f} {cycle.startup:10.2f} "
             f"{cycle.runner_other:15.2f} {cycle.worker:9.3f}  {row['status']}"
         )
-        if row["status"] == "ok":
+        if row["score_seconds"] is not None:  # trained and scored (a timeout waits for its deadline)
             cycles.append(cycle)
     if not cycles:
-        raise SystemExit("no run ended ok: no figures (see the server's experiment logs)")
+        raise SystemExit("no run was scored: no figures (see the server's experiment logs)")
     wall = sum(c.wall for c in cycles)
     idle = 1 - sum(c.train + c.score for c in cycles) / wall
     worker = statistics.mean(c.worker for c in cycles)
     runner_other = statistics.mean(c.runner_other for c in cycles)
     startup = statistics.mean(c.startup for c in cycles)
     fixed = worker + runner_other + startup
-    print(f"\nover the {len(cycles)} ok run(s), {wall:.0f} s of worker wall time:")
+    print(f"\nover the {len(cycles)} scored run(s), {wall:.0f} s of worker wall time:")
     print(f"  idle fraction at this budget: {100 * idle:.1f}%")
     print(
         f"  fixed cost per experiment: {fixed:.2f} s = worker {worker:.3f} s (claim, hash check, "

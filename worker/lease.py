@@ -78,9 +78,11 @@ class LeaseKeeper:
             self._events.clear()
 
     def _cancel(self, reason: str, lost: bool) -> None:
-        if self._run_over:
+        if self.cancel.is_set():
+            pass  # said once is enough (a cancelled lease answers so on every heartbeat)
+        elif self._run_over:
             self.log.info("lease %s: %s", self.lease_id, reason)
-        elif not self.cancel.is_set():
+        else:
             self.log.warning("lease %s: %s; cancelling the run", self.lease_id, reason)
         self.cancel_reason = self.cancel_reason or reason
         self.lost = self.lost or lost
@@ -122,9 +124,14 @@ class LeaseKeeper:
         try:
             self.client.progress(self.lease_id, batch)
         except Exception as exc:
-            with self._events_lock:
-                self._events[:0] = batch  # keep order; trimmed to the newest below
-                del self._events[:-MAX_BUFFERED_EVENTS]
+            if is_transient(exc):
+                with self._events_lock:
+                    self._events[:0] = batch  # keep order; trimmed to the newest below
+                    del self._events[:-MAX_BUFFERED_EVENTS]
+            elif not (isinstance(exc, ApiError) and exc.status == 409):
+                # Progress is only for watching: a batch the server will not take is dropped.
+                self.log.warning("lease %s: progress refused and dropped: %s", self.lease_id, describe(exc))
+                return
             self._on_error("progress", exc)
         else:
             self._reachable()
@@ -140,11 +147,13 @@ class LeaseKeeper:
                 return
             self._unreachable = True
             until = f" (lease held until {self.expires_at})" if self.expires_at else ""
+            meanwhile = "the result waits in the spool" if self._run_over else "the run goes on"
             self.log.warning(
-                "lease %s: %s not delivered, waiting for the server: %s; the run goes on%s",
+                "lease %s: %s not delivered, waiting for the server: %s; %s%s",
                 self.lease_id,
                 what,
                 describe(exc),
+                meanwhile,
                 until,
             )
         elif isinstance(exc, ApiError) and exc.status == 409:

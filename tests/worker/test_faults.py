@@ -57,6 +57,29 @@ def test_sigkilled_worker_experiment_runs_again_elsewhere_and_is_recorded_once(p
     assert project.query("SELECT name FROM workers WHERE id = ?", worker_id) == [("second",)]
 
 
+def test_frozen_worker_loses_its_lease_and_stops_when_it_wakes(project: Project) -> None:
+    """A worker cut off longer than the lease (SIGSTOP stands in for a network partition)."""
+    frozen = project.worker("frozen")
+    project.wait_training(1, frozen)
+    frozen.signal(signal.SIGSTOP)
+    other = project.worker("other")
+    other.wait_for_log(r"experiment 1 \(attempt 2\): claimed", timeout=60)
+    frozen.signal(signal.SIGCONT)
+    # Awake, it learns from the server that the lease is gone: its run, or its result, is dropped.
+    frozen.wait_for_log(
+        r"experiment 1: dropped, the lease was lost|experiment 1: the server refused result \S+ for good",
+        timeout=60,
+    )
+    project.final(1)
+    assert [(name, state) for name, state, _ in leases_of(project, 1)] == [
+        ("frozen", "expired"),
+        ("other", "finished"),
+    ]
+    ((_, worker_id),) = results_of(project, 1)
+    assert project.query("SELECT name FROM workers WHERE id = ?", worker_id) == [("other",)]
+    frozen.check_alive()  # and it goes on with other work
+
+
 @pytest.mark.parametrize("project", [60], indirect=True)
 def test_server_restart_while_training_result_delivered_when_back(project: Project) -> None:
     worker = project.worker("w")
