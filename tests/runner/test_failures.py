@@ -107,7 +107,8 @@ def test_memory_limit_holds_for_many_processes_together(run_candidate, tmp_path:
     """Five children of 600 MB each stay under the per-process limit of 2 GB, but not under the
     sandbox's total: the kernel kills one, and the run fails fast instead of at the deadline."""
     candidate = compose(tmp_path, "hostile/allocates_in_children.py", children=5, child_bytes=600 << 20)
-    result = run_candidate(candidate, time_budget=1.0, memory_limit_gb=2.0, compile_allowance=5.0)
+    result = run_candidate(candidate, time_budget=1.0, memory_limit_gb=2.0, compile_allowance=10.0)
     assert (result.status, result.error_class) == ("crash", "out_of_memory"), result.log_tail
     assert "limit 2 GB" in result.error_message
-    assert result.startup_seconds + result.training_seconds < timing.train_deadline(1.0, 5.0) - 1.0
+    # Stopped when the kernel killed a child, not at the deadline.
+    assert result.startup_seconds + result.training_seconds < timing.train_deadline(1.0, 10.0) - 0.5

@@ -49,8 +49,9 @@ def test_honest_candidate_is_trained_scored_and_reported(settings: HarnessSettin
     # A bigram model that trained at all beats the uniform distribution by a wide margin.
     uniform = math.log2(settings.vocab_size) / 1.0
     assert 0 < result.val_bpb < uniform
-    # Progress: at most one event a second, ending in the score phase.
-    assert events and events[-1].phase == "score"
+    # Progress: at most one event a second, phases in order (the last may be held back by the pace).
+    order = {"startup": 0, "train": 1, "score": 2}
+    assert [order[e.phase] for e in events] == sorted(order[e.phase] for e in events)
     assert all(later - earlier >= 0.99 for earlier, later in itertools.pairwise(stamps))
     assert any(event.phase == "train" and event.loss is not None for event in events)
 
