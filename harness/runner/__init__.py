@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SandboxUnavailableError", "ScorerError", "run_experiment"]
+__all__ = ["SandboxUnavailableError", "ScorerError", "close_warm_sandbox", "run_experiment"]
 
 
 def __getattr__(name: str) -> Any:
@@ -16,6 +16,10 @@ def __getattr__(name: str) -> Any:
         from harness.runner.run import run_experiment
 
         return run_experiment
+    if name == "close_warm_sandbox":
+        from harness.runner.prepared_run import close_warm_sandbox
+
+        return close_warm_sandbox
     if name == "SandboxUnavailableError":
         from harness.runner.sandbox import SandboxUnavailableError
 

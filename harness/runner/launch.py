@@ -64,17 +64,21 @@ def launch(
     stdin: int | IO[Any] | None = subprocess.DEVNULL,
     stdout: int | IO[Any] | None = None,
     stderr: int | IO[Any] | None = None,
+    nice: int = 0,
 ) -> Launched:
     """Start `command` inside a sandbox described by `spec`, under `limits`.
 
-    Unsandboxed (only with --unsafe-no-sandbox) the command runs as a plain child in a new session
-    with the same cleared environment and working directory; its binds are then the host paths.
+    `nice` > 0 starts it at lower CPU priority. Unsandboxed (only with --unsafe-no-sandbox) the
+    command runs as a plain child in a new session with the same cleared environment and working
+    directory; its binds are then the host paths.
     """
     cgroup = Cgroup.create(limits)
     if sandboxed:
         argv, env, cwd = bwrap_argv(spec, command), {"PATH": os.environ.get("PATH", "/usr/bin")}, None
     else:
         argv, env, cwd = list(command), sandbox_env(spec), spec.cwd
+    if nice:
+        argv = ["nice", "-n", str(nice), *argv]
     if cgroup is not None:
         argv = cgroup.wrap(argv)
     try:

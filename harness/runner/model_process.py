@@ -111,6 +111,7 @@ class ModelProcess:
         self.events_r = events_r
         self.commands_w = commands_w
         self.pidfd = os.pidfd_open(self.launched.popen.pid)
+        self.fds = [events_r, commands_w, self.pidfd, self.inputs_fd, self.logits_fd]
         self.reader = LineReader()
         self.output = OutputTail(log_r)
         self.pending: list[dict[str, Any]] = []
@@ -175,7 +176,9 @@ class ModelProcess:
         return self.output.text(timeout=1.0)
 
     def close(self) -> None:
+        """Kill the sandbox and close its fds; safe to repeat (never closes an fd number twice)."""
         self.launched.close()
-        for fd in (self.events_r, self.commands_w, self.pidfd, self.inputs_fd, self.logits_fd):
+        fds, self.fds = self.fds, []
+        for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)

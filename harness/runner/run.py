@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
-import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,11 +18,12 @@ from harness.result import ProgressEvent, RunResult
 from harness.runner import timing
 from harness.runner.classify import Verdict, over_budget, train_failure
 from harness.runner.devices import device_name, mfu_percent, peak_flops, resolve_device
-from harness.runner.limits import Cgroup, Limits, default_limits, remove_cgroups, tree_memory_bytes
+from harness.runner.limits import Cgroup, Limits, default_limits, tree_memory_bytes
 from harness.runner.output import ProgressPacer
+from harness.runner.prepared_run import discard, keep_spare, prepare_run, take_spare
 from harness.runner.sandbox import check_bwrap
 from harness.runner.scoring import ScoreJob, Scorer
-from harness.runner.train_phase import WEIGHTS_FILE, TrainJob, TrainOutcome, run_train_phase
+from harness.runner.train_phase import CANDIDATE_FILE, WEIGHTS_FILE, TrainJob, TrainOutcome, run_train_phase
 
 LOG_TAIL_CHARS = 24_000
 
@@ -36,6 +36,7 @@ def run_experiment(
     work_root: Path | None = None,
     cancel: threading.Event | None = None,
     device: str | None = None,
+    keep_warm: bool = False,
 ) -> RunResult:
     """Train and score `train_py` under `settings`; every number in the result is measured here.
 
@@ -43,7 +44,9 @@ def run_experiment(
     missing train.py, harness.data.errors.DataError when the data is not prepared,
     SandboxUnavailableError without a working bubblewrap (unless `unsafe_no_sandbox`),
     ScorerError when the trusted scorer itself fails. `cancel`, when set, stops the run at once
-    (status crash, error class cancelled). Safe to call repeatedly; leaves no process or file.
+    (status crash, error class cancelled). `keep_warm` starts the next run's train sandbox once
+    this one has trained (see harness.runner.prepared_run; end it with close_warm_sandbox()).
+    Safe to call repeatedly; apart from that spare it leaves no process, file or cgroup.
     """
     started = time.monotonic()
     cancel = cancel or threading.Event()
@@ -54,57 +57,59 @@ def run_experiment(
     if sandboxed:
         check_bwrap()
     manifest = read_manifest(settings)
+    paths = prepared_paths(settings)
     device = resolve_device(device)
     name = device_name(device)
-    run_id = uuid.uuid4().hex[:12]
-    limits = default_limits(settings.memory_limit_gb, run_id)
-    notes = harness_notes(sandboxed, limits, device, settings)
+    key = json.dumps([settings.model_dump_json(), device, sandboxed, str(work_root)])
+    job = TrainJob(
+        candidate_dir=Path(),  # the run's own folders are filled in by prepare_run
+        work_dir=Path(),
+        train_dir=paths.train_dir,
+        settings=settings,
+        bos_id=int(manifest["bos_id"]),
+        device=device,
+        peak_flops=peak_flops(name),
+        sandboxed=sandboxed,
+        limits=default_limits(settings.memory_limit_gb, ""),
+    )
+    run = take_spare(key) or prepare_run(key, job, work_root, idle=False)
+    notes = harness_notes(sandboxed, run.limits, device, settings)
     pacer = ProgressPacer(on_progress)
-    run_dir = Path(tempfile.mkdtemp(prefix=f"autoresearch-run-{run_id}-", dir=work_root))
     try:
-        candidate = run_dir / "train.py"
+        candidate = run.run_dir / "candidate" / CANDIDATE_FILE
         shutil.copyfile(train_py, candidate)
         candidate.chmod(0o444)
-        for folder in ("work", "weights"):
-            (run_dir / folder).mkdir()
-        paths = prepared_paths(settings)
-        bos_id = int(manifest["bos_id"])
         scorer = Scorer(
             ScoreJob(
                 candidate=candidate,
-                weights_dir=run_dir / "weights",
+                weights_dir=run.run_dir / "weights",
                 val_dir=paths.val_dir,
                 device=device,
                 vocab_size=settings.vocab_size,
                 time_budget=settings.time_budget,
                 seed=settings.seed,
-                bos_id=bos_id,
+                bos_id=job.bos_id,
                 batch_rows=settings.eval_batch_rows,
                 sandboxed=sandboxed,
-                limits=limits,
+                limits=run.limits,
                 timeout=timing.score_timeout(settings.time_budget, settings.compile_allowance),
             )
         )
         try:
-            job = TrainJob(
-                candidate=candidate,
-                work_dir=run_dir / "work",
-                train_dir=paths.train_dir,
-                settings=settings,
-                bos_id=bos_id,
-                device=device,
-                peak_flops=peak_flops(name),
-                sandboxed=sandboxed,
-                limits=limits,
-            )
-            outcome = run_train_phase(job, pacer, cancel, started)
-            verdict, scored = score_if_trained(outcome, settings, run_dir, scorer, pacer, cancel, started)
+            spawned_at = run.sandbox.go()
+            if spawned_at is None:  # the spare died (e.g. with the thread that started it)
+                discard(run)
+                run = prepare_run(key, job, work_root, idle=False)
+                spawned_at = run.sandbox.go() or time.monotonic()
+            outcome = run_train_phase(run.sandbox, spawned_at, pacer, cancel, started)
+            if keep_warm:
+                keep_spare(prepare_run(key, job, work_root, idle=True))
+            verdict, scored = score_if_trained(outcome, settings, run.run_dir, scorer, pacer, cancel, started)
         finally:
             scorer.close()
-        num_params = count_params(run_dir / "weights" / WEIGHTS_FILE)
+        num_params = count_params(run.run_dir / "weights" / WEIGHTS_FILE)
     finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        remove_cgroups(limits.cgroup_prefix)
+        discard(run)
     return build_result(
         verdict or over_budget(outcome, settings),
         outcome,

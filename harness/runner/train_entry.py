@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -93,7 +94,12 @@ def main(config: dict[str, Any]) -> None:
         reporter.error("harness", exc)
         finish(1)
 
-    progress = Progress(reporter, config["spawned_at"], config["time_budget"], config["allowance"])
+    with os.fdopen(config["go_fd"], "rb") as go:  # started ahead of time: wait for the experiment
+        line = go.readline()
+    if not line:
+        finish(0)
+    spawned_at = json.loads(line)["spawned_at"]
+    progress = Progress(reporter, spawned_at, config["time_budget"], config["allowance"])
     device = torch.device(config["device"])
     torch.manual_seed(config["seed"])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -16,12 +17,14 @@ from harness.config import HarnessSettings
 from harness.result import ProgressEvent
 from harness.runner import timing
 from harness.runner.launch import launch
-from harness.runner.limits import Limits
+from harness.runner.limits import Limits, raise_priority
 from harness.runner.messages import LineReader, count, number, text
 from harness.runner.output import OutputTail, ProgressPacer
 from harness.runner.sandbox import Bind, SandboxSpec, python_command, visible_path
 from harness.runner.train_entry import DIVERGED_LOSS
 
+CANDIDATE_FILE = "train.py"
+IDLE_NICE = 19
 RSS_SAMPLE_S = 0.25  # peak RSS and OOM kills are polled this often
 WEIGHTS_FILE = "model.safetensors"
 
@@ -53,7 +56,7 @@ class TrainOutcome:
 
 @dataclass(frozen=True)
 class TrainJob:
-    candidate: Path  # the harness's own copy of train.py
+    candidate_dir: Path  # gets the harness's own copy of train.py (as CANDIDATE_FILE) before `go`
     work_dir: Path  # empty, the only writable host folder
     train_dir: Path  # prepared training tokens
     settings: HarnessSettings
@@ -66,7 +69,7 @@ class TrainJob:
 
 def train_spec(job: TrainJob) -> SandboxSpec:
     binds = (
-        Bind(job.candidate, "/sandbox/candidate/train.py"),
+        Bind(job.candidate_dir, "/sandbox/candidate"),
         Bind(job.train_dir, "/sandbox/data/train"),
         Bind(job.work_dir, "/sandbox/work", writable=True),
     )
@@ -74,55 +77,90 @@ def train_spec(job: TrainJob) -> SandboxSpec:
     return spec if job.sandboxed else SandboxSpec(binds=binds, cwd=str(job.work_dir))
 
 
+class TrainSandbox:
+    """A started train sandbox. Its harness entry starts the interpreter and imports torch, then
+    waits for `go` before it imports train.py (which need not exist before), so it can be started
+    ahead of time, at idle priority, while the previous experiment is scored."""
+
+    def __init__(self, job: TrainJob, idle: bool) -> None:
+        self.job = job
+        spec = train_spec(job)
+        settings = job.settings
+        events_r, events_w = os.pipe()
+        log_r, log_w = os.pipe()
+        go_r, go_w = os.pipe()
+        candidate_dir = visible_path(spec, job.candidate_dir, job.sandboxed)
+        config = {
+            "candidate": os.path.join(candidate_dir, CANDIDATE_FILE),
+            "train_dir": visible_path(spec, job.train_dir, job.sandboxed),
+            "weights": os.path.join(visible_path(spec, job.work_dir, job.sandboxed), WEIGHTS_FILE),
+            "events_fd": events_w,
+            "go_fd": go_r,
+            "device": job.device,
+            "vocab_size": settings.vocab_size,
+            "seq_len": settings.seq_len,
+            "time_budget": settings.time_budget,
+            "allowance": settings.compile_allowance,
+            "seed": settings.seed,
+            "bos_id": job.bos_id,
+            "peak_flops": job.peak_flops,
+            "train_tokens_max": settings.train_tokens_max,
+            "limits": asdict(job.limits),
+        }
+        try:
+            self.launched = launch(
+                python_command("harness.runner.train_entry", json.dumps(config)),
+                spec,
+                sandboxed=job.sandboxed,
+                limits=job.limits,
+                pass_fds=(events_w, go_r),
+                stdout=log_w,
+                stderr=log_w,
+                nice=IDLE_NICE if idle else 0,
+            )
+        finally:
+            for fd in (events_w, log_w, go_r):
+                os.close(fd)
+        self.events_r = events_r
+        self.go_w = go_w
+        self.fds = [events_r, go_w]
+        self.output = OutputTail(log_r)
+
+    def alive(self) -> bool:
+        return self.launched.popen.poll() is None
+
+    def go(self) -> float | None:
+        """Start the experiment; its clock starts now. None if the sandbox had already died."""
+        raise_priority(self.launched.pids())
+        spawned_at = time.monotonic()
+        try:
+            os.write(self.go_w, json.dumps({"spawned_at": spawned_at}).encode() + b"\n")
+        except BrokenPipeError:
+            return None
+        return spawned_at
+
+    def close(self) -> None:
+        """Kill the sandbox and close its pipes; safe to repeat (a closed fd number can be reused
+        by the next sandbox, so it must never be closed twice)."""
+        self.launched.close()
+        fds, self.fds = self.fds, []
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 def run_train_phase(
-    job: TrainJob, pacer: ProgressPacer, cancel: threading.Event, started_at: float
+    sandbox: TrainSandbox, spawned_at: float, pacer: ProgressPacer, cancel: threading.Event, started_at: float
 ) -> TrainOutcome:
-    spec = train_spec(job)
-    settings = job.settings
-    events_r, events_w = os.pipe()
-    log_r, log_w = os.pipe()
-    spawned_at = time.monotonic()
-    config = {
-        "candidate": visible_path(spec, job.candidate, job.sandboxed),
-        "train_dir": visible_path(spec, job.train_dir, job.sandboxed),
-        "weights": os.path.join(visible_path(spec, job.work_dir, job.sandboxed), WEIGHTS_FILE),
-        "events_fd": events_w,
-        "device": job.device,
-        "vocab_size": settings.vocab_size,
-        "seq_len": settings.seq_len,
-        "time_budget": settings.time_budget,
-        "allowance": settings.compile_allowance,
-        "seed": settings.seed,
-        "bos_id": job.bos_id,
-        "peak_flops": job.peak_flops,
-        "train_tokens_max": settings.train_tokens_max,
-        "spawned_at": spawned_at,
-        "limits": asdict(job.limits),
-    }
-    command = python_command("harness.runner.train_entry", json.dumps(config))
-    try:
-        process = launch(
-            command,
-            spec,
-            sandboxed=job.sandboxed,
-            limits=job.limits,
-            pass_fds=(events_w,),
-            stdout=log_w,
-            stderr=log_w,
-        )
-    finally:
-        os.close(events_w)
-        os.close(log_w)
-    output = OutputTail(log_r)
+    """Watch a sandbox that was just sent `go` at `spawned_at` until it is done; then end it."""
     outcome = TrainOutcome()
     try:
-        watch(process, events_r, job, outcome, pacer, cancel, spawned_at, started_at)
+        watch(sandbox.launched, sandbox.events_r, sandbox.job, outcome, pacer, cancel, spawned_at, started_at)
     finally:
-        process.close()
-        os.close(events_r)
-    outcome.log = output.text()
+        sandbox.close()
+    outcome.log = sandbox.output.text()
     outcome.training_seconds = timing.training_seconds(
-        outcome.first_step_after, outcome.lifetime, settings.compile_allowance
+        outcome.first_step_after, outcome.lifetime, sandbox.job.settings.compile_allowance
     )
     return outcome
 

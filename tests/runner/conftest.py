@@ -19,20 +19,31 @@ RunCandidate = Callable[..., RunResult]
 STARTUP_ROOM_S = 30.0
 
 
-def processes_mentioning(text: str) -> list[str]:
-    """Command lines of live processes that contain `text`."""
+def pids_mentioning(text: str) -> list[int]:
+    """Live processes whose command line contains `text`."""
     found = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             try:
-                cmdline = (
-                    Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                )
+                cmdline = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ")
             except OSError:
                 continue
-            if text in cmdline:
-                found.append(cmdline)
+            if text.encode() in cmdline:
+                found.append(int(entry.name))
     return found
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that contain `text`."""
+    lines = []
+    for pid in pids_mentioning(text):
+        try:
+            lines.append(
+                Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            )
+        except OSError:
+            continue
+    return lines
 
 
 @pytest.fixture

@@ -1,0 +1,50 @@
+"""keep_warm: the next run's train sandbox is started ahead of time, used by the next run, and
+never left behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.config import HarnessSettings
+from harness.result import ProgressEvent
+from harness.runner import close_warm_sandbox, run_experiment
+from harness.runner.prepared_run import take_spare
+from tests.runner.candidates import FOLDER
+from tests.runner.conftest import STARTUP_ROOM_S, pids_mentioning, processes_mentioning
+
+
+def test_the_next_run_uses_the_spare_sandbox_and_closing_leaves_nothing(
+    settings: HarnessSettings, tmp_path: Path
+) -> None:
+    work_root = tmp_path / "runs"
+    work_root.mkdir()
+    chosen = settings.model_copy(update={"compile_allowance": STARTUP_ROOM_S, "time_budget": 1.0})
+    candidate = FOLDER / "no_training.py"
+    try:
+        first = run_experiment(candidate, chosen, work_root=work_root, keep_warm=True)
+        assert first.status == "ok", first.log_tail
+        spare = pids_mentioning(str(work_root))
+        assert spare and len(list(work_root.iterdir())) == 1  # the spare's folder
+
+        alive_while_training: list[bool] = []
+
+        def check(event: ProgressEvent) -> None:
+            if not alive_while_training:
+                alive_while_training.append(all(Path(f"/proc/{pid}").exists() for pid in spare))
+
+        second = run_experiment(candidate, chosen, work_root=work_root, keep_warm=True, on_progress=check)
+        assert second.status == "ok", second.log_tail
+        assert second.val_bpb == first.val_bpb
+        assert alive_while_training == [True]  # the spare was the second run's train sandbox
+        assert not any(Path(f"/proc/{pid}").exists() for pid in spare)
+        assert pids_mentioning(str(work_root))  # and a new spare waits
+        assert take_spare("a run with other settings") is None  # a mismatch discards it
+        assert processes_mentioning(str(work_root)) == [] and list(work_root.iterdir()) == []
+    finally:
+        close_warm_sandbox()
+    assert processes_mentioning(str(work_root)) == [] and list(work_root.iterdir()) == []
+
+
+def test_closing_without_a_spare_is_harmless() -> None:
+    close_warm_sandbox()
+    close_warm_sandbox()
