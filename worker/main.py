@@ -20,7 +20,7 @@ from filelock import FileLock, Timeout
 from client import ApiError, Client
 from harness.config import HarnessSettings
 from harness.result import RunResult
-from harness.runner import run_experiment
+from harness.runner import close_warm_sandbox, run_experiment
 from worker.backoff import Backoff, Stopped, describe, is_transient, retry
 from worker.datacache import DataCacheError, ensure_prepared
 from worker.delivery import ResultSender
@@ -208,6 +208,8 @@ class Worker:
                 work_root=self.work_root,
                 cancel=keeper.cancel,
                 device="cuda" if self.platform.cuda else "cpu",
+                # The next run's train sandbox starts while this one is scored (see run()).
+                keep_warm=True,
             )
         except BaseException:
             keeper.stop()
@@ -317,6 +319,7 @@ def _run_with_state(
         log.info("resending %d result(s) spooled by an earlier run of this worker", len(leftovers))
     client = Client(options.server, options.token)
     sender = ResultSender(spool, client, log).start()
+    code = 0
     try:
         harness_id = ensure_prepared(settings, log)
         work_root = state_dir / "work"
@@ -327,12 +330,12 @@ def _run_with_state(
         pass
     except (WorkerError, DataCacheError, ApiError) as exc:
         log.error("%s", f"the server refused: {describe(exc)}" if isinstance(exc, ApiError) else exc)
-        sender.close()
-        client.close()
-        return 1
-    if not stop.now.is_set():
+        code = 1
+    finally:
+        close_warm_sandbox()
+    if code == 0 and not stop.now.is_set():
         sender.drain(stop.now)
     sender.close()
     client.close()
-    log.info("worker %s stopped", name)
-    return 0
+    log.info("worker %s %s", name, "stopped" if code == 0 else "cannot work (see above)")
+    return code

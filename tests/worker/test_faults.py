@@ -108,8 +108,12 @@ def test_spooled_result_survives_worker_kill_and_is_resent_on_restart(project: P
     project.wait_training(1, worker)
     project.server.stop()
     spooled = worker.wait_for_log(r"experiment 1: \w+, val_bpb .*; result (\S+) spooled", timeout=120)
+    state = str(project.tmp / "workers" / "w")
+    assert len(processes_mentioning(state)) > 1  # the worker and the spare sandbox for its next run
     worker.signal(signal.SIGKILL)
     worker.wait(timeout=10)
+    # The spare dies with its worker too.
+    wait_until(lambda: not processes_mentioning(state), 10, "the killed worker's spare sandbox to end")
 
     project.server.start()
     again = project.worker("w")  # same name, same state folder
