@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
-from client import ApiError
+from client import ApiError, Client
 from worker.backoff import Backoff, describe, is_transient
 from worker.lease import LeaseKeeper
 from worker.spool import Spool, SpooledResult
@@ -23,7 +22,7 @@ AUTH_STATUSES = frozenset({401, 403})
 class ResultSender:
     """One thread delivering the spool; `drain` waits until the spool is empty."""
 
-    def __init__(self, spool: Spool, client: Any, log: logging.Logger) -> None:
+    def __init__(self, spool: Spool, client: Client, log: logging.Logger) -> None:
         self.spool = spool
         self.client = client
         self.log = log

@@ -12,9 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
-from client import ApiError
+from client import ApiError, Client
 from harness.result import ProgressEvent
 from worker.backoff import Backoff, describe, is_transient
 
@@ -27,9 +26,9 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        client: Any,
+        client: Client,
         lease_id: str,
-        experiment_id: Any,
+        experiment_id: int,
         heartbeat_seconds: float,
         log: logging.Logger,
         progress_interval: float = 1.0,

@@ -84,7 +84,7 @@ class Worker:
     sender: ResultSender
     stop: StopControl
     work_root: Path
-    worker_id: Any = None
+    worker_id: str = ""  # given by the server at registration
     heartbeat_seconds: float = 20.0
 
     def register(self) -> None:
@@ -264,7 +264,7 @@ class Worker:
         log.warning("lease %s: could not release it; it returns to the queue when it expires", lease_id)
 
     def record_timings(
-        self, experiment_id: Any, claimed_at: float, started_at: float, result: RunResult
+        self, experiment_id: int, claimed_at: float, started_at: float, result: RunResult
     ) -> None:
         """One JSON line per experiment: when it was claimed, run, spooled, and its measured times."""
         assert self.options.timings is not None

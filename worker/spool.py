@@ -27,12 +27,12 @@ class SpooledResult:
 
     result_id: str
     lease_id: str
-    experiment_id: Any
+    experiment_id: int
     result: dict[str, Any]  # RunResult as JSON
     finished_at: float
 
 
-def new_entry(lease_id: str, experiment_id: Any, result: dict[str, Any]) -> SpooledResult:
+def new_entry(lease_id: str, experiment_id: int, result: dict[str, Any]) -> SpooledResult:
     return SpooledResult(
         result_id=str(uuid.uuid4()),
         lease_id=lease_id,
