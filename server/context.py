@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
@@ -21,6 +22,9 @@ from server.crud.tokens import Principal
 from server.events import Broadcaster, Event
 from server.presence import Presence
 from server.research_repo import ResearchRepo
+
+if TYPE_CHECKING:
+    from server.standings_cache import TotalsCache
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +48,7 @@ class AppContext:
     presence: Presence
     # Token hash -> caller, for TOKEN_CACHE_SECONDS: a revoked token stops working within that time.
     principals: TtlCache[str, Principal]
+    totals: TotalsCache
     # Set once the best has a valid measurement (it never loses it): claims then skip the check.
     best_measured: bool = False
 

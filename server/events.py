@@ -45,6 +45,7 @@ class Broadcaster:
     _history: deque[Event] = field(default_factory=deque)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _last_id: int = 0
     # Long-polling claims wait on this; it is replaced after every "queued" event.
     _queued_signal: asyncio.Event | None = None
 
@@ -53,12 +54,20 @@ class Broadcaster:
         self._loop = loop
         self._queued_signal = asyncio.Event()
 
+    @property
+    def last_event_id(self) -> int:
+        """The id of the latest published event (0 before the first): a cheap "has anything changed"."""
+        return self._last_id
+
     def publish(self, events: list[Event]) -> None:
         """Publish from any thread; events get increasing ids in publication order."""
-        if not events or self._loop is None or self._loop.is_closed():
+        if not events:
             return
         with self._lock:
             numbered = [Event(e.type, e.data, next(self._ids)) for e in events]
+            self._last_id = numbered[-1].id
+        if self._loop is None or self._loop.is_closed():
+            return
         try:
             self._loop.call_soon_threadsafe(self._deliver, numbered)
         except RuntimeError:  # the loop closed meanwhile (shutdown)

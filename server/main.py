@@ -34,6 +34,7 @@ from server.events import Broadcaster
 from server.harness_pin import configured_harness_id, pin
 from server.presence import Presence
 from server.research_repo import ResearchRepo
+from server.standings_cache import TotalsCache
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
@@ -72,6 +73,7 @@ def build_context(settings: ServerSettings) -> AppContext:
         bus=Broadcaster(history_size=settings.sse_history),
         presence=Presence(write_every_s=min(10.0, settings.lease_seconds / 3)),
         principals=TtlCache(settings.token_cache_seconds),
+        totals=TotalsCache(),
     )
 
 
@@ -101,13 +103,14 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         ctx.bus.bind(asyncio.get_running_loop())
-        sweeper = asyncio.create_task(_sweep_leases(ctx))
+        tasks = [asyncio.create_task(_sweep_leases(ctx)), asyncio.create_task(ctx.totals.keep_fresh(ctx))]
         try:
             yield
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             ctx.repo.close()
             ctx.db.dispose()
 

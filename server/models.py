@@ -114,6 +114,12 @@ class Experiment(Base):
         Index("ix_experiments_blob", "train_py_blob"),
         Index("ix_experiments_bpb", "val_bpb"),
         Index("ix_experiments_commit", "commit_sha"),
+        # GET /experiments?status=... pages newest first.
+        Index("ix_experiments_status_id", "status", "id"),
+        # Per-agent standings read only this index (no table lookups) over all experiments.
+        Index(
+            "ix_experiments_standing", "agent_id", "status", "val_bpb", "best_before_val_bpb", "created_at"
+        ),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)

@@ -18,11 +18,12 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        length = dict(scope["headers"]).get(b"content-length")
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             await self._refuse(send, int(length))
             return
-        if length is not None:
+        if length is not None or b"chunked" not in headers.get(b"transfer-encoding", b"").lower():
             await self.app(scope, receive, send)
             return
         # No Content-Length (chunked): read the body here, up to the limit, then replay it.

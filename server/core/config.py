@@ -44,6 +44,7 @@ class ServerSettings(BaseSettings):
     sqlite_busy_timeout_ms: int = Field(30_000, ge=0)
     sse_keepalive_seconds: float = Field(15.0, gt=0.0)
     sse_history: int = Field(1000, ge=0)
+    standings_refresh_seconds: float = Field(2.0, gt=0.0)
 
     @property
     def resolved_database_url(self) -> str:

@@ -9,8 +9,9 @@ write transactions need them (see `server/crud/`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,7 @@ class Database:
         writer = self.engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"}) if self.sqlite else self.engine
         self._read = sessionmaker(self.engine, expire_on_commit=False)
         self._write = sessionmaker(writer, expire_on_commit=False)
+        self._write_lock: AbstractContextManager[object] = threading.Lock() if self.sqlite else nullcontext()
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -86,8 +88,13 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[Session]:
-        """A transaction that commits when the block ends normally and rolls back otherwise."""
-        with self._write() as session, session.begin():
+        """A transaction that commits when the block ends normally and rolls back otherwise.
+
+        On SQLite, writers of this process queue on a lock first: SQLite's own busy handler
+        sleeps in growing steps while it waits, which under many concurrent writers makes the
+        slowest waits seconds long. Other processes (the CLI) still meet the busy timeout.
+        """
+        with self._write_lock, self._write() as session, session.begin():
             yield session
 
     def dispose(self) -> None:

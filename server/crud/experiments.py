@@ -132,5 +132,5 @@ def children(session: Session, commit: str, limit: int) -> list[ExperimentOut]:
 def by_commit(session: Session, commit: str) -> Experiment | None:
     """The experiment whose commit this is (the oldest, should two share it)."""
     return session.scalars(
-        select(Experiment).where(Experiment.commit_sha == commit).order_by(Experiment.id)
+        select(Experiment).where(Experiment.commit_sha == commit).order_by(Experiment.id).limit(1)
     ).first()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from sqlalchemy import case, func, select
+from typing import Any
+
+from sqlalchemy import Row, case, func, select
 from sqlalchemy.orm import Session
 
 from server.crud.experiments import BASELINE_AGENT, agent_names
 from server.crud.project import load_project
+from server.crud.tokens import ENV_ADMIN_NAME
 from server.models import (
     INFRA_FAILED,
     KEPT,
@@ -84,52 +87,77 @@ def _count(condition: object) -> object:
     return func.sum(case((condition, 1), else_=0))  # type: ignore[arg-type]
 
 
-def agent_standings(session: Session) -> list[AgentStanding]:
-    """Per agent: counts by outcome, best val_bpb, and how much its keeps improved the best."""
+def agent_totals(session: Session) -> dict[int, Row[Any]]:
+    """Per agent id: counts by outcome, best val_bpb, total improvement, last submission.
+
+    One aggregate over all experiments, grouped by agent: it reads only ix_experiments_standing.
+    """
     improvement = case(
         (Experiment.status == KEPT, Experiment.best_before_val_bpb - Experiment.val_bpb),
         else_=0.0,
     )
+    measured_not_kept = Experiment.status.in_((REVERTED, REBASED, STALE)) & Experiment.val_bpb.is_not(None)
+    no_valid_result = (Experiment.status == INFRA_FAILED) | (
+        (Experiment.status == REVERTED) & Experiment.val_bpb.is_(None)
+    )
     statement = (
         select(
-            ApiToken.name,
-            func.count(Experiment.id).label("submitted"),
+            Experiment.agent_id,
+            func.count().label("submitted"),
             _count(Experiment.status == QUEUED).label("queued"),
             _count(Experiment.status == RUNNING).label("running"),
             _count(Experiment.status == KEPT).label("kept"),
-            _count(Experiment.status.in_((REVERTED, REBASED, STALE)) & Experiment.val_bpb.is_not(None)).label(
-                "reverted"
-            ),
-            _count(
-                (Experiment.status == INFRA_FAILED)
-                | ((Experiment.status == REVERTED) & Experiment.val_bpb.is_(None))
-            ).label("failed"),
+            _count(measured_not_kept).label("reverted"),
+            _count(no_valid_result).label("failed"),
             func.min(Experiment.val_bpb).label("best_val_bpb"),
             func.coalesce(func.sum(improvement), 0.0).label("improvement"),
             func.max(Experiment.created_at).label("last_submitted_at"),
         )
-        .select_from(ApiToken)
-        .join(Experiment, Experiment.agent_id == ApiToken.id, isouter=True)
-        .where(ApiToken.kind.in_(("agent", "admin")))
-        .group_by(ApiToken.id, ApiToken.name)
+        .where(Experiment.agent_id.is_not(None))
+        .group_by(Experiment.agent_id)
     )
-    rows = session.execute(statement).all()
-    standings = [
-        AgentStanding(
-            agent=row.name,
-            submitted=row.submitted or 0,
-            queued=row.queued or 0,
-            running=row.running or 0,
-            kept=row.kept or 0,
-            reverted=row.reverted or 0,
-            failed=row.failed or 0,
-            best_val_bpb=row.best_val_bpb,
-            improvement=row.improvement or 0.0,
-            last_submitted_at=row.last_submitted_at,
+    return {row.agent_id: row for row in session.execute(statement)}
+
+
+def agent_standings(session: Session, totals: dict[int, Row[Any]] | None = None) -> list[AgentStanding]:
+    """Every agent's standing, best first; `totals` from `agent_totals` (computed when not given)."""
+    if totals is None:
+        totals = agent_totals(session)
+    tokens = session.execute(select(ApiToken.id, ApiToken.name).where(ApiToken.kind.in_(("agent", "admin"))))
+    standings = []
+    for token_id, name in tokens:
+        row = totals.get(token_id)
+        if row is None:
+            if name != ENV_ADMIN_NAME:  # the environment's admin token is listed once it submitted
+                standings.append(
+                    AgentStanding(
+                        agent=name,
+                        submitted=0,
+                        queued=0,
+                        running=0,
+                        kept=0,
+                        reverted=0,
+                        failed=0,
+                        best_val_bpb=None,
+                        improvement=0.0,
+                        last_submitted_at=None,
+                    )
+                )
+            continue
+        standings.append(
+            AgentStanding(
+                agent=name,
+                submitted=row.submitted,
+                queued=row.queued or 0,
+                running=row.running or 0,
+                kept=row.kept or 0,
+                reverted=row.reverted or 0,
+                failed=row.failed or 0,
+                best_val_bpb=row.best_val_bpb,
+                improvement=row.improvement or 0.0,
+                last_submitted_at=row.last_submitted_at,
+            )
         )
-        for row in rows
-        if row.submitted or row.name != "ADMIN_TOKEN"
-    ]
     standings.sort(
         key=lambda s: (
             -s.improvement,

@@ -49,20 +49,26 @@ def export_rows(session: Session) -> Iterator[TsvRow]:
             imported.commit, imported.val_bpb, imported.memory_gb, imported.status, imported.description
         )
     statement = (
-        select(Experiment, Result)
+        select(
+            Experiment.commit_sha,
+            Experiment.status,
+            Experiment.description,
+            Result.status.label("result_status"),
+            Result.val_bpb,
+            Result.peak_memory_mb,
+        )
         .join(Result, Result.experiment_id == Experiment.id)
         .where(Experiment.status.in_((KEPT, REVERTED, REBASED, STALE)))
         .order_by(Experiment.id)
     )
-    for experiment, result in session.execute(statement):
-        ok = result.status == "ok" and result.val_bpb is not None
-        status = "keep" if experiment.status == KEPT else "discard" if ok else "crash"
+    for row in session.execute(statement):
+        ok = row.result_status == "ok" and row.val_bpb is not None
         yield TsvRow(
-            commit=experiment.commit_sha[:7],
-            val_bpb=result.val_bpb if ok and result.val_bpb is not None else 0.0,
-            memory_gb=(result.peak_memory_mb or 0.0) / 1024 if ok else 0.0,
-            status=status,
-            description=_one_line(experiment.description),
+            commit=row.commit_sha[:7],
+            val_bpb=row.val_bpb if ok else 0.0,
+            memory_gb=(row.peak_memory_mb or 0.0) / 1024 if ok else 0.0,
+            status="keep" if row.status == KEPT else "discard" if ok else "crash",
+            description=_one_line(row.description),
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -161,3 +162,33 @@ def test_results_arriving_together_never_both_advance_best(
     kept = [e["experiment_id"] for e in agent.leaderboard()["lineage"]]
     chain = git(live, "rev-list", "--first-parent", "best").split()
     assert len(chain) == len(kept) and len(kept) == 4  # the baseline and one keep per round
+
+
+def test_agent_standings_count_outcomes_and_refresh_in_the_background(
+    live_factory, worker_factory, baseline_source: str
+) -> None:
+    live = live_factory(standings_refresh_seconds=0.1)
+    worker = worker_factory(live)
+    worker.run_next(1.0)
+    alice, bob = live.client("agent", "alice"), live.client("agent", "bob")
+    alice.submit("a1", train_py=baseline_source + "# a1\n")
+    alice.submit("a2", train_py=baseline_source.replace("DEPTH = 4", "DEPTH = 5"))
+    bob.submit("b1", train_py=baseline_source + "# b1\n")
+    bob.submit("b2", train_py=baseline_source + "# b2\n")
+    worker.run_next(0.97)  # alice keeps
+    worker.run_next(None, status="crash", error_class="train_error")  # alice's crash (no valid result)
+    worker.run_next(0.9999)  # bob: not better than its base
+    expected = {
+        "alice": {"submitted": 2, "queued": 0, "kept": 1, "reverted": 0, "failed": 1, "best_val_bpb": 0.97},
+        "bob": {"submitted": 2, "queued": 1, "kept": 0, "reverted": 1, "failed": 0, "best_val_bpb": 0.9999},
+    }
+    deadline = time.monotonic() + 10
+    while True:
+        agents = {a["agent"]: a for a in alice.agents()["agents"]}
+        got = {name: {k: agents[name][k] for k in expected[name]} for name in expected}
+        if got == expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert got == expected
+    assert [a["agent"] for a in alice.leaderboard()["agents"]] == ["alice", "bob"]
+    assert agents["alice"]["improvement"] == pytest.approx(0.03)

@@ -42,7 +42,7 @@ def get_leaderboard(ctx: Ctx, _reader: Reader) -> LeaderboardOut:
             best=best,
             lineage=standings.lineage(session),
             top=standings.top_results(session, platform),
-            agents=standings.agent_standings(session),
+            agents=standings.agent_standings(session, ctx.totals.current(ctx)),
         )
 
 
@@ -67,6 +67,7 @@ def get_children(
 
 @router.get("/agents", responses=_AUTH)
 def get_agents(ctx: Ctx, _reader: Reader) -> AgentsOut:
-    """Every agent with its standing (same ordering as the leaderboard)."""
+    """Every agent with its standing (same ordering as the leaderboard; at most
+    STANDINGS_REFRESH_SECONDS old)."""
     with ctx.db.read() as session:
-        return AgentsOut(agents=standings.agent_standings(session))
+        return AgentsOut(agents=standings.agent_standings(session, ctx.totals.current(ctx)))

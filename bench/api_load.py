@@ -1,0 +1,617 @@
+"""API load against the real server (a separate `autoresearch serve` process), on SQLite and PostgreSQL.
+
+    python bench/api_load.py [--db sqlite,postgresql] [--duration 60] [--agents 50] [--workers 8]
+                             [--experiments 100000] [--postgres-url URL]
+
+Phases, for each database:
+
+1. mixed: `--agents` agents each submit a patch every 10 s and poll their latest experiment every
+   second, while `--workers` simulated workers claim (long poll), heartbeat, send progress, "run"
+   for 0.5 s and report a result. Targets: p99 submit < 150 ms, p99 poll < 50 ms, no errors.
+2. submit rate: 16 agents submit back to back for 15 s: the highest sustained submit rate.
+3. claim-and-report: 5000 queued experiments (bulk-inserted), `--workers` workers claim and
+   report as fast as they can for 15 s. Target: >= 100 cycles/s on PostgreSQL. The reference,
+   measured in the same run with the same concurrency, is GET /healthz (the HTTP stack plus one
+   `SELECT 1`): the ratio says how many health checks one cycle costs.
+4. reads at scale: experiments (with results, leases, agents) bulk-inserted up to
+   `--experiments`, then GET /leaderboard and GET /experiments (first page, filtered, deep
+   cursor). Target: under 100 ms.
+
+The load generator is one asyncio process with httpx; it shares the machine's cores with the
+server (and PostgreSQL), so the figures are upper bounds on what the server alone costs.
+Errors (any unexpected status or transport error) make the exit status 1; missed speed
+targets are reported, not fatal (the machine may be busy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+from sqlalchemy import func, insert, select
+
+from server.core.config import ServerSettings
+from server.core.db import Database, create_db_engine
+from server.core.pg_scratch import free_port, new_database, scratch_cluster
+from server.crud.project import load_project
+from server.crud.tokens import create_token
+from server.models import ApiToken, Experiment, Lease, Result, Worker
+from server.patches import make_patch
+from server.project_init import DEFAULT_PROGRAM_MD, DEFAULT_TRAIN_PY, init_project
+from server.research_repo import blob_sha
+
+HARNESS_ID, PLATFORM = "bench-harness", "bench-device"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Stats:
+    latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    errors: list[str] = field(default_factory=list)
+
+    def timed(self, name: str, seconds: float) -> None:
+        self.latencies[name].append(seconds * 1000)
+
+    def error(self, what: str) -> None:
+        if len(self.errors) < 20:
+            print(f"  error: {what}", flush=True)
+        self.errors.append(what)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def describe(values: list[float]) -> str:
+    if not values:
+        return "no samples"
+    return (
+        f"n={len(values):5d}  p50 {statistics.median(values):6.1f} ms  "
+        f"p90 {percentile(values, 0.9):6.1f} ms  p99 {percentile(values, 0.99):6.1f} ms  "
+        f"max {max(values):6.1f} ms"
+    )
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (from /proc), to cost requests on a busy machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class ServerProcess:
+    url: str
+    pid: int
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.pid)
+
+
+@contextmanager
+def running_server(settings_env: dict[str, str], port: int) -> Iterator[ServerProcess]:
+    env = {**os.environ, **settings_env, "PORT": str(port)}
+    log = open(Path(settings_env["DATA_DIR"]) / "server.log", "w")  # noqa: SIM115 - closed below
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "serve", "--log-level", "warning"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/api/v1/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start; see {log.name}")
+            time.sleep(0.2)
+        yield ServerProcess(url, process.pid)
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def baseline_source() -> tuple[Path, Path]:
+    return DEFAULT_TRAIN_PY, DEFAULT_PROGRAM_MD
+
+
+def unique_change(source: str, tag: str) -> str:
+    """A change near the end of train.py, so that every patch applies to the baseline."""
+    return source + f"\n# experiment {tag}\n"
+
+
+# Phase 1: agents and workers together -----------------------------------------------------------
+
+
+async def agent_loop(
+    http: httpx.AsyncClient, token: str, base: str, source: str, stop: float, stats: Stats
+) -> None:
+    headers = {"Authorization": f"Bearer {token}"}
+    latest: int | None = None
+    next_submit = time.monotonic() + random.uniform(0, 10)
+    while time.monotonic() < stop:
+        now = time.monotonic()
+        if now >= next_submit:
+            patch = make_patch(source, unique_change(source, uuid.uuid4().hex))
+            body = {"description": "bench change", "patch": patch, "base": base}
+            started = time.perf_counter()
+            try:
+                response = await http.post("/api/v1/experiments", json=body, headers=headers)
+                stats.timed("submit", time.perf_counter() - started)
+                if response.status_code != 201:
+                    stats.error(f"submit {response.status_code} {response.text[:200]}")
+                else:
+                    latest = response.json()["id"]
+            except httpx.HTTPError as exc:
+                stats.error(f"submit {type(exc).__name__}")
+            next_submit += 10
+        if latest is not None:
+            started = time.perf_counter()
+            try:
+                response = await http.get(f"/api/v1/experiments/{latest}")
+                stats.timed("poll", time.perf_counter() - started)
+                if response.status_code != 200:
+                    stats.error(f"poll {response.status_code}")
+            except httpx.HTTPError as exc:
+                stats.error(f"poll {type(exc).__name__}")
+        await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
+
+
+async def register(http: httpx.AsyncClient, token: str, name: str) -> str:
+    body = {"name": name, "device": PLATFORM, "memory_gb": 80.0, "harness_id": HARNESS_ID}
+    response = await http.post(
+        "/api/v1/worker/register", json=body, headers={"Authorization": f"Bearer {token}"}
+    )
+    response.raise_for_status()
+    return response.json()["worker_id"]
+
+
+def result_body(val_bpb: float) -> dict:
+    return {
+        "result_id": str(uuid.uuid4()),
+        "result": {
+            "status": "ok",
+            "val_bpb": val_bpb,
+            "device": PLATFORM,
+            "harness_id": HARNESS_ID,
+            "training_seconds": 300.0,
+            "total_seconds": 330.0,
+            "peak_memory_mb": 40000.0,
+            "tokens": 500_000_000,
+            "steps": 950,
+            "num_params": 50_000_000,
+            "mfu_percent": 40.0,
+            "log_tail": "step 950 loss 3.10\n" * 20,
+        },
+    }
+
+
+async def worker_loop(
+    http: httpx.AsyncClient, token: str, name: str, stop: float, stats: Stats, run_s: float, long_poll: float
+) -> int:
+    headers = {"Authorization": f"Bearer {token}"}
+    worker_id = await register(http, token, name)
+    cycles = 0
+    while time.monotonic() < stop:
+        started = time.perf_counter()
+        try:
+            response = await http.post(
+                "/api/v1/worker/claim", json={"worker_id": worker_id, "wait_s": long_poll}, headers=headers
+            )
+        except httpx.HTTPError as exc:
+            stats.error(f"claim {type(exc).__name__}")
+            continue
+        if response.status_code == 204:
+            continue
+        if response.status_code != 200:
+            stats.error(f"claim {response.status_code} {response.text[:200]}")
+            continue
+        stats.timed("claim", time.perf_counter() - started)
+        lease = response.json()["lease_id"]
+        base = f"/api/v1/worker/leases/{lease}"
+        try:
+            if run_s:
+                beat = await http.post(f"{base}/heartbeat", json={}, headers=headers)
+                progress = await http.post(
+                    f"{base}/progress",
+                    json={"events": [{"step": 1, "loss": 4.2, "fraction": 0.5}]},
+                    headers=headers,
+                )
+                if beat.status_code != 200 or progress.status_code != 204:
+                    stats.error(f"heartbeat {beat.status_code} / progress {progress.status_code}")
+                await asyncio.sleep(run_s)
+            started = time.perf_counter()
+            val_bpb = random.uniform(0.95, 1.05) if run_s else 2.0
+            answer = await http.post(f"{base}/result", json=result_body(val_bpb), headers=headers)
+            stats.timed("result", time.perf_counter() - started)
+            if answer.status_code != 200:
+                stats.error(f"result {answer.status_code} {answer.text[:200]}")
+            else:
+                cycles += 1
+        except httpx.HTTPError as exc:
+            stats.error(f"run {type(exc).__name__}")
+    return cycles
+
+
+async def mixed_phase(
+    url: str, tokens: dict, base: str, source: str, agents: int, workers: int, duration: float
+) -> Stats:
+    stats = Stats()
+    limits = httpx.Limits(max_connections=agents + workers + 10)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+        stop = time.monotonic() + duration
+        tasks = [agent_loop(http, tokens["agents"][i], base, source, stop, stats) for i in range(agents)]
+        tasks += [
+            worker_loop(http, tokens["worker"], f"gpu{i}", stop, stats, 0.5, 2.0) for i in range(workers)
+        ]
+        await asyncio.gather(*tasks)
+    return stats
+
+
+# Phase 2: the highest sustained submit rate -------------------------------------------------------
+
+
+async def submit_rate_phase(
+    url: str, tokens: dict, base: str, source: str, duration: float
+) -> tuple[float, Stats]:
+    stats = Stats()
+    done = 0
+
+    async def submitter(token: str, stop: float) -> None:
+        nonlocal done
+        headers = {"Authorization": f"Bearer {token}"}
+        while time.monotonic() < stop:
+            patch = make_patch(source, unique_change(source, uuid.uuid4().hex))
+            started = time.perf_counter()
+            response = await http.post(
+                "/api/v1/experiments",
+                json={"description": "rate", "patch": patch, "base": base},
+                headers=headers,
+            )
+            stats.timed("submit", time.perf_counter() - started)
+            if response.status_code == 201:
+                done += 1
+            else:
+                stats.error(f"submit {response.status_code} {response.text[:200]}")
+
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        began = time.monotonic()
+        await asyncio.gather(*(submitter(tokens["agents"][i], began + duration) for i in range(16)))
+        elapsed = time.monotonic() - began
+    return done / elapsed, stats
+
+
+# Phase 3: claim-and-report cycles ------------------------------------------------------------------
+
+
+def seed_queue(db: Database, count: int, baseline: str, blob: str, agent_id: int) -> None:
+    now = datetime.now(UTC)
+    rows = [
+        {
+            "agent_id": agent_id,
+            "source": "agent",
+            "description": f"queued {i}",
+            "base_commit": baseline,
+            "commit_sha": baseline,
+            "train_py_blob": blob,
+            "status": "queued",
+            "attempts": 0,
+            "cancel_requested": False,
+            "created_at": now,
+            "queued_at": now + timedelta(microseconds=i),
+        }
+        for i in range(count)
+    ]
+    with db.write() as session:
+        session.execute(insert(Experiment), rows)
+
+
+async def cycles_phase(url: str, token: str, workers: int, duration: float) -> tuple[float, float, Stats]:
+    stats = Stats()
+    async with httpx.AsyncClient(
+        base_url=url, timeout=60, limits=httpx.Limits(max_connections=workers + 4)
+    ) as http:
+        stop = time.monotonic() + duration
+        began = time.monotonic()
+        counts = await asyncio.gather(
+            *(worker_loop(http, token, f"fast{i}", stop, stats, 0.0, 0.0) for i in range(workers))
+        )
+        cycles_per_s = sum(counts) / (time.monotonic() - began)
+        # Reference: the HTTP stack and one SELECT 1, with the same concurrency.
+        health = 0
+
+        async def probe(stop_at: float) -> None:
+            nonlocal health
+            while time.monotonic() < stop_at:
+                if (await http.get("/api/v1/healthz")).status_code == 200:
+                    health += 1
+
+        began = time.monotonic()
+        await asyncio.gather(*(probe(began + 5.0) for _ in range(workers)))
+        health_per_s = health / (time.monotonic() - began)
+    return cycles_per_s, health_per_s, stats
+
+
+# Phase 4: reads with many experiments stored ----------------------------------------------------------
+
+
+def seed_history(db: Database, total: int, baseline: str, agent_ids: list[int], worker_id: str) -> int:
+    """Bulk-insert finished experiments (with leases and results) until `total` are stored."""
+    with db.read() as session:
+        have = session.scalar(select(func.count(Experiment.id))) or 0
+    missing = max(0, total - have)
+    start = datetime.now(UTC) - timedelta(days=30)
+    batch = 5000
+    for first in range(0, missing, batch):
+        n = min(batch, missing - first)
+        experiments, leases, results = [], [], []
+        with db.write() as session:
+            next_id = (session.scalar(select(Experiment.id).order_by(Experiment.id.desc()).limit(1)) or 0) + 1
+            for k in range(n):
+                eid = next_id + k
+                when = start + timedelta(seconds=(first + k) * 20)
+                crashed = k % 10 == 0
+                val = None if crashed else 0.95 + random.random() * 0.1
+                experiments.append(
+                    {
+                        "id": eid,
+                        "agent_id": agent_ids[k % len(agent_ids)],
+                        "source": "agent",
+                        "description": f"history {eid}: try something",
+                        "base_commit": baseline,
+                        "commit_sha": uuid.uuid4().hex + uuid.uuid4().hex[:8],
+                        "train_py_blob": uuid.uuid4().hex + uuid.uuid4().hex[:8],
+                        "status": "reverted",
+                        "attempts": 1,
+                        "cancel_requested": False,
+                        "created_at": when,
+                        "queued_at": when,
+                        "started_at": when,
+                        "finished_at": when + timedelta(seconds=330),
+                        "decision": "revert",
+                        "decision_reason": "0.99 >= best 0.98 - 0.0005",
+                        "best_before_commit": baseline,
+                        "best_before_val_bpb": 0.98,
+                        "val_bpb": val,
+                        "platform": PLATFORM,
+                    }
+                )
+                lease_id = str(uuid.uuid4())
+                leases.append(
+                    {
+                        "id": lease_id,
+                        "experiment_id": eid,
+                        "worker_id": worker_id,
+                        "attempt": 1,
+                        "state": "finished",
+                        "claimed_at": when,
+                        "expires_at": when + timedelta(seconds=60),
+                        "ended_at": when + timedelta(seconds=330),
+                    }
+                )
+                results.append(
+                    {
+                        "id": str(uuid.uuid4()),
+                        "experiment_id": eid,
+                        "lease_id": lease_id,
+                        "worker_id": worker_id,
+                        "received_at": when + timedelta(seconds=330),
+                        "status": "crash" if crashed else "ok",
+                        "error_class": "train_error" if crashed else None,
+                        "val_bpb": val,
+                        "total_seconds": 330.0,
+                        "peak_memory_mb": 40000.0,
+                        "device": PLATFORM,
+                        "harness_id": HARNESS_ID,
+                        "sandbox": True,
+                        "log_tail": "",
+                        "extra": {},
+                    }
+                )
+            session.execute(insert(Experiment), experiments)
+            session.execute(insert(Lease), leases)
+            session.execute(insert(Result), results)
+    return missing
+
+
+async def reads_phase(url: str, repeats: int) -> Stats:
+    stats = Stats()
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        first = (await http.get("/api/v1/experiments", params={"limit": 50})).json()
+        deep_cursor = first["items"][-1]["id"] // 2
+        queries = {
+            "leaderboard": ("/api/v1/leaderboard", {}),
+            "agents": ("/api/v1/agents", {}),
+            "experiments (first page)": ("/api/v1/experiments", {"limit": 50}),
+            "experiments?status=reverted": ("/api/v1/experiments", {"status": "reverted", "limit": 50}),
+            "experiments?agent=bench-agent-7": (
+                "/api/v1/experiments",
+                {"agent": "bench-agent-7", "limit": 50},
+            ),
+            "experiments (deep cursor)": ("/api/v1/experiments", {"limit": 50, "cursor": str(deep_cursor)}),
+            "results.tsv (all rows)": ("/api/v1/results.tsv", {}),
+        }
+        for name, (path, params) in queries.items():
+            for _ in range(repeats if "tsv" not in name else 3):
+                started = time.perf_counter()
+                response = await http.get(path, params=params)
+                stats.timed(name, time.perf_counter() - started)
+                if response.status_code != 200:
+                    stats.error(f"{name} {response.status_code}")
+    return stats
+
+
+# Orchestration ---------------------------------------------------------------------------------------
+
+
+def report_target(label: str, value: float, target: float, lower_is_better: bool = True) -> str:
+    ok = value < target if lower_is_better else value >= target
+    sign = "<" if lower_is_better else ">="
+    return f"  {'met ' if ok else 'MISS'}  {label}: {value:.1f} (target {sign} {target:g})"
+
+
+def run_database(kind: str, database_url: str, args: argparse.Namespace, folder: Path) -> bool:
+    print(f"\n=== {kind} ===", flush=True)
+    settings = ServerSettings(
+        data_dir=folder, database_url=database_url, harness_id=HARNESS_ID, platform=PLATFORM
+    )
+    train_py, program_md = baseline_source()
+    init_project(settings, train_py, program_md)
+    db = Database(create_db_engine(settings.resolved_database_url))
+    with db.write() as session:
+        tokens = {
+            "agents": [
+                create_token(session, "agent", f"bench-agent-{i}") for i in range(max(args.agents, 16))
+            ],
+            "worker": create_token(session, "worker", "bench-workers"),
+        }
+    with db.read() as session:
+        baseline = load_project(session).baseline_commit
+        agent_ids = list(session.scalars(select(ApiToken.id).where(ApiToken.kind == "agent")))
+    assert baseline is not None
+    source = train_py.read_text()
+    env = {
+        "DATA_DIR": str(folder),
+        "DATABASE_URL": database_url,
+        "HARNESS_ID": HARNESS_ID,
+        "PLATFORM": PLATFORM,
+        "MAX_QUEUED_PER_AGENT": "1000000",
+        "LEASE_SECONDS": "120",
+        "ADMIN_TOKEN": "",
+        "PUBLIC_READS": "true",
+    }
+    all_errors: list[str] = []
+    with running_server(env, free_port()) as server:
+        url = server.url
+        print(
+            f"mixed load: {args.agents} agents (submit every 10 s, poll every 1 s), {args.workers} workers "
+            f"(claim with a 2 s long poll, heartbeat, progress, 0.5 s run, result), {args.duration:.0f} s",
+            flush=True,
+        )
+        cpu, own = server.cpu(), time.process_time()
+        mixed = asyncio.run(
+            mixed_phase(url, tokens, baseline, source, args.agents, args.workers, args.duration)
+        )
+        cpu, own = server.cpu() - cpu, time.process_time() - own
+        for name in ("submit", "poll", "claim", "result"):
+            label = "claim*" if name == "claim" else name
+            print(f"  {label:8s} {describe(mixed.latencies[name])}")
+        print("  (*claim includes the long-poll wait for work)")
+        print(
+            f"  server CPU: {cpu / args.duration * 100:.0f}% of one core, load generator "
+            f"{own / args.duration * 100:.0f}%; errors: {len(mixed.errors)}"
+        )
+        print(report_target("p99 submit ms", percentile(mixed.latencies["submit"], 0.99), 150))
+        print(report_target("p99 poll ms", percentile(mixed.latencies["poll"], 0.99), 50))
+        all_errors += mixed.errors
+
+        cpu = server.cpu()
+        rate, rate_stats = asyncio.run(submit_rate_phase(url, tokens, baseline, source, 15.0))
+        cpu = server.cpu() - cpu
+        submits = len(rate_stats.latencies["submit"])
+        print(
+            f"submit rate (16 agents back to back, 15 s): {rate:.1f} submits/s, "
+            f"{cpu / max(submits, 1) * 1000:.1f} ms server CPU per submit"
+        )
+        print(f"  submit   {describe(rate_stats.latencies['submit'])}")
+        all_errors += rate_stats.errors
+
+        with db.read() as session:
+            worker_token_id = session.scalar(select(ApiToken.id).where(ApiToken.kind == "worker"))
+        seed_queue(db, 5000, baseline, blob_sha(train_py.read_bytes()), agent_ids[0])
+        cpu = server.cpu()
+        cycles, health, cycle_stats = asyncio.run(cycles_phase(url, tokens["worker"], args.workers, 15.0))
+        cpu_cycles = server.cpu() - cpu
+        done = len(cycle_stats.latencies["result"])
+        print(
+            f"claim-and-report: {cycles:.1f} cycles/s with {args.workers} workers, "
+            f"{cpu_cycles / max(done, 1) * 1000:.1f} ms server CPU per cycle (incl. 5 s of health checks)"
+        )
+        print(
+            f"  reference GET /healthz: {health:.1f}/s "
+            f"(one cycle = {health / max(cycles, 1e-9):.1f} health checks)"
+        )
+        print(f"  claim    {describe(cycle_stats.latencies['claim'])}")
+        print(f"  result   {describe(cycle_stats.latencies['result'])}")
+        if kind == "postgresql":
+            print(report_target("claim-and-report cycles/s", cycles, 100, lower_is_better=False))
+        all_errors += cycle_stats.errors
+
+        with db.read() as session:
+            worker_id = session.scalar(select(Worker.id).where(Worker.token_id == worker_token_id).limit(1))
+        started = time.monotonic()
+        added = seed_history(db, args.experiments, baseline, agent_ids, worker_id)
+        print(
+            f"reads with {args.experiments} experiments stored ({added} bulk-inserted in "
+            f"{time.monotonic() - started:.1f} s):",
+            flush=True,
+        )
+        reads = asyncio.run(reads_phase(url, 20))
+        for name, values in reads.latencies.items():
+            print(f"  {name:34s} {describe(values)}")
+        print(report_target("p99 GET /leaderboard ms", percentile(reads.latencies["leaderboard"], 0.99), 100))
+        first_page = percentile(reads.latencies["experiments (first page)"], 0.99)
+        print(report_target("p99 GET /experiments ms", first_page, 100))
+        all_errors += reads.errors
+    db.dispose()
+    return not all_errors
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", default="sqlite,postgresql")
+    parser.add_argument("--duration", type=float, default=60.0)
+    parser.add_argument("--agents", type=int, default=50)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--experiments", type=int, default=100_000)
+    parser.add_argument("--postgres-url", default=os.environ.get("TEST_POSTGRES_URL"))
+    args = parser.parse_args()
+    ok = True
+    root = Path(tempfile.mkdtemp(prefix="api-load-"))
+    try:
+        with ExitStack() as stack:
+            for kind in args.db.split(","):
+                folder = root / kind
+                folder.mkdir()
+                if kind == "sqlite":
+                    url = f"sqlite:///{folder / 'bench.db'}"
+                elif kind == "postgresql":
+                    server = args.postgres_url or stack.enter_context(scratch_cluster())
+                    url = new_database(server)
+                else:
+                    parser.error(f"--db: unknown database {kind!r} (sqlite, postgresql)")
+                ok = run_database(kind, url, args, folder) and ok
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
