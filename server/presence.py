@@ -1,6 +1,7 @@
 """In-process knowledge about workers that saves a database round trip on every worker call.
 
-A worker's owning token never changes, so it is cached after the first lookup. `last_seen_at`
+A worker's owning token never changes, so it is cached (with the worker's name, for events)
+after the first lookup. `last_seen_at`
 (for "workers online") is written at most every `write_every_s` per worker instead of on every
 heartbeat, claim or progress call.
 """
@@ -15,15 +16,20 @@ from dataclasses import dataclass, field
 @dataclass
 class Presence:
     write_every_s: float
-    _owners: dict[str, int] = field(default_factory=dict)
+    _owners: dict[str, tuple[int, str]] = field(default_factory=dict)
     _written: dict[str, float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def owner(self, worker_id: str) -> int | None:
-        return self._owners.get(worker_id)
+        known = self._owners.get(worker_id)
+        return known[0] if known else None
 
-    def remember(self, worker_id: str, token_id: int) -> None:
-        self._owners[worker_id] = token_id
+    def name(self, worker_id: str) -> str:
+        known = self._owners.get(worker_id)
+        return known[1] if known else worker_id
+
+    def remember(self, worker_id: str, token_id: int, name: str) -> None:
+        self._owners[worker_id] = (token_id, name)
 
     def seen_write_due(self, worker_id: str) -> bool:
         """True (and counted as written) when this worker's last_seen_at should be written now."""

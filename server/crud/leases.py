@@ -43,7 +43,7 @@ def check_worker(ctx: AppContext, principal: Principal, worker_id: str) -> None:
         with ctx.db.read() as session:
             worker = session.get(Worker, worker_id)
         if worker is not None:
-            ctx.presence.remember(worker_id, worker.token_id)
+            ctx.presence.remember(worker_id, worker.token_id, worker.name)
             owner = worker.token_id
     if owner != principal.id:
         raise Problem(
@@ -115,7 +115,9 @@ def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | N
             expires_at=now + timedelta(seconds=ctx.settings.lease_seconds),
         )
         tx.session.add(lease)
-        tx.emit("started", experiment_id=picked.id, attempt=picked.attempts, worker=worker_id)
+        tx.emit(
+            "started", experiment_id=picked.id, attempt=picked.attempts, worker=ctx.presence.name(worker_id)
+        )
     train_py = ctx.repo.train_py(picked.commit_sha)
     return ClaimOut(
         lease_id=lease.id,
@@ -134,9 +136,10 @@ def locked_lease(ctx: AppContext, session: Session, principal: Principal, lease_
     if lease is not None:
         owner = ctx.presence.owner(lease.worker_id)
         if owner is None:
-            owner = session.scalar(select(Worker.token_id).where(Worker.id == lease.worker_id))
-            if owner is not None:
-                ctx.presence.remember(lease.worker_id, owner)
+            worker = session.get(Worker, lease.worker_id)
+            if worker is not None:
+                ctx.presence.remember(worker.id, worker.token_id, worker.name)
+                owner = worker.token_id
         if owner == principal.id:
             return lease
     raise Problem(404, "unknown-lease", f"no lease {lease_id!r} held by this worker token")

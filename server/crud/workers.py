@@ -67,6 +67,7 @@ def register(ctx: AppContext, principal: Principal, body: RegisterIn) -> Registe
             lease_seconds=ctx.settings.lease_seconds,
             heartbeat_seconds=ctx.settings.lease_seconds / 3,
         )
+    ctx.presence.remember(answer.worker_id, principal.id, body.name)
     return answer
 
 

@@ -65,6 +65,7 @@ def test_events_follow_an_experiment_from_queued_to_kept(live, worker_factory, b
     mine = [e for e in found if e["data"].get("experiment_id") == experiment["id"]]
     assert [e["type"] for e in mine] == ["queued", "started", "progress", "finished", "kept"]
     assert mine[2]["data"]["loss"] == 4.0 and mine[4]["data"]["val_bpb"] == 0.9
+    assert mine[1]["data"]["worker"] == "gpu0"
     assert [e["id"] for e in found] == sorted(e["id"] for e in found)
 
 

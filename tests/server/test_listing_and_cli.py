@@ -1,0 +1,151 @@
+"""GET /experiments filters and cursor pages; the server's CLI commands as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from client import ApiError, Client
+
+
+def test_filters_and_cursor_pages(live, worker_factory, baseline_source: str) -> None:
+    worker = worker_factory(live)
+    worker.run_next(1.0)
+    live.ctx.settings.max_queued_per_agent = 100
+    alice, bob = live.client("agent", "alice"), live.client("agent", "bob")
+    before = datetime.now(UTC)
+    mine = [alice.submit(f"a{i}", train_py=baseline_source + f"# a{i}\n")["id"] for i in range(7)]
+    theirs = [bob.submit(f"b{i}", train_py=baseline_source + f"# b{i}\n")["id"] for i in range(3)]
+    worker.run_next(2.0)  # alice's first: reverted
+    everything = list(alice.iter_experiments(limit=3))
+    assert [e["id"] for e in everything] == sorted(mine + theirs + [1], reverse=True)
+    assert [e["id"] for e in alice.iter_experiments(agent="alice", limit=2)] == mine[::-1]
+    assert [e["id"] for e in alice.iter_experiments(status="reverted")] == [mine[0]]
+    assert [e["id"] for e in alice.iter_experiments(agent="baseline")] == [1]
+    best = alice.best()["commit"]
+    assert {e["id"] for e in alice.iter_experiments(base=best)} == set(mine + theirs)
+    assert alice.experiments(since=(datetime.now(UTC) + timedelta(hours=1)).isoformat())["items"] == []
+    assert len(list(alice.iter_experiments(since=before.isoformat()))) == 10
+    for params, words in (
+        ({"cursor": "abc"}, "cursor"),
+        ({"limit": 0}, "limit"),
+        ({"since": "2025-01-01T00:00:00"}, "timezone"),
+    ):
+        response = alice.http.get("/experiments", params=params)
+        assert response.status_code == 422 and words in response.json()["detail"]
+    assert [e["id"] for e in alice.iter_experiments(agent="nobody")] == []
+
+
+@given(total=st.integers(0, 12), limit=st.integers(1, 5))
+@settings(max_examples=15, deadline=None)
+def test_cursor_pages_cover_every_row_once(total: int, limit: int) -> None:
+    """list_page over a real SQLite database: pages join up to all ids, newest first, no repeats."""
+    from server.core.db import Database, create_db_engine
+    from server.core.migrate import upgrade
+    from server.crud.experiments import list_page
+    from server.models import Experiment, utcnow
+
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite:///{folder}/db.sqlite"
+        upgrade(url)
+        db = Database(create_db_engine(url))
+        with db.write() as session:
+            session.add_all(
+                Experiment(
+                    source="agent",
+                    description=f"e{i}",
+                    commit_sha="0" * 40,
+                    status="queued",
+                    attempts=0,
+                    cancel_requested=False,
+                    created_at=utcnow(),
+                    queued_at=utcnow(),
+                )
+                for i in range(total)
+            )
+        seen: list[int] = []
+        cursor = None
+        with db.read() as session:
+            while True:
+                page = list_page(
+                    session, status=None, agent=None, base=None, since=None, limit=limit, before_id=cursor
+                )
+                assert len(page.items) <= limit
+                seen += [item.id for item in page.items]
+                if page.next_cursor is None:
+                    break
+                cursor = int(page.next_cursor)
+        db.dispose()
+        assert seen == list(range(total, 0, -1))
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_init_token_db_and_serve(tmp_path: Path, baseline_source: str) -> None:
+    from server.core.pg_scratch import free_port
+
+    (tmp_path / "train.py").write_text(baseline_source)
+    (tmp_path / "program.md").write_text("# program\n")
+    env = {
+        "DATA_DIR": str(tmp_path / "data"),
+        "HARNESS_ID": "cli-test",
+        "DATABASE_URL": "",
+        "TOKEN_CACHE_SECONDS": "0",
+    }
+    files = ["--train-py", str(tmp_path / "train.py"), "--program-md", str(tmp_path / "program.md")]
+    first = _cli(env, "init", *files)
+    assert first.returncode == 0 and "baseline queued as experiment 1" in first.stdout
+    again = _cli(env, "init", *files)
+    assert again.returncode == 2 and "already has a project" in again.stderr
+    missing = _cli(
+        {**env, "DATA_DIR": str(tmp_path / "other")}, "init", "--train-py", str(tmp_path / "nope.py")
+    )
+    assert missing.returncode == 2 and "nope.py: no such file" in missing.stderr
+    token = _cli(env, "token", "create", "--kind", "agent", "--name", "alice")
+    assert token.returncode == 0 and token.stdout.startswith("ara_")
+    assert "exists already" in _cli(env, "token", "create", "--kind", "agent", "--name", "alice").stderr
+    assert "--name" in _cli(env, "token", "create", "--kind", "agent", "--name", "bad name!").stderr
+    assert _cli(env, "db", "current").stdout.strip() == "0002"
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--log-level", "warning"],
+        env={**os.environ, **env},
+    )
+    try:
+        client = Client(f"http://127.0.0.1:{port}", token.stdout.strip())
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                assert client.experiment(1)["status"] == "queued"
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        assert client.submit("x", train_py=baseline_source + "# x\n")["agent"] == "alice"
+        assert _cli(env, "token", "revoke", "--kind", "agent", "--name", "alice").returncode == 0
+        with pytest.raises(ApiError) as caught:  # TOKEN_CACHE_SECONDS=0: revocation counts at once
+            client.submit("y", train_py=baseline_source + "# y\n")
+        assert caught.value.status == 401
+    finally:
+        server.terminate()
+        server.wait(20)
+    clash = _cli({**env, "HARNESS_ID": "another"}, "serve", "--port", str(free_port()))
+    assert clash.returncode == 2 and "harness_id 'cli-test'" in clash.stderr
