@@ -49,6 +49,7 @@ from sqlalchemy import func, insert, select
 from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
 from server.core.pg_scratch import free_port, new_database, scratch_cluster
+from server.core.request_metrics import BUCKETS
 from server.crud.project import load_project
 from server.crud.tokens import create_token
 from server.models import ApiToken, Experiment, Lease, Result, Worker
@@ -72,6 +73,28 @@ class Stats:
         if len(self.errors) < 20:
             print(f"  error: {what}", flush=True)
         self.errors.append(what)
+
+
+def server_times(url: str) -> dict[tuple[str, str], list[float]]:
+    """Cumulative bucket counts of the server's own request timing (GET /metrics), per route."""
+    text = httpx.get(f"{url}/api/v1/metrics", timeout=30).text
+    found: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for line in text.splitlines():
+        if line.startswith("autoresearch_http_request_duration_seconds_bucket{"):
+            labels, value = line[line.index("{") + 1 :].rsplit("} ", 1)
+            parts = dict(part.split("=", 1) for part in labels.split('",'))
+            found[(parts["method"].strip('"'), parts["route"].strip('"'))].append(float(value))
+    return found
+
+
+def server_quantile(before: dict, after: dict, key: tuple[str, str], q: float) -> str:
+    """The bucket bound under which a fraction q of the requests between two scrapes finished."""
+    counts = [b - a for a, b in zip(before.get(key, [0.0] * 13), after.get(key, [0.0] * 13), strict=True)]
+    total = counts[-1]
+    if not total:
+        return "n/a"
+    bounds = [*(f"<= {b * 1000:g} ms" for b in BUCKETS), "> 10 s"]
+    return next(bound for bound, count in zip(bounds, counts, strict=True) if count >= q * total)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -515,11 +538,19 @@ def run_database(kind: str, database_url: str, args: argparse.Namespace, folder:
             f"(claim with a 2 s long poll, heartbeat, progress, 0.5 s run, result), {args.duration:.0f} s",
             flush=True,
         )
-        cpu, own = server.cpu(), time.process_time()
+        cpu, own, inside = server.cpu(), time.process_time(), server_times(url)
         mixed = asyncio.run(
             mixed_phase(url, tokens, baseline, source, args.agents, args.workers, args.duration)
         )
-        cpu, own = server.cpu() - cpu, time.process_time() - own
+        cpu, own, inside_after = server.cpu() - cpu, time.process_time() - own, server_times(url)
+        submit_key, poll_key = ("POST", "/api/v1/experiments"), ("GET", "/api/v1/experiments/{experiment_id}")
+        print(
+            "  measured inside the server: submit p50 "
+            f"{server_quantile(inside, inside_after, submit_key, 0.5)}, p99 "
+            f"{server_quantile(inside, inside_after, submit_key, 0.99)}; poll p50 "
+            f"{server_quantile(inside, inside_after, poll_key, 0.5)}, p99 "
+            f"{server_quantile(inside, inside_after, poll_key, 0.99)}"
+        )
         for name in ("submit", "poll", "claim", "result"):
             label = "claim*" if name == "claim" else name
             print(f"  {label:8s} {describe(mixed.latencies[name])}")

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from server.core.config import ServerSettings
 from server.core.db import Database
+from server.core.request_metrics import RequestTimes
 from server.core.ttl_cache import TtlCache
 from server.crud.tokens import Principal
 from server.events import Broadcaster, Event
@@ -49,6 +50,7 @@ class AppContext:
     # Token hash -> caller, for TOKEN_CACHE_SECONDS: a revoked token stops working within that time.
     principals: TtlCache[str, Principal]
     totals: TotalsCache
+    request_times: RequestTimes
     # Set once the best has a valid measurement (it never loses it): claims then skip the check.
     best_measured: bool = False
 

@@ -26,6 +26,7 @@ from server.core.config import ServerSettings, get_settings
 from server.core.db import Database, create_db_engine
 from server.core.migrate import upgrade
 from server.core.problems import install_problem_handlers
+from server.core.request_metrics import RequestTimer, RequestTimes
 from server.core.ttl_cache import TtlCache
 from server.crud.leases import expire_leases
 from server.crud.project import load_project
@@ -74,6 +75,7 @@ def build_context(settings: ServerSettings) -> AppContext:
         presence=Presence(write_every_s=min(10.0, settings.lease_seconds / 3)),
         principals=TtlCache(settings.token_cache_seconds),
         totals=TotalsCache(),
+        request_times=RequestTimes(),
     )
 
 
@@ -130,4 +132,5 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         app.include_router(importlib.import_module(f"server.api.routes.{name}").router, prefix=API_PREFIX)
     _include_pages(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(RequestTimer, times=ctx.request_times, api_prefix=API_PREFIX)
     return app

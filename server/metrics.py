@@ -83,5 +83,6 @@ def render_metrics(ctx: AppContext) -> str:
             "Open GET /events streams.",
             [("", ctx.bus.subscriber_count)],
         ),
+        *ctx.request_times.render(),
     ]
     return "\n".join(lines) + "\n"

@@ -113,6 +113,10 @@ def test_health_and_metrics(live, worker_factory, baseline_source: str) -> None:
     assert samples['autoresearch_run_duration_seconds_bucket{le="10"}'] == "1"  # 5.5 s
     assert samples["autoresearch_run_duration_seconds_count"] == "1"
     assert samples["autoresearch_workers_online"] == "1"
+    submits = 'autoresearch_http_request_duration_seconds_count{method="POST",route="/api/v1/experiments"}'
+    assert samples[submits] == "2"
+    route = 'method="POST",route="/api/v1/experiments"'
+    assert samples[f'autoresearch_http_request_duration_seconds_bucket{{{route},le="+Inf"}}'] == "2"
 
 
 def test_results_tsv_export_in_the_autoresearch_format(live, worker_factory, baseline_source: str) -> None:
