@@ -500,8 +500,14 @@ def report_target(label: str, value: float, target: float, lower_is_better: bool
     return f"  {'met ' if ok else 'MISS'}  {label}: {value:.1f} (target {sign} {target:g})"
 
 
+def machine_load() -> str:
+    """The load average: how busy the (shared) machine was, next to every figure."""
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} cores"
+
+
 def run_database(kind: str, database_url: str, args: argparse.Namespace, folder: Path) -> bool:
-    print(f"\n=== {kind} ===", flush=True)
+    print(f"\n=== {kind} ({machine_load()}) ===", flush=True)
     settings = ServerSettings(
         data_dir=folder, database_url=database_url, harness_id=HARNESS_ID, platform=PLATFORM
     )
@@ -557,7 +563,7 @@ def run_database(kind: str, database_url: str, args: argparse.Namespace, folder:
         print("  (*claim includes the long-poll wait for work)")
         print(
             f"  server CPU: {cpu / args.duration * 100:.0f}% of one core, load generator "
-            f"{own / args.duration * 100:.0f}%; errors: {len(mixed.errors)}"
+            f"{own / args.duration * 100:.0f}%; errors: {len(mixed.errors)}; {machine_load()}"
         )
         print(report_target("p99 submit ms", percentile(mixed.latencies["submit"], 0.99), 150))
         print(report_target("p99 poll ms", percentile(mixed.latencies["poll"], 0.99), 50))
@@ -589,6 +595,7 @@ def run_database(kind: str, database_url: str, args: argparse.Namespace, folder:
             f"  reference GET /healthz: {health:.1f}/s "
             f"(one cycle = {health / max(cycles, 1e-9):.1f} health checks)"
         )
+        print(f"  {machine_load()}")
         print(f"  claim    {describe(cycle_stats.latencies['claim'])}")
         print(f"  result   {describe(cycle_stats.latencies['result'])}")
         if kind == "postgresql":

@@ -51,9 +51,14 @@ def check_worker(ctx: AppContext, principal: Principal, worker_id: str) -> None:
         )
 
 
+def _write_seen(session: Session, worker_id: str) -> None:
+    session.execute(update(Worker).where(Worker.id == worker_id).values(last_seen_at=utcnow()))
+
+
 def _touch(ctx: AppContext, session: Session, worker_id: str) -> None:
+    """Note the worker as seen (written at most every few seconds, see server/presence.py)."""
     if ctx.presence.seen_write_due(worker_id):
-        session.execute(update(Worker).where(Worker.id == worker_id).values(last_seen_at=utcnow()))
+        _write_seen(session, worker_id)
 
 
 def _claimable(ctx: AppContext, session: Session) -> ColumnElement[bool]:
@@ -81,9 +86,9 @@ def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | N
     with ctx.db.read() as session:
         anything = session.scalar(select(Experiment.id).where(Experiment.status == QUEUED).limit(1))
     if anything is None:
-        if ctx.presence.seen_write_due(worker_id):
+        if ctx.presence.seen_write_due(worker_id):  # idle polls write nothing else: no transaction
             with ctx.transaction() as tx:
-                tx.session.execute(update(Worker).where(Worker.id == worker_id).values(last_seen_at=utcnow()))
+                _write_seen(tx.session, worker_id)
         return None
     with ctx.transaction() as tx:
         _touch(ctx, tx.session, worker_id)
