@@ -200,6 +200,12 @@ def remove_cgroups(prefix: str) -> None:
         Cgroup(found).remove()
 
 
+def idle_nice() -> int:
+    """The niceness for processes started ahead of time: idle when we may raise it back later
+    (root); otherwise normal, since an unprivileged process could never get its priority back."""
+    return 19 if os.geteuid() == 0 else 0
+
+
 def raise_priority(pids: list[int]) -> None:
     """Back to normal CPU priority after an idle-priority start (needs root; else stays idle).
 

@@ -14,14 +14,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.runner.limits import Limits, descendants, raise_priority
+from harness.runner.limits import Limits, descendants, idle_nice, raise_priority
 from harness.runner.messages import MAX_TEXT_CHARS
 from harness.runner.output import ProgressPacer
 
 # Beyond the scorer's own limit: time for it to notice, clean up and answer.
 SCORER_MARGIN_S = 30.0
 RESULT_MAX_BYTES = 1 << 20
-PREWARM_NICE = 19
 
 
 class ScorerError(RuntimeError):
@@ -69,7 +68,7 @@ class Scorer:
             [
                 "nice",
                 "-n",
-                str(PREWARM_NICE),
+                str(idle_nice()),
                 sys.executable,
                 "-I",
                 "-B",

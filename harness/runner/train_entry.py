@@ -87,6 +87,7 @@ def main(config: dict[str, Any]) -> None:
         apply_rlimits(Limits(**config["limits"]), config["device"])
         import safetensors.torch
         import torch
+        import torch._dynamo  # every torch.optim optimizer imports it: seconds, better before `go`
 
         from harness.context import TrainContext
         from harness.loader import packed_batches

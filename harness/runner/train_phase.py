@@ -16,15 +16,14 @@ from typing import Any
 from harness.config import HarnessSettings
 from harness.result import ProgressEvent
 from harness.runner import timing
-from harness.runner.launch import launch
-from harness.runner.limits import Limits, raise_priority
+from harness.runner.launch import Launched, launch
+from harness.runner.limits import Limits, idle_nice, raise_priority
 from harness.runner.messages import LineReader, count, number, text
 from harness.runner.output import OutputTail, ProgressPacer
 from harness.runner.sandbox import Bind, SandboxSpec, python_command, visible_path
 from harness.runner.train_entry import DIVERGED_LOSS
 
 CANDIDATE_FILE = "train.py"
-IDLE_NICE = 19
 RSS_SAMPLE_S = 0.25  # peak RSS and OOM kills are polled this often
 WEIGHTS_FILE = "model.safetensors"
 
@@ -116,7 +115,7 @@ class TrainSandbox:
                 pass_fds=(events_w, go_r),
                 stdout=log_w,
                 stderr=log_w,
-                nice=IDLE_NICE if idle else 0,
+                nice=idle_nice() if idle else 0,
             )
         finally:
             for fd in (events_w, log_w, go_r):
@@ -166,7 +165,7 @@ def run_train_phase(
 
 
 def watch(
-    process: Any,
+    process: Launched,
     events_r: int,
     job: TrainJob,
     outcome: TrainOutcome,
