@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import HarnessSettings
+from harness.data.errors import DataError
 from harness.prepared import prepared_paths, read_manifest
 from harness.result import ProgressEvent, RunResult
 from harness.runner import timing
@@ -26,6 +27,7 @@ from harness.runner.scoring import ScoreJob, Scorer
 from harness.runner.train_phase import CANDIDATE_FILE, WEIGHTS_FILE, TrainJob, TrainOutcome, run_train_phase
 
 LOG_TAIL_CHARS = 24_000
+EVAL_FILES = ("inputs.npy", "targets.npy", "target_bytes.npy")
 
 
 def run_experiment(
@@ -58,6 +60,7 @@ def run_experiment(
         check_bwrap()
     manifest = read_manifest(settings)
     paths = prepared_paths(settings)
+    check_eval_files(paths.val_dir)
     device = resolve_device(device)
     name = device_name(device)
     key = json.dumps([settings.model_dump_json(), device, sandboxed, str(work_root)])
@@ -122,6 +125,13 @@ def run_experiment(
         notes,
         time.monotonic() - started,
     )
+
+
+def check_eval_files(val_dir: Path) -> None:
+    """The scorer's input must exist before anything runs (it is loaded only in the scorer)."""
+    for name in EVAL_FILES:
+        if not (val_dir / name).is_file():
+            raise DataError(f"{val_dir / name}: missing; run `autoresearch prepare` again")
 
 
 def score_if_trained(

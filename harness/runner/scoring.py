@@ -87,8 +87,9 @@ class Scorer:
         """Send `go` and wait for the scorer's verdict (a dict with at least `status`)."""
         assert self.popen.stdin is not None
         raise_priority(descendants(self.popen.pid))
-        self.popen.stdin.write(b"go\n")
-        self.popen.stdin.flush()
+        with contextlib.suppress(BrokenPipeError):  # a scorer that died early is reported below
+            self.popen.stdin.write(b"go\n")
+            self.popen.stdin.flush()
         deadline = time.monotonic() + self.job.timeout + SCORER_MARGIN_S
         while True:
             try:

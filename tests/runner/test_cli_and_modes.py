@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import socket
 import threading
 from pathlib import Path
@@ -10,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
+from harness.data.errors import DataError
 from harness.prepared import read_manifest
 from harness.result import ProgressEvent
-from harness.runner import sandbox
+from harness.runner import run_experiment, sandbox
 from tests.fixtures_data import CACHE_DIR
 from tests.runner.candidates import GOOD, compose
 from tests.runner.conftest import STARTUP_ROOM_S
@@ -101,3 +104,15 @@ def test_cancel_stops_the_run_at_once(run_candidate, tmp_path: Path) -> None:
     )
     assert (result.status, result.error_class) == ("crash", "cancelled"), result.log_tail
     assert result.training_seconds < 3.0  # the candidate would sleep until the deadline
+
+
+def test_missing_validation_data_is_an_error_before_anything_runs(test_data, tmp_path: Path) -> None:
+    settings, paths = test_data
+    copy = tmp_path / "data"
+    shutil.copytree(paths.root, copy / "prepared" / paths.root.name)
+    (copy / "prepared" / paths.root.name / "val" / "targets.npy").unlink()
+    work_root = tmp_path / "runs"
+    work_root.mkdir()
+    with pytest.raises(DataError, match=re.escape("targets.npy: missing; run `autoresearch prepare`")):
+        run_experiment(GOOD, settings.model_copy(update={"data_dir": copy}), work_root=work_root)
+    assert list(work_root.iterdir()) == []
