@@ -5,23 +5,26 @@ whose parent is its base, on its own ref `refs/experiments/<id>`, so every attem
 browsable (`git fetch <repo> 'refs/experiments/*:refs/experiments/*'`).
 
 The repo is bare, so there is no working tree that could be left dirty: candidate commits are
-built object by object (blob, tree, commit) and refs are written directly. All access goes
-through one lock, because GitPython's objects are not thread-safe; one server process per repo.
+built object by object (blob, tree, commit) and refs are written directly. Objects are read and
+written in Python (gitdb's loose object store), falling back to GitPython's `git cat-file` only
+for objects that are not loose (after a `git gc`): GitPython's defaults start a `git` process
+round trip per object, which dominated the cost of a submission. All access goes through one
+lock, because GitPython's objects are not thread-safe; one server process per repo.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import threading
 import time
 from collections import OrderedDict
 from io import BytesIO
 from pathlib import Path
+from typing import TypeVar
 
 import git
 import gitdb.exc
-from git.objects.fun import tree_to_stream
+from git.objects.fun import tree_entries_from_data, tree_to_stream
 from gitdb import IStream
 from gitdb.db import LooseObjectDB
 
@@ -30,8 +33,10 @@ PROGRAM_MD = "program.md"
 BEST_BRANCH = "best"
 EXPERIMENT_REF_PREFIX = "refs/experiments/"
 _BLOB_MODE = 0o100644
-_HEX_ID = re.compile(r"[0-9a-fA-F]{4,40}")
+_BLOB, _TREE, _COMMIT = b"blob", b"tree", b"commit"
 _SERVER_ACTOR = git.Actor("autoresearch server", "server@autoresearch.invalid")
+TreeEntries = list[tuple[bytes, int, str]]
+V = TypeVar("V")
 
 
 class UnknownCommit(LookupError):
@@ -51,35 +56,69 @@ def init_research_repo(path: Path, train_py: bytes, program_md: bytes) -> str:
     """Create the bare repo with the baseline on `best`; return the baseline commit id."""
     if path.exists() and any(path.iterdir()):
         raise FileExistsError(f"{path} exists and is not empty; choose another --repo or remove it")
-    repo = git.Repo.init(path, bare=True, initial_branch=BEST_BRANCH)
+    git.Repo.init(path, bare=True, initial_branch=BEST_BRANCH).close()
     research = ResearchRepo(path)
-    with research.lock:
-        tree = research._write_tree({TRAIN_PY: train_py, PROGRAM_MD: program_md})
-        commit = research._write_commit(tree.binsha, [], "Baseline\n", _SERVER_ACTOR)
-        git.Head.create(research.repo, BEST_BRANCH, commit, force=True)
-    research.close()
-    repo.close()
+    try:
+        with research.lock:
+            tree = research._store_tree(
+                [
+                    (research._write_blob(train_py), _BLOB_MODE, TRAIN_PY),
+                    (research._write_blob(program_md), _BLOB_MODE, PROGRAM_MD),
+                ]
+            )
+            commit = research._write_commit(tree, [], "Baseline\n", _SERVER_ACTOR)
+            research._write_ref(f"refs/heads/{BEST_BRANCH}", commit)
+    finally:
+        research.close()
     return commit
 
 
+def _remember(cache: OrderedDict[str, V], key: str, value: V, size: int) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    if len(cache) > size:
+        cache.popitem(last=False)
+
+
 class ResearchRepo:
-    def __init__(self, path: Path, cache_size: int = 2048) -> None:
+    def __init__(self, path: Path, cache_size: int = 4096) -> None:
         self.path = path
         self.repo = git.Repo(path)
-        # Objects are written in Python (GitPython's default store runs `git hash-object` per object).
         self._objects = LooseObjectDB(str(Path(self.repo.git_dir) / "objects"))
         self.lock = threading.RLock()
-        self._train_py_cache: OrderedDict[str, bytes] = OrderedDict()
+        # Commits never change: their trees and train.py are cached by commit id.
         self._cache_size = cache_size
+        self._trees: OrderedDict[str, TreeEntries] = OrderedDict()
+        self._train_py: OrderedDict[str, bytes] = OrderedDict()
 
     def close(self) -> None:
         self.repo.close()
 
+    # Objects -----------------------------------------------------------------------------------
+
     def _store(self, kind: bytes, data: bytes) -> bytes:
         return self._objects.store(IStream(kind, len(data), BytesIO(data))).binsha
 
+    def _read(self, binsha: bytes, kind: bytes) -> bytes:
+        try:
+            stream = self._objects.stream(binsha)
+        except gitdb.exc.BadObject:
+            try:
+                stream = self.repo.odb.stream(binsha)  # packed (after a git gc)
+            except (ValueError, gitdb.exc.ODBError) as exc:
+                raise UnknownCommit(binsha.hex()) from exc
+        if stream.type != kind:
+            raise UnknownCommit(binsha.hex())
+        return stream.read()
+
     def _write_blob(self, content: bytes) -> bytes:
-        return self._store(git.Blob.type, content)
+        return self._store(_BLOB, content)
+
+    def _store_tree(self, entries: TreeEntries) -> bytes:
+        entries.sort(key=lambda entry: entry[2])  # flat tree of files: plain name order
+        stream = BytesIO()
+        tree_to_stream(entries, stream.write)
+        return self._store(_TREE, stream.getvalue())
 
     def _write_commit(self, tree: bytes, parents: list[str], message: str, author: git.Actor) -> str:
         stamp = f"{int(time.time())} +0000"
@@ -87,76 +126,63 @@ class ResearchRepo:
         lines.append(f"author {author.name} <{author.email}> {stamp}")
         lines.append(f"committer {_SERVER_ACTOR.name} <{_SERVER_ACTOR.email}> {stamp}")
         data = ("\n".join(lines) + "\n\n" + message).encode()
-        return self._store(git.Commit.type, data).hex()
+        return self._store(_COMMIT, data).hex()
 
-    def _write_tree(self, files: dict[str, bytes]) -> git.Tree:
-        entries = sorted((self._write_blob(data), _BLOB_MODE, name) for name, data in files.items())
-        return self._store_tree(entries)
-
-    def _store_tree(self, entries: list[tuple[bytes, int, str]]) -> git.Tree:
-        entries.sort(key=lambda entry: entry[2])  # flat tree of files: plain name order
-        stream = BytesIO()
-        tree_to_stream(entries, stream.write)
-        return git.Tree(self.repo, self._store(git.Tree.type, stream.getvalue()))
-
-    def _commit(self, sha: str) -> git.Commit:
+    def _tree(self, commit_sha: str) -> TreeEntries:
+        cached = self._trees.get(commit_sha)
+        if cached is not None:
+            return cached
         try:
-            commit = self.repo.commit(sha)
-        except (ValueError, git.BadName, git.BadObject, gitdb.exc.ODBError) as exc:
-            raise UnknownCommit(sha) from exc
-        if not isinstance(commit, git.Commit):
-            raise UnknownCommit(sha)
-        return commit
+            header = self._read(bytes.fromhex(commit_sha), _COMMIT).split(b"\n", 1)[0]
+        except ValueError as exc:
+            raise UnknownCommit(commit_sha) from exc
+        if not header.startswith(b"tree "):
+            raise UnknownCommit(commit_sha)
+        entries = tree_entries_from_data(self._read(bytes.fromhex(header[5:].decode()), _TREE))
+        _remember(self._trees, commit_sha, entries, self._cache_size)
+        return entries
 
-    def resolve_commit(self, rev: str) -> str:
-        """The full id of the commit named by a full or abbreviated (>= 4 hex digits) id."""
-        if not _HEX_ID.fullmatch(rev):
-            raise UnknownCommit(rev)
-        with self.lock:
-            return self._commit(rev.lower()).hexsha
-
-    def has_commit(self, sha: str) -> bool:
-        with self.lock:
-            try:
-                self._commit(sha)
-            except UnknownCommit:
-                return False
-            return True
+    # Reading -----------------------------------------------------------------------------------
 
     def train_py(self, commit_sha: str) -> bytes:
         """The train.py of a commit (cached: commits never change)."""
         with self.lock:
-            cached = self._train_py_cache.get(commit_sha)
+            cached = self._train_py.get(commit_sha)
             if cached is not None:
-                self._train_py_cache.move_to_end(commit_sha)
                 return cached
-            commit = self._commit(commit_sha)
-            try:
-                data = commit.tree[TRAIN_PY].data_stream.read()
-            except KeyError as exc:
-                raise UnknownCommit(commit_sha) from exc
-            self._train_py_cache[commit_sha] = data
-            if len(self._train_py_cache) > self._cache_size:
-                self._train_py_cache.popitem(last=False)
+            blob = next((binsha for binsha, _mode, name in self._tree(commit_sha) if name == TRAIN_PY), None)
+            if blob is None:
+                raise UnknownCommit(commit_sha)
+            data = self._read(blob, _BLOB)
+            _remember(self._train_py, commit_sha, data, self._cache_size)
             return data
+
+    def best(self) -> str:
+        with self.lock:
+            return self.repo.heads[BEST_BRANCH].commit.hexsha
+
+    # Writing -----------------------------------------------------------------------------------
 
     def commit_candidate(self, base_sha: str, train_py: bytes, message: str, agent: str) -> str:
         """Write a commit on top of `base_sha` that replaces train.py; no ref points at it yet."""
         with self.lock:
-            base = self._commit(base_sha)
             new_blob = self._write_blob(train_py)
             entries = [
                 (new_blob if name == TRAIN_PY else binsha, mode, name)
-                for binsha, mode, name in base.tree._cache
+                for binsha, mode, name in self._tree(base_sha)
             ]
-            tree = self._store_tree(entries)
-            commit = self._write_commit(tree.binsha, [base.hexsha], message, _agent_actor(agent))
-            self._train_py_cache[commit] = train_py
+            commit = self._write_commit(self._store_tree(entries), [base_sha], message, _agent_actor(agent))
+            _remember(self._train_py, commit, train_py, self._cache_size)
             return commit
+
+    def _write_ref(self, path: str, commit_sha: str) -> None:
+        # A Commit made from its id is not looked up, so writing the ref starts no git process.
+        target = git.Commit(self.repo, bytes.fromhex(commit_sha))
+        git.SymbolicReference(self.repo, path).set_reference(target)
 
     def set_experiment_ref(self, experiment_id: int, commit_sha: str) -> None:
         with self.lock:
-            git.Reference.create(self.repo, f"{EXPERIMENT_REF_PREFIX}{experiment_id}", commit_sha, force=True)
+            self._write_ref(f"{EXPERIMENT_REF_PREFIX}{experiment_id}", commit_sha)
 
     def delete_experiment_ref(self, experiment_id: int) -> None:
         with self.lock:
@@ -164,20 +190,6 @@ class ResearchRepo:
             if ref.is_valid():
                 git.Reference.delete(self.repo, ref.path)
 
-    def experiment_ref(self, experiment_id: int) -> str | None:
-        with self.lock:
-            ref = git.Reference(self.repo, f"{EXPERIMENT_REF_PREFIX}{experiment_id}")
-            return ref.commit.hexsha if ref.is_valid() else None
-
-    def best(self) -> str:
-        with self.lock:
-            return self.repo.heads[BEST_BRANCH].commit.hexsha
-
     def set_best(self, commit_sha: str) -> None:
         with self.lock:
-            self.repo.heads[BEST_BRANCH].set_commit(self._commit(commit_sha))
-
-    def parent(self, commit_sha: str) -> str | None:
-        with self.lock:
-            parents = self._commit(commit_sha).parents
-            return parents[0].hexsha if parents else None
+            self._write_ref(f"refs/heads/{BEST_BRANCH}", commit_sha)

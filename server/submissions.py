@@ -19,11 +19,12 @@ from sqlalchemy.orm import Session
 from server.candidates import commit_message, find_same_train_py, queue_candidate
 from server.context import AppContext
 from server.core.problems import Problem
+from server.crud.experiments import resolve_commit
 from server.crud.project import load_project
 from server.crud.tokens import Principal
 from server.models import QUEUED, Experiment, IdempotencyKey
 from server.patches import PatchError, apply_patch, parse_patch
-from server.research_repo import UnknownCommit, blob_sha
+from server.research_repo import blob_sha
 from server.schemas import SubmitIn
 
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
@@ -52,28 +53,20 @@ def _replayed(session: Session, principal: Principal, key: str, request_sha: str
     return Submitted(stored.experiment_id, created=stored.status_code == 201)
 
 
-def _resolve_base(ctx: AppContext, session: Session, base: str | None) -> str:
+def _resolve_base(session: Session, base: str | None) -> str:
     if base is None:
         best = load_project(session).best_commit
         if best is None:
             raise Problem(409, "not-initialised", "the project has no baseline yet; run `autoresearch init`")
         return best
     try:
-        full = ctx.repo.resolve_commit(base)
-    except UnknownCommit:
-        full = None
-    known = full is not None and session.scalar(
-        select(Experiment.id).where(Experiment.commit_sha == full).limit(1)
-    )
-    if not known:
+        return resolve_commit(session, base)
+    except LookupError as exc:
         raise Problem(
             422,
             "unknown-base",
-            f"base {base!r} is not the commit of any experiment; use a commit from GET /experiments or "
-            "GET /best",
-        )
-    assert full is not None
-    return full
+            f"base {base!r}: {exc}; use a commit from GET /experiments or GET /best",
+        ) from exc
 
 
 def _new_train_py(ctx: AppContext, body: SubmitIn, base_source: str) -> str:
@@ -114,7 +107,7 @@ def submit(ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_ke
             replay = _replayed(session, principal, idempotency_key, request_sha)
             if replay is not None:
                 return replay
-        base = _resolve_base(ctx, session, body.base)
+        base = _resolve_base(session, body.base)
     try:
         base_source = ctx.repo.train_py(base).decode("utf-8")
     except UnicodeDecodeError as exc:

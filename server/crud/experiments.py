@@ -129,6 +129,27 @@ def children(session: Session, commit: str, limit: int) -> list[ExperimentOut]:
     return views(session, list(session.scalars(statement)))
 
 
+def resolve_commit(session: Session, rev: str) -> str:
+    """The experiment commit named by a full or abbreviated (4+ hex digits) id.
+
+    Every commit in the research repo is an experiment's, so the database answers this without
+    asking git. Raises LookupError saying what is wrong.
+    """
+    prefix, end = rev.lower(), rev.lower() + "g"  # "g" sorts after every hex digit
+    in_range = (Experiment.commit_sha >= prefix) & (Experiment.commit_sha < end)
+    first = session.scalar(
+        select(Experiment.commit_sha).where(in_range).order_by(Experiment.commit_sha).limit(1)
+    )
+    if first is None:
+        raise LookupError(f"no experiment has commit {rev}")
+    other = session.scalar(
+        select(Experiment.commit_sha).where(in_range, Experiment.commit_sha > first).limit(1)
+    )
+    if other is not None:
+        raise LookupError(f"{rev} names more than one commit; give more digits")
+    return first
+
+
 def by_commit(session: Session, commit: str) -> Experiment | None:
     """The experiment whose commit this is (the oldest, should two share it)."""
     return session.scalars(

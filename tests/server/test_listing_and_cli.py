@@ -88,6 +88,41 @@ def test_cursor_pages_cover_every_row_once(total: int, limit: int) -> None:
         assert seen == list(range(total, 0, -1))
 
 
+def test_commits_resolve_from_unique_prefixes(tmp_path: Path) -> None:
+    from server.core.db import Database, create_db_engine
+    from server.core.migrate import upgrade
+    from server.crud.experiments import resolve_commit
+    from server.models import Experiment, utcnow
+
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    upgrade(url)
+    db = Database(create_db_engine(url))
+    shas = ["abcd1" + "0" * 35, "abcd2" + "0" * 35, "abcd2" + "0" * 35, "ffff" + "1" * 36]
+    with db.write() as session:
+        session.add_all(
+            Experiment(
+                source="agent",
+                description="e",
+                commit_sha=sha,
+                status="queued",
+                attempts=0,
+                cancel_requested=False,
+                created_at=utcnow(),
+                queued_at=utcnow(),
+            )
+            for sha in shas
+        )
+    with db.read() as session:
+        assert resolve_commit(session, "ABCD1") == shas[0]
+        assert resolve_commit(session, "abcd2") == shas[1]  # two experiments, one commit
+        assert resolve_commit(session, shas[3]) == shas[3]
+        with pytest.raises(LookupError, match="more than one commit"):
+            resolve_commit(session, "abcd")
+        with pytest.raises(LookupError, match="no experiment"):
+            resolve_commit(session, "abce")
+    db.dispose()
+
+
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cli.main", *args],

@@ -109,7 +109,7 @@ def test_precise_refusals(live, refused: Callable[..., ApiError], baseline_sourc
             dict(patch=good, base="0123456789abcdef0123456789abcdef01234567"),
             422,
             "unknown-base",
-            "not the commit",
+            "no experiment has commit",
         ),
         (dict(patch=good, base="not-hex"), 422, "validation-error", "base"),
         (dict(patch=good, description=""), 422, "validation-error", "description"),

@@ -9,9 +9,8 @@ from fastapi import APIRouter, Path, Query
 from server.api.deps import Ctx, Reader
 from server.core.problems import Problem
 from server.crud import standings
-from server.crud.experiments import by_commit, children
+from server.crud.experiments import by_commit, children, resolve_commit
 from server.crud.project import load_project
-from server.research_repo import UnknownCommit
 from server.schemas import AgentsOut, BestOut, ChildrenOut, LeaderboardOut
 
 router = APIRouter(tags=["project"])
@@ -54,11 +53,11 @@ def get_children(
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> ChildrenOut:
     """The experiments tried on top of a commit (newest first)."""
-    try:
-        commit = ctx.repo.resolve_commit(sha)
-    except UnknownCommit as exc:
-        raise Problem(404, "unknown-commit", f"no commit {sha} in the research repo") from exc
     with ctx.db.read() as session:
+        try:
+            commit = resolve_commit(session, sha)
+        except LookupError as exc:
+            raise Problem(404, "unknown-commit", str(exc)) from exc
         own = by_commit(session, commit)
         return ChildrenOut(
             commit=commit, experiment_id=own.id if own else None, children=children(session, commit, limit)
