@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))  # the process helpers of the worker tests
 
 from harness.config import PRESETS, load_settings  # noqa: E402
 from harness.prepare import prepare  # noqa: E402
-from tests.worker.processes import Project, start_project, wait_until  # noqa: E402
+from tests.worker.processes import Project, init_project, serve, wait_until  # noqa: E402
 
 BASELINE = ROOT / "harness" / "baseline" / "train.py"
 CONSTANT = "MATRIX_LR = 0.04"  # the baseline line the experiments vary, as an agent would
@@ -175,9 +175,8 @@ def main() -> None:
     prepare(settings, progress=False)
     print(f"time budget {settings.time_budget:.0f} s, {args.experiments} experiments queued at once")
     timeout = 10 * (settings.time_budget + settings.compile_allowance) + 120
-    extra = {"TIME_BUDGET": str(settings.time_budget)}
     with tempfile.TemporaryDirectory(prefix="worker-idle-") as tmp:
-        project = start_project(Path(tmp), settings, BASELINE.read_text(), lease_seconds=60.0, **extra)
+        project = serve(init_project(Path(tmp), settings, BASELINE.read_text()), settings, 60.0)
         try:
             measure(project, max(1, args.experiments), timeout)
         finally:

@@ -13,7 +13,7 @@ from harness.config import HarnessSettings
 from harness.prepared import PreparedPaths
 from tests.fixtures_data import test_data  # noqa: F401  (session fixture)
 from tests.worker.candidates import bigram
-from tests.worker.processes import Project, start_project
+from tests.worker.processes import InitialisedProject, Project, init_project, serve
 
 # Short, so that a killed worker's experiment is requeued within seconds. Tests that take the
 # server down for longer ask for a longer lease with @pytest.mark.parametrize("project", [60],
@@ -21,15 +21,27 @@ from tests.worker.processes import Project, start_project
 LEASE_SECONDS = 3.0
 
 
+@pytest.fixture(scope="session")
+def initialised(
+    tmp_path_factory: pytest.TempPathFactory,
+    test_data: tuple[HarnessSettings, PreparedPaths],  # noqa: F811
+) -> InitialisedProject:
+    """A project whose baseline (experiment 1) is a cheap bigram, made once and copied per test."""
+    settings, _paths = test_data
+    return init_project(tmp_path_factory.mktemp("initialised"), settings, bigram(0.05))
+
+
 @pytest.fixture
 def project(
     request: pytest.FixtureRequest,
     tmp_path: Path,
+    initialised: InitialisedProject,
     test_data: tuple[HarnessSettings, PreparedPaths],  # noqa: F811
 ) -> Iterator[Project]:
-    """A fresh server whose baseline (experiment 1) is a cheap bigram, and tokens for it."""
+    """A fresh copy of the initialised project, served by a real server of its own."""
     settings, _paths = test_data
-    project = start_project(tmp_path, settings, bigram(0.05), float(getattr(request, "param", LEASE_SECONDS)))
+    lease_seconds = float(getattr(request, "param", LEASE_SECONDS))
+    project = serve(initialised.copy_to(tmp_path), settings, lease_seconds)
     try:
         yield project
     finally:

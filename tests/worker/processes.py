@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import sqlite3
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from harness.config import HarnessSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "cli.main"]
+DATABASE = "server.db"
+RESEARCH_REPO = "research.git"
 
 
 def free_port() -> int:
@@ -212,7 +215,7 @@ class Project:
 
     def query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         """Rows from the server's SQLite database, opened read-only (to check what it recorded)."""
-        with sqlite3.connect(f"file:{self.tmp / 'server.db'}?mode=ro", uri=True) as db:
+        with sqlite3.connect(f"file:{self.tmp / DATABASE}?mode=ro", uri=True) as db:
             return db.execute(sql, args).fetchall()
 
     def progress(self, experiment_id: int) -> list[dict[str, Any]]:
@@ -234,31 +237,60 @@ def run_cli(env: dict[str, str], *args: str) -> str:
     return out.stdout
 
 
-def start_project(
-    tmp: Path, settings: HarnessSettings, baseline_train_py: str, lease_seconds: float, **env_extra: str
-) -> Project:
-    """Init a research repo and database in `tmp`, create tokens and start the server."""
-    admin_token = secrets.token_urlsafe(24)
-    env = {
+@dataclass(frozen=True)
+class InitialisedProject:
+    """The database and research repo made by `autoresearch init` in `folder`, and its tokens."""
+
+    folder: Path
+    worker_token: str
+    agent_token: str
+
+    def copy_to(self, folder: Path) -> InitialisedProject:
+        """The same project in another folder (a fresh copy of the database and the repo)."""
+        shutil.copy2(self.folder / DATABASE, folder / DATABASE)
+        shutil.copytree(self.folder / RESEARCH_REPO, folder / RESEARCH_REPO)
+        return replace(self, folder=folder)
+
+
+def server_env(folder: Path, settings: HarnessSettings, **extra: str) -> dict[str, str]:
+    return {
         **os.environ,
         "PRESET": settings.preset,
         "DATA_SOURCE": settings.data_source,
         "DATA_DIR": str(settings.data_dir),
-        "DATABASE_URL": f"sqlite:///{tmp / 'server.db'}",
-        "RESEARCH_REPO": str(tmp / "research.git"),
-        "LEASE_SECONDS": str(lease_seconds),
-        "LEASE_SWEEP_SECONDS": "0.5",
+        "TIME_BUDGET": str(settings.time_budget),  # may differ from the preset's (the bench's --time-budget)
+        "DATABASE_URL": f"sqlite:///{folder / DATABASE}",
+        "RESEARCH_REPO": str(folder / RESEARCH_REPO),
         "PYTHONUNBUFFERED": "1",
-        "ADMIN_TOKEN": admin_token,
-        **env_extra,
+        **extra,
     }
-    baseline = tmp / "baseline_train.py"
+
+
+def init_project(folder: Path, settings: HarnessSettings, baseline_train_py: str) -> InitialisedProject:
+    """`autoresearch init` with `baseline_train_py` as experiment 1, and a worker and an agent token."""
+    env = server_env(folder, settings)
+    baseline = folder / "baseline_train.py"
     baseline.write_text(baseline_train_py)
-    program = tmp / "program.md"
-    program.write_text("# Worker tests\n\nTune LEARNING_RATE.\n")
+    program = folder / "program.md"
+    program.write_text("# Worker processes\n\nTune LEARNING_RATE.\n")
     run_cli(env, "init", "--train-py", str(baseline), "--program-md", str(program))
     worker_token = run_cli(env, "token", "create", "--kind", "worker", "--name", "workers").strip()
     agent_token = run_cli(env, "token", "create", "--kind", "agent", "--name", "agent-1").strip()
-    server = ServerProcess(env, free_port(), tmp / "server.log")
+    return InitialisedProject(folder, worker_token, agent_token)
+
+
+def serve(initialised: InitialisedProject, settings: HarnessSettings, lease_seconds: float) -> Project:
+    """Start the server on the project (with an admin token in its environment)."""
+    admin_token = secrets.token_urlsafe(24)
+    env = server_env(
+        initialised.folder,
+        settings,
+        LEASE_SECONDS=str(lease_seconds),
+        LEASE_SWEEP_SECONDS="0.5",
+        ADMIN_TOKEN=admin_token,
+    )
+    server = ServerProcess(env, free_port(), initialised.folder / "server.log")
     server.start()
-    return Project(tmp, settings, server, worker_token, agent_token, admin_token)
+    return Project(
+        initialised.folder, settings, server, initialised.worker_token, initialised.agent_token, admin_token
+    )
