@@ -312,6 +312,8 @@ def _run_with_state(
     state_dir: Path,
 ) -> int:
     log.info("worker %s on %s (%.1f GB), state in %s", name, platform.device, platform.memory_gb, state_dir)
+    if options.unsafe_no_sandbox:
+        log.warning("--unsafe-no-sandbox: train.py runs WITHOUT the sandbox, with this worker's rights")
     spool = Spool(state_dir / "spool")
     spool.clean_temporary()
     leftovers = spool.pending()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,3 +44,19 @@ def test_no_gpu_is_an_error_that_points_to_cpu(monkeypatch: pytest.MonkeyPatch) 
     assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
     with pytest.raises(PlatformError, match="pass --cpu"):
         probe_gpu()
+
+
+def test_work_on_a_missing_gpu_exits_with_the_fix(tmp_path: Path) -> None:
+    """The real command on this GPU-less machine: no silent fallback to the CPU."""
+    env = {**os.environ, "AUTORESEARCH_WORKER_TOKEN": "unused"}
+    args = ["--server", "http://127.0.0.1:9", "--gpu", "0", "--state-dir", str(tmp_path / "state")]
+    out = subprocess.run(
+        [sys.executable, "-m", "cli.main", "work", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 1
+    assert "no CUDA GPU is visible with CUDA_VISIBLE_DEVICES=0; pass --cpu" in out.stderr
+    assert not (tmp_path / "state").exists()  # it stopped before touching anything
