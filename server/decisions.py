@@ -20,10 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sqlalchemy.orm import Session
+
 from harness.result import RunResult
 from server.candidates import commit_message, find_same_train_py, queue_candidate
 from server.context import AppContext, Tx
 from server.crud.experiments import agent_names, by_commit
+from server.crud.project import load_project
 from server.models import KEPT, REBASED, REVERTED, STALE, Experiment, Project, utcnow
 from server.patches import PatchError, apply_patch, make_patch, parse_patch
 from server.research_repo import blob_sha
@@ -52,11 +55,21 @@ def judge_measured(val_bpb: float, reference: float | None, min_delta: float, na
     return False, f"{_fmt(val_bpb)} >= {name} {_fmt(reference)} - {_fmt(min_delta)}"
 
 
-def decide(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, result: RunResult) -> Verdict:
-    """Decide, apply the decision (best, experiment status, a re-queued candidate), emit events."""
+def decide(ctx: AppContext, tx: Tx, experiment: Experiment, result: RunResult) -> Verdict:
+    """Decide, apply the decision (best, experiment status, a re-queued candidate), emit events.
+
+    Most results are reverted, and a revert stays right whatever other results do meanwhile
+    (the best only ever gets lower), so those are decided without the project's row lock; only
+    a result that may move the best (or be re-applied onto it) takes the lock and decides again
+    on the locked, fresh row.
+    """
+    project = load_project(tx.session)
+    verdict = _settled_revert(ctx, tx.session, project, experiment, result)
+    if verdict is None:
+        project = load_project(tx.session, lock=True)
+        verdict = _verdict(ctx, tx, project, experiment, result)
     experiment.best_before_commit = project.best_commit
     experiment.best_before_val_bpb = project.best_val_bpb
-    verdict = _verdict(ctx, tx, project, experiment, result)
     experiment.decision = verdict.decision
     experiment.decision_reason = verdict.reason
     experiment.status = {"keep": KEPT, "revert": REVERTED, "rebase": REBASED, "stale": STALE}[
@@ -78,7 +91,10 @@ def decide(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, re
     return verdict
 
 
-def _verdict(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, result: RunResult) -> Verdict:
+def _settled_revert(
+    ctx: AppContext, session: Session, project: Project, experiment: Experiment, result: RunResult
+) -> Verdict | None:
+    """The revert this result gets whatever happens concurrently, or None when it may move the best."""
     if project.harness_id is not None and result.harness_id != project.harness_id:
         return Verdict(
             "revert",
@@ -93,21 +109,40 @@ def _verdict(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, 
     if result.status != "ok" or result.val_bpb is None:
         what = f"{result.status} ({result.error_class})" if result.error_class else result.status
         return Verdict("revert", f"run ended {what}: only ok results with a val_bpb can be kept")
+    if experiment.base_commit is None:  # the baseline: decided under the lock
+        return None
     min_delta = ctx.settings.min_delta
+    if experiment.base_commit == project.best_commit:
+        better, why = judge_measured(result.val_bpb, project.best_val_bpb, min_delta, "best")
+        return None if better else Verdict("revert", why)
+    base = by_commit(session, experiment.base_commit)
+    better, why = judge_measured(result.val_bpb, base.val_bpb if base else None, min_delta, "its base")
+    if better:
+        return None
+    return Verdict("revert", f"{why} ({_moved(experiment, project)})")
+
+
+def _moved(experiment: Experiment, project: Project) -> str:
+    old, new = (experiment.base_commit or "")[:10], (project.best_commit or "")[:10]
+    return f"best moved from {old} to {new} meanwhile"
+
+
+def _verdict(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, result: RunResult) -> Verdict:
+    """The decision with the project row locked (and fresh)."""
+    settled = _settled_revert(ctx, tx.session, project, experiment, result)
+    if settled is not None:
+        return settled
+    assert result.val_bpb is not None
     if experiment.base_commit is None:  # the baseline
         if experiment.commit_sha == project.best_commit and project.best_val_bpb is None:
             return Verdict("keep", f"baseline measured: val_bpb {_fmt(result.val_bpb)}")
         return Verdict("revert", "baseline re-measured after the best moved on: not compared")
+    min_delta = ctx.settings.min_delta
     if experiment.base_commit == project.best_commit:
-        better, why = judge_measured(result.val_bpb, project.best_val_bpb, min_delta, "best")
-        return Verdict("keep" if better else "revert", why)
+        return Verdict("keep", judge_measured(result.val_bpb, project.best_val_bpb, min_delta, "best")[1])
     base = by_commit(tx.session, experiment.base_commit)
-    base_bpb = base.val_bpb if base is not None else None
-    better, why = judge_measured(result.val_bpb, base_bpb, min_delta, "its base")
-    moved = f"best moved from {experiment.base_commit[:10]} to {(project.best_commit or '')[:10]} meanwhile"
-    if not better:
-        return Verdict("revert", f"{why} ({moved})")
-    return _rebase(ctx, tx, project, experiment, f"{why}, but {moved}")
+    why = judge_measured(result.val_bpb, base.val_bpb if base else None, min_delta, "its base")[1]
+    return _rebase(ctx, tx, project, experiment, f"{why}, but {_moved(experiment, project)}")
 
 
 def _rebase(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, why: str) -> Verdict:

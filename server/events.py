@@ -46,13 +46,14 @@ class Broadcaster:
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _last_id: int = 0
-    # Long-polling claims wait on this; it is replaced after every "queued" event.
-    _queued_signal: asyncio.Event | None = None
+    # Long-polling claims, oldest first. Each "queued" event wakes one of them (one new
+    # experiment, one worker), not all: waking every idle worker makes them all queue for the
+    # database's write lock for nothing.
+    _claim_waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Attach to the server's event loop (at startup)."""
         self._loop = loop
-        self._queued_signal = asyncio.Event()
 
     @property
     def last_event_id(self) -> int:
@@ -85,9 +86,15 @@ class Broadcaster:
                     self._drop(subscriber)
                 else:
                     subscriber.queue.put_nowait(event)
-            if event.type == "queued" and self._queued_signal is not None:
-                self._queued_signal.set()
-                self._queued_signal = asyncio.Event()
+            if event.type == "queued":
+                self._wake_one_claim()
+
+    def _wake_one_claim(self) -> None:
+        while self._claim_waiters:
+            waiter = self._claim_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     def _drop(self, subscriber: _Subscriber) -> None:
         self._subscribers.remove(subscriber)
@@ -114,12 +121,13 @@ class Broadcaster:
         return len(self._subscribers)
 
     async def wait_for_queued(self, timeout: float) -> None:
-        """Return when an experiment is queued or after `timeout` seconds."""
-        signal = self._queued_signal
-        if signal is None:
-            await asyncio.sleep(timeout)
-            return
+        """Return when an experiment is queued (and this waiter is the one woken) or after `timeout`."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._claim_waiters.append(waiter)
         try:
-            await asyncio.wait_for(signal.wait(), timeout)
+            await asyncio.wait_for(waiter, timeout)
         except TimeoutError:
             return
+        finally:
+            if waiter in self._claim_waiters:
+                self._claim_waiters.remove(waiter)

@@ -9,8 +9,11 @@ from server.models import Project
 
 
 def load_project(session: Session, lock: bool = False) -> Project:
-    """The project; `lock` takes its row lock (PostgreSQL), serialising decisions on `best`."""
+    """The project; `lock` takes its row lock (PostgreSQL), serialising decisions on `best`.
+
+    A locked read refreshes the row even if this session loaded it before.
+    """
     statement = select(Project).where(Project.id == 1)
     if lock:
-        statement = statement.with_for_update()
+        statement = statement.with_for_update().execution_options(populate_existing=True)
     return session.scalars(statement).one()

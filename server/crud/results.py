@@ -7,7 +7,6 @@ from sqlalchemy.orm import Session
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud.leases import FINISHED, locked_lease, require_held
-from server.crud.project import load_project
 from server.crud.tokens import Principal
 from server.decisions import decide
 from server.models import CANCELLED, Experiment, Result, utcnow
@@ -47,7 +46,6 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
         require_held(ctx, tx.session, lease)
         if tx.session.get(Result, result_id) is not None:
             raise Problem(409, "result-id-reused", f"result_id {result_id} was recorded for another lease")
-        project = load_project(tx.session, lock=True)
         experiment = tx.session.get(Experiment, lease.experiment_id, with_for_update=True)
         assert experiment is not None
         now = utcnow()
@@ -77,5 +75,5 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
             experiment.status = CANCELLED
             experiment.decision_reason = "cancelled while running; its result is recorded but not compared"
         else:
-            decide(ctx, tx, project, experiment, measured)
+            decide(ctx, tx, experiment, measured)
         return _outcome(experiment)
