@@ -1,10 +1,12 @@
 """Keep or revert: what happens to `best` when a result arrives.
 
-Called inside the result's transaction with the project row locked (PostgreSQL) or the database
-write-locked (SQLite), so decisions are serial: two results that arrive together are decided one
-after the other, and the second sees the `best` the first one left. Only a result measured on
-the current best can move it, and only forward (the candidate's parent is the best), so `best`
-always fast-forwards and never advances twice from the same base.
+Called inside the result's transaction. A decision that may move the best (keep, rebase, stale)
+is made with the project row locked (PostgreSQL; SQLite has one writer anyway), so such
+decisions are serial: two results that arrive together are decided one after the other, and the
+second sees the `best` the first one left. Only a result measured on the current best can move
+it, and only forward (the candidate's parent is the best), so `best` always fast-forwards and
+never advances twice from the same base. Reverts need no lock: the best only ever gets lower, so
+a result that is not better than it now is not better than it later either.
 
 Rules, in order:
 1. A result measured with another harness or on another platform is never compared: revert.
