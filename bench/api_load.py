@@ -356,17 +356,28 @@ def seed_queue(db: Database, count: int, baseline: str, blob: str, agent_id: int
         session.execute(insert(Experiment), rows)
 
 
-async def cycles_phase(url: str, token: str, workers: int, duration: float) -> tuple[float, float, Stats]:
+@dataclass
+class Cycles:
+    per_s: float
+    cpu_per_cycle_s: float
+    health_per_s: float
+    cpu_per_health_s: float
+    stats: Stats
+
+
+async def cycles_phase(server: ServerProcess, token: str, workers: int, duration: float) -> Cycles:
     stats = Stats()
+    url = server.url
     async with httpx.AsyncClient(
         base_url=url, timeout=60, limits=httpx.Limits(max_connections=workers + 4)
     ) as http:
         stop = time.monotonic() + duration
-        began = time.monotonic()
+        began, cpu = time.monotonic(), server.cpu()
         counts = await asyncio.gather(
             *(worker_loop(http, token, f"fast{i}", stop, stats, 0.0, 0.0) for i in range(workers))
         )
         cycles_per_s = sum(counts) / (time.monotonic() - began)
+        cpu_per_cycle = (server.cpu() - cpu) / max(sum(counts), 1)
         # Reference: the HTTP stack and one SELECT 1, with the same concurrency.
         health = 0
 
@@ -376,10 +387,11 @@ async def cycles_phase(url: str, token: str, workers: int, duration: float) -> t
                 if (await http.get("/api/v1/healthz")).status_code == 200:
                     health += 1
 
-        began = time.monotonic()
+        began, cpu = time.monotonic(), server.cpu()
         await asyncio.gather(*(probe(began + 5.0) for _ in range(workers)))
         health_per_s = health / (time.monotonic() - began)
-    return cycles_per_s, health_per_s, stats
+        cpu_per_health = (server.cpu() - cpu) / max(health, 1)
+    return Cycles(cycles_per_s, cpu_per_cycle, health_per_s, cpu_per_health, stats)
 
 
 # Phase 4: reads with many experiments stored ----------------------------------------------------------
@@ -583,17 +595,16 @@ def run_database(kind: str, database_url: str, args: argparse.Namespace, folder:
         with db.read() as session:
             worker_token_id = session.scalar(select(ApiToken.id).where(ApiToken.kind == "worker"))
         seed_queue(db, 5000, baseline, blob_sha(train_py.read_bytes()), agent_ids[0])
-        cpu = server.cpu()
-        cycles, health, cycle_stats = asyncio.run(cycles_phase(url, tokens["worker"], args.workers, 15.0))
-        cpu_cycles = server.cpu() - cpu
-        done = len(cycle_stats.latencies["result"])
+        result = asyncio.run(cycles_phase(server, tokens["worker"], args.workers, 15.0))
+        cycles, cycle_stats = result.per_s, result.stats
         print(
             f"claim-and-report: {cycles:.1f} cycles/s with {args.workers} workers, "
-            f"{cpu_cycles / max(done, 1) * 1000:.1f} ms server CPU per cycle (incl. 5 s of health checks)"
+            f"{result.cpu_per_cycle_s * 1000:.1f} ms server CPU per cycle"
         )
         print(
-            f"  reference GET /healthz: {health:.1f}/s "
-            f"(one cycle = {health / max(cycles, 1e-9):.1f} health checks)"
+            f"  reference GET /healthz: {result.health_per_s:.1f}/s, {result.cpu_per_health_s * 1000:.2f} ms "
+            f"server CPU each (one cycle costs {result.cpu_per_cycle_s / result.cpu_per_health_s:.1f} "
+            "health checks)"
         )
         print(f"  {machine_load()}")
         print(f"  claim    {describe(cycle_stats.latencies['claim'])}")

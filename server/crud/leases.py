@@ -83,13 +83,16 @@ def _claimable(ctx: AppContext, session: Session) -> ColumnElement[bool]:
 def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | None:
     """Lease the next queued experiment to this worker, or None when nothing can run now."""
     check_worker(ctx, principal, worker_id)
-    with ctx.db.read() as session:
-        anything = session.scalar(select(Experiment.id).where(Experiment.status == QUEUED).limit(1))
-    if anything is None:
-        if ctx.presence.seen_write_due(worker_id):  # idle polls write nothing else: no transaction
-            with ctx.transaction() as tx:
-                _write_seen(tx.session, worker_id)
-        return None
+    if ctx.db.sqlite:
+        # SQLite has one writer for the whole database: look before taking its write lock, so
+        # that idle long polls do not queue for it. PostgreSQL's claim below locks one row only.
+        with ctx.db.read() as session:
+            anything = session.scalar(select(Experiment.id).where(Experiment.status == QUEUED).limit(1))
+        if anything is None:
+            if ctx.presence.seen_write_due(worker_id):
+                with ctx.transaction() as tx:
+                    _write_seen(tx.session, worker_id)
+            return None
     with ctx.transaction() as tx:
         _touch(ctx, tx.session, worker_id)
         now = utcnow()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from server.context import AppContext
@@ -44,8 +45,6 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
             if replay is not None:
                 return replay
         require_held(ctx, tx.session, lease)
-        if tx.session.get(Result, result_id) is not None:
-            raise Problem(409, "result-id-reused", f"result_id {result_id} was recorded for another lease")
         experiment = tx.session.get(Experiment, lease.experiment_id, with_for_update=True)
         assert experiment is not None
         now = utcnow()
@@ -65,6 +64,12 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
                 **fields,
             )
         )
+        try:
+            tx.session.flush()
+        except IntegrityError as exc:  # the primary key: this result_id was used for another lease
+            raise Problem(
+                409, "result-id-reused", f"result_id {result_id} was recorded for another lease"
+            ) from exc
         experiment.finished_at = now
         experiment.platform = measured.device
         experiment.val_bpb = measured.val_bpb if measured.status == "ok" else None

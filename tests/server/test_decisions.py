@@ -50,6 +50,9 @@ def test_keep_revert_and_reasons(live, worker_factory, baseline_source: str) -> 
     }
     best = agent.best()
     assert (best["experiment_id"], best["val_bpb"], best["train_py"]) == (ids[2], 0.98, sources[2])
+    assert agent.wait_for_decision(ids[2], timeout=5)["decision"] == "keep"
+    with pytest.raises(TimeoutError, match="still queued"):
+        agent.wait_for_decision(ids[3], timeout=0.2, poll_s=0.05)
     assert git(live, "rev-parse", "best") == best["commit"]
     # The last one was based on the baseline, and did not beat it: reverted, noting that best moved.
     late = worker.run_next(0.9999)

@@ -71,6 +71,20 @@ def test_a_result_is_recorded_once_per_result_id(live, worker_factory) -> None:
     assert caught.value.status == 409
 
 
+def test_a_result_id_belongs_to_one_lease(live, worker_factory, baseline_source: str) -> None:
+    worker = worker_factory(live)
+    result = {"status": "ok", "val_bpb": 1.0, "device": DEVICE, "harness_id": HARNESS_ID}
+    result_id = str(uuid.uuid4())
+    worker.client.result(worker.claim()["lease_id"], result_id, result)
+    live.client("agent").submit("next", train_py=baseline_source + "# next\n")
+    second = worker.claim()
+    with pytest.raises(ApiError) as caught:
+        worker.client.result(second["lease_id"], result_id, result)
+    assert caught.value.status == 409 and caught.value.type.endswith("result-id-reused")
+    answer = worker.client.result(second["lease_id"], str(uuid.uuid4()), result)  # the lease is still held
+    assert answer["experiment_id"] == second["experiment_id"]
+
+
 def test_workers_cannot_touch_each_others_leases(live, worker_factory) -> None:
     mine, theirs = worker_factory(live, "a"), worker_factory(live, "b")
     claim = mine.claim()
