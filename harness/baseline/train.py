@@ -10,6 +10,7 @@ seed, log) and the constants below.
 """
 
 import math
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,16 +38,23 @@ class DeviceSettings:
 
 
 # "cuda" is sized for one H100 at the h100 preset (seq 2048, vocab 8192, 5 minutes). "cpu" is sized
-# to learn something in about a minute on 2 cores at the cpu preset (seq 256, vocab 4096): eager
-# (compiling takes about a minute there) and bf16 only where the CPU has fast bf16 matmuls (AMX).
+# for the cpu preset (seq 256, vocab 4096, 60 s on 2 cores), where a few hundred thousand tokens is
+# all there is time for: a small, shallow model taking many small steps did best (docs/baseline.md).
+# It runs eager (compiling takes about a minute there), with bf16 only where the CPU has fast bf16
+# matmuls (AMX), and keeps each micro-batch's float32 logits under 32 MB: larger blocks go back to
+# the OS after every use and cost page faults each step.
 DEVICE_SETTINGS = {
     "cuda": DeviceSettings(
         depth=8, width=512, head_dim=128, device_batch=64, total_batch_tokens=2**19, bf16=True, compile=True
     ),
     "cpu": DeviceSettings(
-        depth=4, width=128, head_dim=64, device_batch=4, total_batch_tokens=4 * 256, bf16=None, compile=False
+        depth=2, width=128, head_dim=64, device_batch=4, total_batch_tokens=4 * 256, bf16=None, compile=False
     ),
 }
+# On a CPU, torch's threads (one per core by default) stall whenever another thread wants a core:
+# the loader's prefetch thread, the harness, anything else on the machine. Leaving a core free
+# measured 2.5-4x faster on the busy 2-core development machine (docs/baseline.md).
+CPU_SPARE_CORES = 1
 MLP_RATIO = 4  # hidden width of the MLP as a multiple of the model width
 WINDOW_PATTERN = "L"  # per layer, repeated over the depth: L = full causal, S = sliding window
 SHORT_WINDOW_FRACTION = 0.5  # an S layer attends to the last seq_len * this tokens
@@ -380,7 +388,10 @@ def train(model: GPT, ctx: Context) -> None:
         )
     accum_steps = cfg.total_batch_tokens // tokens_per_micro
     if ctx.device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True  # for the float32 parts outside autocast
+        torch.set_float32_matmul_precision("high")  # TF32 for the float32 matmuls outside autocast
+    if ctx.device.type == "cpu":
+        # The cores this process may use (a sandbox may restrict them), not the machine's count.
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) - CPU_SPARE_CORES))
     bf16 = bf16_is_faster(ctx.device) if cfg.bf16 is None else cfg.bf16
     optimizers = build_optimizers(model, bf16)
     # Compile a wrapper, not the model: the harness saves `model`'s own (unprefixed) weights.

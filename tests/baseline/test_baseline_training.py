@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from types import ModuleType
 
 import pytest
@@ -46,6 +47,12 @@ def test_it_stops_when_the_clock_runs_out_and_logs_every_step(run: Run) -> None:
     assert [entry["step"] for entry in logs] == list(range(BATCHES // 2))  # 2 micro-batches a step
     assert all(math.isfinite(entry["loss"]) for entry in logs)
     assert all(entry["tokens_per_s"] > 0 for entry in logs)
+
+
+def test_on_cpu_it_leaves_one_usable_core_to_the_loader_and_the_harness(run: Run) -> None:
+    module, _, _, _ = run
+    usable = len(os.sched_getaffinity(0))
+    assert torch.get_num_threads() == max(1, usable - module.CPU_SPARE_CORES)
 
 
 def test_the_learning_rate_follows_the_fraction_of_time_used(run: Run) -> None:
