@@ -79,9 +79,10 @@ class ServerProcess:
         except httpx.TransportError:
             return False
 
-    def stop(self) -> None:
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
+        """Stop the server (SIGTERM: a graceful shutdown, which waits for open long polls)."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(sig)
             try:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
@@ -224,10 +225,10 @@ class Project:
         return answer.json()["events"]
 
     def close(self) -> None:
-        """Kill the workers and stop the server."""
+        """Kill the workers and the server (its state is thrown away)."""
         for worker in self.workers:
             worker.stop()
-        self.server.stop()
+        self.server.stop(signal.SIGKILL)
 
 
 def run_cli(env: dict[str, str], *args: str) -> str:
