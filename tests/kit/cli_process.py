@@ -17,7 +17,6 @@ from tests.worker.processes import REPO_ROOT, Project
 
 CLI = [sys.executable, "-m", "cli.main"]
 BASELINE_LR = 0.05  # the project's baseline train.py is tests.worker.candidates.bigram(BASELINE_LR)
-ADMIN_TOKEN = "kit-admin-token"  # the project's server gets it as ADMIN_TOKEN
 
 
 def cli(

@@ -11,9 +11,9 @@ import pytest
 from harness.config import HarnessSettings
 from harness.prepared import PreparedPaths
 from tests.fixtures_data import test_data  # noqa: F401  (session fixture)
-from tests.kit.cli_process import ADMIN_TOKEN, BASELINE_LR
+from tests.kit.cli_process import BASELINE_LR
 from tests.worker.candidates import bigram
-from tests.worker.processes import Project, start_project
+from tests.worker.processes import Project, init_project, serve
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +24,7 @@ def project(
     """A server whose baseline is a cheap bigram (LEARNING_RATE = 0.05), with one worker running."""
     settings, _paths = test_data
     tmp = tmp_path_factory.mktemp("kit-project")
-    project = start_project(tmp, settings, bigram(BASELINE_LR), 30.0, ADMIN_TOKEN=ADMIN_TOKEN)
+    project = serve(init_project(tmp, settings, bigram(BASELINE_LR)), settings, lease_seconds=30.0)
     try:
         project.worker("kit-worker")
         yield project

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from cli import views
-from tests.kit.cli_process import ADMIN_TOKEN, BASELINE_LR, cli, in_process, write
+from tests.kit.cli_process import BASELINE_LR, cli, in_process, write
 from tests.worker.candidates import bigram
 from tests.worker.processes import Project
 
@@ -127,12 +127,12 @@ def test_export_gives_results_tsv_and_import_brings_it_back(
     )
     assert [row.split("\t")[4] for row in rows] == ["baseline", "lr 0.03", "lr 0.08"]
 
-    imported = in_process(capsys, "import", str(tsv), server=project.url, token=ADMIN_TOKEN)
+    imported = in_process(capsys, "import", str(tsv), server=project.url, token=project.admin_token)
     assert imported.code == 0, imported.err
     assert imported.out.startswith(f"imported 3 rows from {tsv}; skipped 0")
     # Imported rows are history: listed first, apart from (and never compared with) the experiments.
     assert in_process(capsys, "export", server=project.url).out.splitlines() == [lines[0], *rows, *rows]
-    again = in_process(capsys, "import", str(tsv), server=project.url, token=ADMIN_TOKEN)
+    again = in_process(capsys, "import", str(tsv), server=project.url, token=project.admin_token)
     assert again.out.startswith(f"imported 0 rows from {tsv}; skipped 3")
 
 
