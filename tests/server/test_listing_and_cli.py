@@ -7,6 +7,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -123,17 +125,31 @@ def test_commits_resolve_from_unique_prefixes(tmp_path: Path) -> None:
     db.dispose()
 
 
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+@dataclass
+class Ran:
+    code: int
+    out: str
+    err: str
 
 
-def test_cli_init_token_db_and_serve(tmp_path: Path, baseline_source: str) -> None:
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
+    """Run `autoresearch ARGS` in this process (its real entry point) with extra environment."""
+    from cli.main import main
+
+    def run(env: dict[str, str], *args: str) -> Ran:
+        with monkeypatch.context() as patch:
+            for name, value in env.items():
+                patch.setenv(name, value)
+            code = main(list(args))
+        captured = capsys.readouterr()
+        return Ran(code, captured.out, captured.err)
+
+    return run
+
+
+def test_cli_init_token_db_and_serve(tmp_path: Path, baseline_source: str, cli: Callable[..., Ran]) -> None:
+    """init, token and db in this process; serve as its own process, as an operator starts it."""
     from server.core.pg_scratch import free_port
 
     (tmp_path / "train.py").write_text(baseline_source)
@@ -145,42 +161,42 @@ def test_cli_init_token_db_and_serve(tmp_path: Path, baseline_source: str) -> No
         "TOKEN_CACHE_SECONDS": "0",
     }
     files = ["--train-py", str(tmp_path / "train.py"), "--program-md", str(tmp_path / "program.md")]
-    first = _cli(env, "init", *files)
-    assert first.returncode == 0 and "baseline queued as experiment 1" in first.stdout
-    again = _cli(env, "init", *files)
-    assert again.returncode == 2 and "already has a project" in again.stderr
-    missing = _cli(
+    first = cli(env, "init", *files)
+    assert first.code == 0 and "baseline queued as experiment 1" in first.out
+    again = cli(env, "init", *files)
+    assert again.code == 2 and "already has a project" in again.err
+    missing = cli(
         {**env, "DATA_DIR": str(tmp_path / "other")}, "init", "--train-py", str(tmp_path / "nope.py")
     )
-    assert missing.returncode == 2 and "nope.py: no such file" in missing.stderr
-    token = _cli(env, "token", "create", "--kind", "agent", "--name", "alice")
-    assert token.returncode == 0 and token.stdout.startswith("ara_")
-    assert "exists already" in _cli(env, "token", "create", "--kind", "agent", "--name", "alice").stderr
-    assert "--name" in _cli(env, "token", "create", "--kind", "agent", "--name", "bad name!").stderr
-    assert _cli(env, "db", "current").stdout.strip() == "0002"
+    assert missing.code == 2 and "nope.py: no such file" in missing.err
+    token = cli(env, "token", "create", "--kind", "agent", "--name", "alice")
+    assert token.code == 0 and token.out.startswith("ara_")
+    assert "exists already" in cli(env, "token", "create", "--kind", "agent", "--name", "alice").err
+    assert "--name" in cli(env, "token", "create", "--kind", "agent", "--name", "bad name!").err
+    assert cli(env, "db", "current").out.strip() == "0002"
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--log-level", "warning"],
         env={**os.environ, **env},
     )
     try:
-        client = Client(f"http://127.0.0.1:{port}", token.stdout.strip())
-        deadline = time.monotonic() + 30
+        client = Client(f"http://127.0.0.1:{port}", token.out.strip())
+        deadline = time.monotonic() + 60
         while True:
             try:
                 assert client.experiment(1)["status"] == "queued"
                 break
             except Exception:
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline or server.poll() is not None:
                     raise
                 time.sleep(0.2)
         assert client.submit("x", train_py=baseline_source + "# x\n")["agent"] == "alice"
-        assert _cli(env, "token", "revoke", "--kind", "agent", "--name", "alice").returncode == 0
+        assert cli(env, "token", "revoke", "--kind", "agent", "--name", "alice").code == 0
         with pytest.raises(ApiError) as caught:  # TOKEN_CACHE_SECONDS=0: revocation counts at once
             client.submit("y", train_py=baseline_source + "# y\n")
         assert caught.value.status == 401
     finally:
         server.terminate()
         server.wait(20)
-    clash = _cli({**env, "HARNESS_ID": "another"}, "serve", "--port", str(free_port()))
-    assert clash.returncode == 2 and "harness_id 'cli-test'" in clash.stderr
+    clash = cli({**env, "HARNESS_ID": "another"}, "serve", "--port", str(free_port()))
+    assert clash.code == 2 and "harness_id 'cli-test'" in clash.err
