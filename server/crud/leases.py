@@ -188,8 +188,9 @@ def record_progress(
 ) -> None:
     """Store progress samples, keeping at most MAX_PROGRESS_EVENTS per experiment.
 
-    When the bound is passed, every other stored sample is dropped (the newest is kept), so the
-    stored curve always covers the whole run at a coarser step instead of only its start.
+    Only the latest attempt's samples are kept. Past the bound, the sample whose neighbours are
+    closest (in steps) is dropped, again and again: the stored curve keeps its first and last
+    points and stays evenly spread over the whole run, however long it gets.
     """
     with ctx.transaction() as tx:
         lease = held_lease(ctx, tx.session, principal, lease_id)
@@ -209,26 +210,30 @@ def record_progress(
             for e in events
         )
         tx.session.flush()
-        _thin_progress(tx.session, lease.experiment_id, ctx.settings.max_progress_events)
+        _thin_progress(tx.session, lease.experiment_id, lease.attempt, ctx.settings.max_progress_events)
         last = events[-1]
         tx.emit("progress", experiment_id=lease.experiment_id, attempt=lease.attempt, **last.model_dump())
 
 
-def _thin_progress(session: Session, experiment_id: int, limit: int) -> None:
-    count = session.scalar(select(func.count()).where(ProgressSample.experiment_id == experiment_id)) or 0
-    if count <= limit:
-        return
-    ids = list(
-        session.scalars(
-            select(ProgressSample.id)
-            .where(ProgressSample.experiment_id == experiment_id)
-            .order_by(ProgressSample.id)
+def _thin_progress(session: Session, experiment_id: int, attempt: int, limit: int) -> None:
+    session.execute(
+        delete(ProgressSample).where(
+            ProgressSample.experiment_id == experiment_id, ProgressSample.attempt < attempt
         )
     )
-    while len(ids) > limit:
-        drop = set(ids[1:-1:2])
-        session.execute(delete(ProgressSample).where(ProgressSample.id.in_(drop)))
-        ids = [i for i in ids if i not in drop]
+    mine = (ProgressSample.experiment_id == experiment_id) & (ProgressSample.attempt == attempt)
+    if (session.scalar(select(func.count()).where(mine)) or 0) <= limit:
+        return
+    kept = list(
+        session.execute(
+            select(ProgressSample.id, ProgressSample.step).where(mine).order_by(ProgressSample.id)
+        )
+    )
+    dropped = []
+    while len(kept) > limit:
+        crowded = min(range(1, len(kept) - 1), key=lambda i: kept[i + 1].step - kept[i - 1].step)
+        dropped.append(kept.pop(crowded).id)
+    session.execute(delete(ProgressSample).where(ProgressSample.id.in_(dropped)))
 
 
 def progress_of(ctx: AppContext, experiment_id: int) -> list[ProgressSample]:

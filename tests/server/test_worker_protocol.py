@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import time
 import uuid
 
@@ -179,3 +180,18 @@ def test_cancel_queued_and_running(live, worker_factory, baseline_source: str) -
     assert caught.value.status == 409
     again = agent.submit("a again", train_py=baseline_source + "# a\n")  # cancelled ones may be resubmitted
     assert again["id"] not in (queued["id"], running["id"]) and not again["existing"]
+
+
+def test_progress_is_thinned_evenly_to_its_bound(live_factory, worker_factory) -> None:
+    live = live_factory(max_progress_events=8)
+    worker = worker_factory(live)
+    claim = worker.claim()
+    for first in range(0, 40, 5):
+        worker.client.progress(claim["lease_id"], [{"step": s, "loss": 1.0} for s in range(first, first + 5)])
+    steps = [e["step"] for e in live.client().http.get("/experiments/1/progress").json()["events"]]
+    assert len(steps) <= 8
+    assert steps[0] == 0 and steps[-1] == 39  # the whole run stays covered, start to end
+    ideal = (steps[-1] - steps[0]) / (len(steps) - 1)
+    # Evenly: no stretch of the run thinned far more than the rest (halving everything each time
+    # the bound is hit left one 27-step hole here).
+    assert max(b - a for a, b in itertools.pairwise(steps)) <= 2 * ideal
