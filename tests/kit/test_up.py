@@ -76,26 +76,30 @@ def test_up_runs_the_baseline_and_ctrl_c_stops_everything(
     api = f"http://127.0.0.1:{port}/api/v1"
 
     proc = _start_up(data_dir, port)
-    baseline = _wait_for(f"{api}/experiments/1", proc, lambda e: e["decision"] is not None, 240)
+    try:
+        baseline = _wait_for(f"{api}/experiments/1", proc, lambda e: e["decision"] is not None, 240)
+    finally:
+        out = _interrupt(proc, data_dir)
     assert baseline["decision"] == "keep", baseline
     assert baseline["result"]["status"] == "ok"
     assert baseline["result"]["sandbox"] is True
     tokens = json.loads((data_dir / "local-tokens.json").read_text())
     assert oct((data_dir / "local-tokens.json").stat().st_mode & 0o777) == "0o600"
-    out = _interrupt(proc, data_dir)
     assert tokens["agent"] in out  # the banner shows the agent token to use
 
     # A second `up` reuses the project: same tokens, no second baseline.
-    proc = _start_up(data_dir, port)
-    listing = _wait_for(f"{api}/experiments", proc, lambda page: True, 120)
-    assert [e["id"] for e in listing["items"]] == [1]
-
     def submit_status(token: str) -> int:
         headers = {"Authorization": f"Bearer {token}"}
         return httpx.post(f"{api}/experiments", json={}, headers=headers, timeout=5.0).status_code
 
-    assert submit_status("not-a-token") == 401
-    assert submit_status(tokens["agent"]) not in (401, 403)  # accepted as an agent (the body is bad)
-    _interrupt(proc, data_dir)
+    proc = _start_up(data_dir, port)
+    try:
+        listing = _wait_for(f"{api}/experiments", proc, lambda page: True, 120)
+        unknown, known = submit_status("not-a-token"), submit_status(tokens["agent"])
+    finally:
+        _interrupt(proc, data_dir)
+    assert [e["id"] for e in listing["items"]] == [1]
+    assert unknown == 401
+    assert known not in (401, 403)  # accepted as an agent (the body is bad)
     assert json.loads((data_dir / "local-tokens.json").read_text()) == tokens
     assert not os.path.exists(data_dir / "local-tokens.tmp")
