@@ -9,6 +9,7 @@ from pathlib import Path
 
 from cli import views
 from cli.connection import add_connection_args, connect, reporting
+from cli.output_file import check_output_path, write_output
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,8 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.output is not None and args.output.is_dir():
-        raise SystemExit(f"autoresearch best: -o {args.output} is a folder; give a file name, e.g. train.py")
+    check_output_path("best", args.output, "train.py")
     client = connect(args, "best", token_required=False)
     with reporting("best", client):
         best = client.best()
@@ -41,9 +41,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"# {about}", file=sys.stderr)
         sys.stdout.write(best["train_py"])
         return 0
-    try:
-        args.output.write_text(best["train_py"])
-    except OSError as exc:
-        raise SystemExit(f"autoresearch best: cannot write {args.output} ({exc.strerror})") from None
+    write_output("best", args.output, best["train_py"])
     print(f"wrote {args.output} ({about})")
     return 0

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from cli.connection import add_connection_args, connect, reporting
+from cli.output_file import check_output_path, write_output
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,18 +39,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    if args.output is not None and args.output.is_dir():
-        raise SystemExit(f"autoresearch export: -o {args.output} is a folder; give a file, e.g. results.tsv")
+    check_output_path("export", args.output, "results.tsv")
     client = connect(args, "export", token_required=False)
     with reporting("export", client):
         tsv = client.results_tsv()
     if args.output is None:
         sys.stdout.write(tsv)
         return 0
-    try:
-        args.output.write_text(tsv)
-    except OSError as exc:
-        raise SystemExit(f"autoresearch export: cannot write {args.output} ({exc.strerror})") from None
+    write_output("export", args.output, tsv)
     print(f"wrote {max(len(tsv.splitlines()) - 1, 0)} results to {args.output}")
     return 0
 
