@@ -16,8 +16,10 @@ from tests.worker.candidates import bigram
 from tests.worker.processes import InitialisedProject, Project, init_project, serve
 
 # Short, so that a killed worker's experiment is requeued within seconds. Tests that take the
-# server down for longer ask for a longer lease with @pytest.mark.parametrize("project", [60],
-# indirect=True).
+# server down for longer ask for a longer lease with
+# @pytest.mark.parametrize("project", [{"lease_seconds": 60}], indirect=True); tests that must act
+# while a run is still training ask for a longer {"time_budget": ...} the same way, since the
+# test preset's 3 s run can end before a signal or a cancel reaches it on a loaded machine.
 LEASE_SECONDS = 3.0
 
 
@@ -40,8 +42,10 @@ def project(
 ) -> Iterator[Project]:
     """A fresh copy of the initialised project, served by a real server of its own."""
     settings, _paths = test_data
-    lease_seconds = float(getattr(request, "param", LEASE_SECONDS))
-    project = serve(initialised.copy_to(tmp_path), settings, lease_seconds)
+    options: dict[str, float] = getattr(request, "param", {})
+    if "time_budget" in options:
+        settings = settings.model_copy(update={"time_budget": options["time_budget"]})
+    project = serve(initialised.copy_to(tmp_path), settings, options.get("lease_seconds", LEASE_SECONDS))
     try:
         yield project
     finally:

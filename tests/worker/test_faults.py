@@ -36,6 +36,8 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
+# Long enough that the kill surely lands while the first worker trains; the second runs it whole.
+@pytest.mark.parametrize("project", [{"time_budget": 10}], indirect=True)
 def test_sigkilled_worker_experiment_runs_again_elsewhere_and_is_recorded_once(project: Project) -> None:
     first = project.worker("first")
     project.wait_training(1, first)
@@ -80,7 +82,7 @@ def test_frozen_worker_loses_its_lease_and_stops_when_it_wakes(project: Project)
     frozen.check_alive()  # and it goes on with other work
 
 
-@pytest.mark.parametrize("project", [60], indirect=True)
+@pytest.mark.parametrize("project", [{"lease_seconds": 60}], indirect=True)
 def test_server_restart_while_training_result_delivered_when_back(project: Project) -> None:
     worker = project.worker("w")
     project.wait_training(1, worker)
@@ -102,7 +104,7 @@ def test_server_restart_while_training_result_delivered_when_back(project: Proje
     assert worker.wait(timeout=30) == 0
 
 
-@pytest.mark.parametrize("project", [60], indirect=True)
+@pytest.mark.parametrize("project", [{"lease_seconds": 60}], indirect=True)
 def test_spooled_result_survives_worker_kill_and_is_resent_on_restart(project: Project) -> None:
     worker = project.worker("w")
     project.wait_training(1, worker)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from tests.worker.candidates import bigram
 from tests.worker.processes import Project, wait_until
 
 
-def test_sigterm_finishes_current_experiment_then_stop_now_releases_the_next(project: Project) -> None:
+def test_sigterm_finishes_current_experiment_and_takes_no_other(project: Project) -> None:
     with project.agent() as agent:
         second = agent.submit("lr 0.1", train_py=bigram(0.1))["id"]
 
@@ -20,21 +22,26 @@ def test_sigterm_finishes_current_experiment_then_stop_now_releases_the_next(pro
     assert project.experiment(1)["result"] is not None  # the run it had was finished and delivered
     assert project.experiment(second)["status"] == "queued"
 
+
+# A run long enough that the signal surely lands while it trains.
+@pytest.mark.parametrize("project", [{"time_budget": 60}], indirect=True)
+def test_stop_now_releases_the_running_experiment(project: Project) -> None:
     stopping = project.worker("stopping", "--stop-now")
-    project.wait_training(second, stopping)
+    project.wait_training(1, stopping)
     stopping.signal(signal.SIGTERM)
     assert stopping.wait(timeout=30) == 0
-    assert stopping.claimed() == [second]
+    assert stopping.claimed() == [1]
     released = wait_until(
-        lambda: (e := project.experiment(second))["status"] == "queued" and e,
+        lambda: (e := project.experiment(1))["status"] == "queued" and e,
         10,
         "the experiment to be queued",
     )
     assert released["result"] is None
-    assert project.query("SELECT state FROM leases WHERE experiment_id = ?", second) == [("released",)]
+    assert project.query("SELECT state FROM leases WHERE experiment_id = 1") == [("released",)]
     assert "released" in stopping.log()
 
 
+@pytest.mark.parametrize("project", [{"time_budget": 60}], indirect=True)
 def test_cancel_from_the_server_stops_the_run_and_the_worker_goes_on(project: Project) -> None:
     worker = project.worker("w")
     project.wait_training(1, worker)
