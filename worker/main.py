@@ -20,7 +20,7 @@ from filelock import FileLock, Timeout
 from client import ApiError, Client
 from harness.config import HarnessSettings
 from harness.result import RunResult
-from harness.runner import close_warm_sandbox, run_experiment
+from harness.runner import close_warm_sandbox, run_experiment, warm_up
 from worker.backoff import Backoff, Stopped, describe, is_transient, retry
 from worker.datacache import DataCacheError, ensure_prepared
 from worker.delivery import ResultSender
@@ -148,8 +148,21 @@ class Worker:
             self.register()
             return None
 
+    def runner_options(self) -> dict[str, Any]:
+        """What every run of this worker shares (and what warm_up prepares a sandbox for)."""
+        return {
+            "unsafe_no_sandbox": self.options.unsafe_no_sandbox,
+            "work_root": self.work_root,
+            "device": "cuda" if self.platform.cuda else "cpu",
+        }
+
     def run(self) -> None:
         self.register()
+        try:
+            # The first experiment, too, finds its train sandbox started (interpreter, torch).
+            warm_up(self.settings, **self.runner_options())
+        except Exception as exc:
+            log.warning("could not start a train sandbox ahead of time (%s); each run starts its own", exc)
         idle = False
         failures = 0
         while not self.stop.finish.is_set():
@@ -204,12 +217,10 @@ class Worker:
                 candidate,
                 self.settings,
                 on_progress=keeper.add_progress,
-                unsafe_no_sandbox=self.options.unsafe_no_sandbox,
-                work_root=self.work_root,
                 cancel=keeper.cancel,
-                device="cuda" if self.platform.cuda else "cpu",
                 # The next run's train sandbox starts while this one is scored (see run()).
                 keep_warm=True,
+                **self.runner_options(),
             )
         except BaseException:
             keeper.stop()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SandboxUnavailableError", "ScorerError", "close_warm_sandbox", "run_experiment"]
+__all__ = ["SandboxUnavailableError", "ScorerError", "close_warm_sandbox", "run_experiment", "warm_up"]
 
 
 def __getattr__(name: str) -> Any:
@@ -16,6 +16,10 @@ def __getattr__(name: str) -> Any:
         from harness.runner.run import run_experiment
 
         return run_experiment
+    if name == "warm_up":
+        from harness.runner.run import warm_up
+
+        return warm_up
     if name == "close_warm_sandbox":
         from harness.runner.prepared_run import close_warm_sandbox
 

@@ -63,18 +63,7 @@ def run_experiment(
     check_eval_files(paths.val_dir)
     device = resolve_device(device)
     name = device_name(device)
-    key = json.dumps([settings.model_dump_json(), device, sandboxed, str(work_root)])
-    job = TrainJob(
-        candidate_dir=Path(),  # the run's own folders are filled in by prepare_run
-        work_dir=Path(),
-        train_dir=paths.train_dir,
-        settings=settings,
-        bos_id=int(manifest["bos_id"]),
-        device=device,
-        peak_flops=peak_flops(name),
-        sandboxed=sandboxed,
-        limits=default_limits(settings.memory_limit_gb, ""),
-    )
+    key, job = train_job(settings, manifest, device, sandboxed, work_root)
     run = take_spare(key) or prepare_run(key, job, work_root, idle=False)
     notes = harness_notes(sandboxed, run.limits, device, settings)
     pacer = ProgressPacer(on_progress)
@@ -125,6 +114,42 @@ def run_experiment(
         notes,
         time.monotonic() - started,
     )
+
+
+def warm_up(
+    settings: HarnessSettings,
+    unsafe_no_sandbox: bool = False,
+    work_root: Path | None = None,
+    device: str | None = None,
+) -> None:
+    """Start the train sandbox of the next run now, at idle priority, for a worker that is about to
+    wait for work: then even its first experiment skips the interpreter start and `import torch`.
+    Takes the same arguments as the run_experiment calls it prepares for; raises like them."""
+    sandboxed = not unsafe_no_sandbox
+    if sandboxed:
+        check_bwrap()
+    device = resolve_device(device)
+    key, job = train_job(settings, read_manifest(settings), device, sandboxed, work_root)
+    keep_spare(prepare_run(key, job, work_root, idle=True))
+
+
+def train_job(
+    settings: HarnessSettings, manifest: dict[str, Any], device: str, sandboxed: bool, work_root: Path | None
+) -> tuple[str, TrainJob]:
+    """The train job of a run, and the key a prepared spare must match to serve it."""
+    key = json.dumps([settings.model_dump_json(), device, sandboxed, str(work_root)])
+    job = TrainJob(
+        candidate_dir=Path(),  # the run's own folders are filled in by prepare_run
+        work_dir=Path(),
+        train_dir=prepared_paths(settings).train_dir,
+        settings=settings,
+        bos_id=int(manifest["bos_id"]),
+        device=device,
+        peak_flops=peak_flops(device_name(device)),
+        sandboxed=sandboxed,
+        limits=default_limits(settings.memory_limit_gb, ""),
+    )
+    return key, job
 
 
 def check_eval_files(val_dir: Path) -> None:

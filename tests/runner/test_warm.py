@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness.config import HarnessSettings
 from harness.result import ProgressEvent
-from harness.runner import close_warm_sandbox, run_experiment
+from harness.runner import close_warm_sandbox, run_experiment, warm_up
 from harness.runner.prepared_run import take_spare
 from tests.runner.candidates import FOLDER
 from tests.runner.conftest import STARTUP_ROOM_S, pids_mentioning, processes_mentioning
@@ -43,6 +43,30 @@ def test_the_next_run_uses_the_spare_sandbox_and_closing_leaves_nothing(
     finally:
         close_warm_sandbox()
     assert processes_mentioning(str(work_root)) == [] and list(work_root.iterdir()) == []
+
+
+def test_warm_up_starts_the_sandbox_the_first_run_uses(settings: HarnessSettings, tmp_path: Path) -> None:
+    """What a worker does before its first claim."""
+    work_root = tmp_path / "runs"
+    work_root.mkdir()
+    chosen = settings.model_copy(update={"compile_allowance": STARTUP_ROOM_S, "time_budget": 1.0})
+    try:
+        warm_up(chosen, work_root=work_root, device="cpu")
+        spare = pids_mentioning(str(work_root))
+        assert spare and len(list(work_root.iterdir())) == 1
+
+        alive_while_training: list[bool] = []
+
+        def check(event: ProgressEvent) -> None:
+            if not alive_while_training:
+                alive_while_training.append(all(Path(f"/proc/{pid}").exists() for pid in spare))
+
+        first = run_experiment(FOLDER / "no_training.py", chosen, work_root=work_root, on_progress=check)
+        assert first.status == "ok", first.log_tail
+        assert alive_while_training == [True]
+        assert processes_mentioning(str(work_root)) == [] and list(work_root.iterdir()) == []
+    finally:
+        close_warm_sandbox()
 
 
 def test_closing_without_a_spare_is_harmless() -> None:
