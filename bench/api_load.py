@@ -52,7 +52,7 @@ from server.core.pg_scratch import free_port, new_database, scratch_cluster
 from server.core.request_metrics import BUCKETS
 from server.crud.project import load_project
 from server.crud.tokens import create_token
-from server.models import ApiToken, Experiment, Lease, Result, Worker
+from server.models import ApiToken, Experiment, Lease, Result
 from server.patches import make_patch
 from server.project_init import DEFAULT_PROGRAM_MD, DEFAULT_TRAIN_PY, init_project
 from server.research_repo import blob_sha
@@ -518,6 +518,119 @@ def machine_load() -> str:
     return f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} cores"
 
 
+@dataclass
+class Bench:
+    """One database's server and what the phases share."""
+
+    kind: str
+    args: argparse.Namespace
+    db: Database
+    server: ServerProcess
+    tokens: dict
+    baseline: str
+    train_py: Path
+    agent_ids: list[int]
+
+    @property
+    def source(self) -> str:
+        return self.train_py.read_text()
+
+
+def mixed_report(bench: Bench) -> list[str]:
+    args, server, url = bench.args, bench.server, bench.server.url
+    print(
+        f"mixed load: {args.agents} agents (submit every 10 s, poll every 1 s), {args.workers} workers "
+        f"(claim with a 2 s long poll, heartbeat, progress, 0.5 s run, result), {args.duration:.0f} s",
+        flush=True,
+    )
+    cpu, own, inside = server.cpu(), time.process_time(), server_times(url)
+    mixed = asyncio.run(
+        mixed_phase(url, bench.tokens, bench.baseline, bench.source, args.agents, args.workers, args.duration)
+    )
+    cpu, own, inside_after = server.cpu() - cpu, time.process_time() - own, server_times(url)
+    submit_key, poll_key = ("POST", "/api/v1/experiments"), ("GET", "/api/v1/experiments/{experiment_id}")
+    print(
+        "  measured inside the server: submit p50 "
+        f"{server_quantile(inside, inside_after, submit_key, 0.5)}, p99 "
+        f"{server_quantile(inside, inside_after, submit_key, 0.99)}; poll p50 "
+        f"{server_quantile(inside, inside_after, poll_key, 0.5)}, p99 "
+        f"{server_quantile(inside, inside_after, poll_key, 0.99)}"
+    )
+    for name in ("submit", "poll", "claim", "result"):
+        label = "claim*" if name == "claim" else name
+        print(f"  {label:8s} {describe(mixed.latencies[name])}")
+    print("  (*claim includes the long-poll wait for work)")
+    print(
+        f"  server CPU: {cpu / args.duration * 100:.0f}% of one core, load generator "
+        f"{own / args.duration * 100:.0f}%; errors: {len(mixed.errors)}; {machine_load()}"
+    )
+    print(report_target("p99 submit ms", percentile(mixed.latencies["submit"], 0.99), 150))
+    print(report_target("p99 poll ms", percentile(mixed.latencies["poll"], 0.99), 50))
+    return mixed.errors
+
+
+def rate_report(bench: Bench) -> list[str]:
+    cpu = bench.server.cpu()
+    rate, stats = asyncio.run(
+        submit_rate_phase(bench.server.url, bench.tokens, bench.baseline, bench.source, 15.0)
+    )
+    cpu = bench.server.cpu() - cpu
+    submits = len(stats.latencies["submit"])
+    print(
+        f"submit rate (16 agents back to back, 15 s): {rate:.1f} submits/s, "
+        f"{cpu / max(submits, 1) * 1000:.1f} ms server CPU per submit"
+    )
+    print(f"  submit   {describe(stats.latencies['submit'])}")
+    return stats.errors
+
+
+def cycles_report(bench: Bench) -> list[str]:
+    seed_queue(bench.db, 5000, bench.baseline, blob_sha(bench.train_py.read_bytes()), bench.agent_ids[0])
+    result = asyncio.run(cycles_phase(bench.server, bench.tokens["worker"], bench.args.workers, 15.0))
+    print(
+        f"claim-and-report: {result.per_s:.1f} cycles/s with {bench.args.workers} workers, "
+        f"{result.cpu_per_cycle_s * 1000:.1f} ms server CPU per cycle"
+    )
+    print(
+        f"  reference GET /healthz: {result.health_per_s:.1f}/s, {result.cpu_per_health_s * 1000:.2f} ms "
+        f"server CPU each (one cycle costs {result.cpu_per_cycle_s / result.cpu_per_health_s:.1f} "
+        "health checks)"
+    )
+    print(f"  {machine_load()}")
+    print(f"  claim    {describe(result.stats.latencies['claim'])}")
+    print(f"  result   {describe(result.stats.latencies['result'])}")
+    if bench.kind == "postgresql":
+        print(report_target("claim-and-report cycles/s", result.per_s, 100, lower_is_better=False))
+    return result.stats.errors
+
+
+async def history_worker(url: str, token: str) -> str:
+    """The worker the bulk-inserted history is attributed to."""
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        return await register(http, token, "gpu-history")
+
+
+def reads_report(bench: Bench) -> list[str]:
+    worker_id = asyncio.run(history_worker(bench.server.url, bench.tokens["worker"]))
+    started = time.monotonic()
+    added = seed_history(bench.db, bench.args.experiments, bench.baseline, bench.agent_ids, worker_id)
+    print(
+        f"reads with {bench.args.experiments} experiments stored ({added} bulk-inserted in "
+        f"{time.monotonic() - started:.1f} s):",
+        flush=True,
+    )
+    reads = asyncio.run(reads_phase(bench.server.url, 20))
+    for name, values in reads.latencies.items():
+        print(f"  {name:34s} {describe(values)}")
+    print(report_target("p99 GET /leaderboard ms", percentile(reads.latencies["leaderboard"], 0.99), 100))
+    first_page = percentile(reads.latencies["experiments (first page)"], 0.99)
+    print(report_target("p99 GET /experiments ms", first_page, 100))
+    return reads.errors
+
+
+PHASES = {"mixed": mixed_report, "rate": rate_report, "cycles": cycles_report, "reads": reads_report}
+
+
 def run_database(kind: str, database_url: str, args: argparse.Namespace, folder: Path) -> bool:
     print(f"\n=== {kind} ({machine_load()}) ===", flush=True)
     settings = ServerSettings(
@@ -537,7 +650,6 @@ def run_database(kind: str, database_url: str, args: argparse.Namespace, folder:
         baseline = load_project(session).baseline_commit
         agent_ids = list(session.scalars(select(ApiToken.id).where(ApiToken.kind == "agent")))
     assert baseline is not None
-    source = train_py.read_text()
     env = {
         "DATA_DIR": str(folder),
         "DATABASE_URL": database_url,
@@ -548,89 +660,13 @@ def run_database(kind: str, database_url: str, args: argparse.Namespace, folder:
         "ADMIN_TOKEN": "",
         "PUBLIC_READS": "true",
     }
-    all_errors: list[str] = []
+    errors: list[str] = []
     with running_server(env, free_port()) as server:
-        url = server.url
-        print(
-            f"mixed load: {args.agents} agents (submit every 10 s, poll every 1 s), {args.workers} workers "
-            f"(claim with a 2 s long poll, heartbeat, progress, 0.5 s run, result), {args.duration:.0f} s",
-            flush=True,
-        )
-        cpu, own, inside = server.cpu(), time.process_time(), server_times(url)
-        mixed = asyncio.run(
-            mixed_phase(url, tokens, baseline, source, args.agents, args.workers, args.duration)
-        )
-        cpu, own, inside_after = server.cpu() - cpu, time.process_time() - own, server_times(url)
-        submit_key, poll_key = ("POST", "/api/v1/experiments"), ("GET", "/api/v1/experiments/{experiment_id}")
-        print(
-            "  measured inside the server: submit p50 "
-            f"{server_quantile(inside, inside_after, submit_key, 0.5)}, p99 "
-            f"{server_quantile(inside, inside_after, submit_key, 0.99)}; poll p50 "
-            f"{server_quantile(inside, inside_after, poll_key, 0.5)}, p99 "
-            f"{server_quantile(inside, inside_after, poll_key, 0.99)}"
-        )
-        for name in ("submit", "poll", "claim", "result"):
-            label = "claim*" if name == "claim" else name
-            print(f"  {label:8s} {describe(mixed.latencies[name])}")
-        print("  (*claim includes the long-poll wait for work)")
-        print(
-            f"  server CPU: {cpu / args.duration * 100:.0f}% of one core, load generator "
-            f"{own / args.duration * 100:.0f}%; errors: {len(mixed.errors)}; {machine_load()}"
-        )
-        print(report_target("p99 submit ms", percentile(mixed.latencies["submit"], 0.99), 150))
-        print(report_target("p99 poll ms", percentile(mixed.latencies["poll"], 0.99), 50))
-        all_errors += mixed.errors
-
-        cpu = server.cpu()
-        rate, rate_stats = asyncio.run(submit_rate_phase(url, tokens, baseline, source, 15.0))
-        cpu = server.cpu() - cpu
-        submits = len(rate_stats.latencies["submit"])
-        print(
-            f"submit rate (16 agents back to back, 15 s): {rate:.1f} submits/s, "
-            f"{cpu / max(submits, 1) * 1000:.1f} ms server CPU per submit"
-        )
-        print(f"  submit   {describe(rate_stats.latencies['submit'])}")
-        all_errors += rate_stats.errors
-
-        with db.read() as session:
-            worker_token_id = session.scalar(select(ApiToken.id).where(ApiToken.kind == "worker"))
-        seed_queue(db, 5000, baseline, blob_sha(train_py.read_bytes()), agent_ids[0])
-        result = asyncio.run(cycles_phase(server, tokens["worker"], args.workers, 15.0))
-        cycles, cycle_stats = result.per_s, result.stats
-        print(
-            f"claim-and-report: {cycles:.1f} cycles/s with {args.workers} workers, "
-            f"{result.cpu_per_cycle_s * 1000:.1f} ms server CPU per cycle"
-        )
-        print(
-            f"  reference GET /healthz: {result.health_per_s:.1f}/s, {result.cpu_per_health_s * 1000:.2f} ms "
-            f"server CPU each (one cycle costs {result.cpu_per_cycle_s / result.cpu_per_health_s:.1f} "
-            "health checks)"
-        )
-        print(f"  {machine_load()}")
-        print(f"  claim    {describe(cycle_stats.latencies['claim'])}")
-        print(f"  result   {describe(cycle_stats.latencies['result'])}")
-        if kind == "postgresql":
-            print(report_target("claim-and-report cycles/s", cycles, 100, lower_is_better=False))
-        all_errors += cycle_stats.errors
-
-        with db.read() as session:
-            worker_id = session.scalar(select(Worker.id).where(Worker.token_id == worker_token_id).limit(1))
-        started = time.monotonic()
-        added = seed_history(db, args.experiments, baseline, agent_ids, worker_id)
-        print(
-            f"reads with {args.experiments} experiments stored ({added} bulk-inserted in "
-            f"{time.monotonic() - started:.1f} s):",
-            flush=True,
-        )
-        reads = asyncio.run(reads_phase(url, 20))
-        for name, values in reads.latencies.items():
-            print(f"  {name:34s} {describe(values)}")
-        print(report_target("p99 GET /leaderboard ms", percentile(reads.latencies["leaderboard"], 0.99), 100))
-        first_page = percentile(reads.latencies["experiments (first page)"], 0.99)
-        print(report_target("p99 GET /experiments ms", first_page, 100))
-        all_errors += reads.errors
+        bench = Bench(kind, args, db, server, tokens, baseline, train_py, agent_ids)
+        for phase in args.phases:
+            errors += PHASES[phase](bench)
     db.dispose()
-    return not all_errors
+    return not errors
 
 
 def main() -> int:
@@ -641,7 +677,11 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--experiments", type=int, default=100_000)
     parser.add_argument("--postgres-url", default=os.environ.get("TEST_POSTGRES_URL"))
+    parser.add_argument("--phases", default=",".join(PHASES), help=f"a subset of {','.join(PHASES)}")
     args = parser.parse_args()
+    args.phases = args.phases.split(",")
+    if unknown := sorted(set(args.phases) - set(PHASES)):
+        parser.error(f"--phases: unknown {', '.join(unknown)}; choose from {', '.join(PHASES)}")
     ok = True
     root = Path(tempfile.mkdtemp(prefix="api-load-"))
     try:
