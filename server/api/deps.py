@@ -1,5 +1,9 @@
 """Request dependencies: the app context and who is calling (bearer tokens).
 
+They are `async` so that they run on the event loop: FastAPI runs a plain `def` dependency in
+the thread pool, and each such hop costs a thread switch and a wait for the GIL, which under load
+was most of a cheap request's latency. Only a token missing from the cache goes to a thread.
+
 Agents (and admins) submit and cancel; workers use the worker endpoints only; reads are public
 unless PUBLIC_READS is false, in which case any valid token may read.
 """
@@ -10,6 +14,7 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from server.context import AppContext
 from server.core.problems import Problem
@@ -20,19 +25,23 @@ _bearer = HTTPBearer(auto_error=False, description="an agent, worker or admin to
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
-def get_ctx(request: Request) -> AppContext:
+async def get_ctx(request: Request) -> AppContext:
     return request.app.state.ctx
 
 
 Ctx = Annotated[AppContext, Depends(get_ctx)]
 
 
-def _lookup(ctx: AppContext, token: str) -> Principal:
+def _find(ctx: AppContext, token: str) -> Principal | None:
+    with ctx.db.read() as session:
+        return find_principal(session, token)
+
+
+async def _lookup(ctx: AppContext, token: str) -> Principal:
     key = hash_token(token)
     principal = ctx.principals.get(key)
     if principal is None:
-        with ctx.db.read() as session:
-            principal = find_principal(session, token)
+        principal = await run_in_threadpool(_find, ctx, token)
         if principal is not None:
             ctx.principals.put(key, principal)
     if principal is None:
@@ -40,21 +49,21 @@ def _lookup(ctx: AppContext, token: str) -> Principal:
     return principal
 
 
-def bearer_caller(
+async def bearer_caller(
     ctx: Ctx, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Principal | None:
     """The caller of an endpoint that needs a token (declared as bearer security in OpenAPI)."""
-    return _lookup(ctx, credentials.credentials) if credentials is not None else None
+    return await _lookup(ctx, credentials.credentials) if credentials is not None else None
 
 
-def optional_caller(
+async def optional_caller(
     ctx: Ctx, authorization: Annotated[str | None, Header(include_in_schema=False)] = None
 ) -> Principal | None:
     """The caller of a read, which is public unless PUBLIC_READS=false (so not declared in OpenAPI)."""
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None
-    return _lookup(ctx, token.strip())
+    return await _lookup(ctx, token.strip())
 
 
 Caller = Annotated[Principal | None, Depends(bearer_caller)]
@@ -66,7 +75,7 @@ def _authenticated(principal: Principal | None) -> Principal:
     return principal
 
 
-def require_agent(principal: Caller) -> Principal:
+async def require_agent(principal: Caller) -> Principal:
     principal = _authenticated(principal)
     if principal.kind not in ("agent", "admin"):
         raise Problem(
@@ -75,7 +84,7 @@ def require_agent(principal: Caller) -> Principal:
     return principal
 
 
-def require_worker(principal: Caller) -> Principal:
+async def require_worker(principal: Caller) -> Principal:
     principal = _authenticated(principal)
     if principal.kind != "worker":
         raise Problem(
@@ -84,14 +93,14 @@ def require_worker(principal: Caller) -> Principal:
     return principal
 
 
-def require_admin(principal: Caller) -> Principal:
+async def require_admin(principal: Caller) -> Principal:
     principal = _authenticated(principal)
     if principal.kind != "admin":
         raise Problem(403, "admins-only", "this needs an admin token")
     return principal
 
 
-def require_reader(
+async def require_reader(
     ctx: Ctx, principal: Annotated[Principal | None, Depends(optional_caller)]
 ) -> Principal | None:
     if not ctx.settings.public_reads:
