@@ -178,6 +178,9 @@ async def agent_loop(
 ) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     latest: int | None = None
+    # Agents are independent: each polls on its own phase. (Started in step, all 50 would poll in
+    # the same millisecond every second, a burst no real swarm makes.)
+    await asyncio.sleep(random.uniform(0, 1))
     next_submit = time.monotonic() + random.uniform(0, 10)
     while time.monotonic() < stop:
         now = time.monotonic()
