@@ -201,5 +201,6 @@ class Client:
         body = {"result_id": result_id, "result": _plain(result)}
         return self._json("POST", f"/worker/leases/{lease_id}/result", json=body)
 
-    def release(self, lease_id: str, reason: str) -> None:
-        self._send("POST", f"/worker/leases/{lease_id}/release", json={"reason": reason})
+    def release(self, lease_id: str, reason: str, count_attempt: bool = False) -> None:
+        body = {"reason": reason, "count_attempt": count_attempt}
+        self._send("POST", f"/worker/leases/{lease_id}/release", json=body)

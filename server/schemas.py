@@ -290,3 +290,8 @@ class ResultOutcome(BaseModel):
 
 class ReleaseIn(Strict):
     reason: Annotated[Text, Field(max_length=2000)] = ""
+    count_attempt: bool = Field(
+        False,
+        description="true when the run failed on this worker (the runner broke, not the candidate): "
+        "the attempt counts, so an experiment that breaks every worker ends after MAX_ATTEMPTS",
+    )

@@ -181,7 +181,9 @@ class Worker:
             except Exception as exc:
                 failures += 1
                 log.exception("experiment %s: the runner failed", claim["experiment_id"])
-                self.release(claim["lease_id"], f"worker error: {describe(exc)}")
+                # Counted: an experiment that breaks the runner on every worker ends after
+                # MAX_ATTEMPTS instead of going round the fleet for ever.
+                self.release(claim["lease_id"], f"worker error: {describe(exc)}", count_attempt=True)
                 if failures >= MAX_RUNNER_FAILURES:
                     raise WorkerError(
                         f"the runner failed {failures} times in a row; see the log above"
@@ -254,12 +256,12 @@ class Worker:
         if self.options.timings is not None:
             self.record_timings(experiment_id, claimed_at, started_at, result)
 
-    def release(self, lease_id: str, reason: str) -> None:
+    def release(self, lease_id: str, reason: str, count_attempt: bool = False) -> None:
         """Give the experiment back to the queue; a few quick tries, then lease expiry covers it."""
         backoff = Backoff(base=0.5, cap=2.0)
         for _ in range(3):
             try:
-                self.client.release(lease_id, reason)
+                self.client.release(lease_id, reason, count_attempt)
             except Exception as exc:
                 if isinstance(exc, ApiError) and exc.status in (404, 409):
                     log.info("lease %s: already ended on the server (%s)", lease_id, describe(exc))

@@ -276,7 +276,7 @@ def back_to_queue(tx: Tx, experiment: Experiment, why: str, count_attempt: bool,
     )
 
 
-def release(ctx: AppContext, principal: Principal, lease_id: str, reason: str) -> None:
+def release(ctx: AppContext, principal: Principal, lease_id: str, reason: str, count_attempt: bool) -> None:
     with ctx.transaction() as tx:
         lease = held_lease(ctx, tx.session, principal, lease_id)
         lease.state = RELEASED
@@ -284,7 +284,7 @@ def release(ctx: AppContext, principal: Principal, lease_id: str, reason: str) -
         experiment = tx.session.get(Experiment, lease.experiment_id, with_for_update=True)
         assert experiment is not None
         why = f"released by the worker: {reason}" if reason else "released by the worker"
-        back_to_queue(tx, experiment, why, count_attempt=False, max_attempts=ctx.settings.max_attempts)
+        back_to_queue(tx, experiment, why, count_attempt, max_attempts=ctx.settings.max_attempts)
 
 
 def expire_leases(ctx: AppContext) -> int:

@@ -110,6 +110,22 @@ def test_release_requeues_without_counting_an_attempt(live, worker_factory) -> N
     assert caught.value.status == 409 and "released" in caught.value.detail
 
 
+def test_counted_releases_end_an_experiment_that_breaks_every_worker(live_factory, worker_factory) -> None:
+    live = live_factory(max_attempts=2)
+    worker = worker_factory(live)
+    first = worker.claim()
+    worker.client.release(first["lease_id"], "worker error: the scorer failed", count_attempt=True)
+    experiment = live.client().experiment(1)
+    assert (experiment["status"], experiment["attempts"]) == ("queued", 1)
+    second = worker.claim()
+    assert (second["experiment_id"], second["attempt"]) == (1, 2)
+    worker.client.release(second["lease_id"], "worker error: the scorer failed", count_attempt=True)
+    experiment = live.client().experiment(1)
+    assert experiment["status"] == "infra_failed" and "attempt 2 of 2" in experiment["reason"]
+    assert "the scorer failed" in experiment["reason"]
+    assert worker.claim() is None  # nothing left to hand out
+
+
 def test_expired_leases_requeue_then_end_as_infrastructure_failure(live_factory, worker_factory) -> None:
     live = live_factory(lease_seconds=0.3, max_attempts=2, lease_sweep_seconds=60)
     worker = worker_factory(live)

@@ -85,6 +85,6 @@ def result(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ResultIn) -> 
 
 @router.post("/leases/{lease_id}/release", status_code=204, responses=_HELD)
 def release(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ReleaseIn) -> Response:
-    """Give the experiment back to the queue without counting an attempt."""
-    leases.release(ctx, worker, lease_id, body.reason)
+    """Give the experiment back to the queue; the attempt counts only with `count_attempt`."""
+    leases.release(ctx, worker, lease_id, body.reason, body.count_attempt)
     return Response(status_code=204)
