@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -80,7 +81,16 @@ async def _on_http(_request: Request, exc: Exception) -> JSONResponse:
     return problem_response(exc.status_code, kind, kind.replace("-", " ").capitalize(), detail, headers)
 
 
+async def _on_database_unavailable(_request: Request, exc: Exception) -> JSONResponse:
+    """The database is down, restarting, or dropped the connection: the client should retry."""
+    assert isinstance(exc, OperationalError)
+    reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else type(exc).__name__
+    detail = f"the database is unavailable ({reason}); retry in a moment"
+    return problem_response(503, "database-unavailable", "Database unavailable", detail, {"Retry-After": "1"})
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Problem, _on_problem)
+    app.add_exception_handler(OperationalError, _on_database_unavailable)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http)

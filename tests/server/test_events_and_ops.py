@@ -7,12 +7,17 @@ import threading
 import time
 
 import httpx
+import psycopg
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sqlalchemy import select
+from sqlalchemy.engine import make_url
 
 from client import ApiError
+from server.core.pg_scratch import new_database
 from server.crud import tsv
+from server.models import Experiment
 
 
 def _read_events(
@@ -188,3 +193,37 @@ def test_import_then_export_round_trips_and_is_admin_only(live) -> None:
         with pytest.raises(ApiError) as caught:
             admin.import_results_tsv(bad)
         assert caught.value.status == 422 and words in caught.value.detail
+
+
+@pytest.mark.postgres
+def test_a_database_outage_answers_503_problems_and_the_server_recovers(live_factory, postgres_url) -> None:
+    """The database going away (a restart, a failover) is the server's trouble, not the client's:
+    503 with Retry-After, never 500, and service resumes once the database is back."""
+    url = new_database(postgres_url)
+    live = live_factory(url)
+    agent = live.token("agent")
+    headers = {"Authorization": f"Bearer {agent}"}
+    source = live.client().best()["train_py"]
+    name = make_url(url).database
+
+    def submit(tag: str) -> httpx.Response:
+        body = {"description": tag, "train_py": source + f"\n# {tag}\n"}
+        return httpx.post(f"{live.url}/api/v1/experiments", json=body, headers=headers, timeout=30)
+
+    assert submit("before").status_code == 201  # the token is cached and the pool is warm
+    admin_url = make_url(postgres_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(admin_url) as admin:
+        admin.autocommit = True
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+        for answer in (httpx.get(f"{live.url}/api/v1/experiments/1", timeout=30), submit("during")):
+            assert answer.status_code == 503, answer.text
+            assert answer.headers["content-type"] == "application/problem+json"
+            assert answer.headers["retry-after"] == "1"
+            assert answer.json()["type"].endswith("/database-unavailable")
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    assert httpx.get(f"{live.url}/api/v1/experiments/1", timeout=30).status_code == 200
+    assert submit("after").status_code == 201
+    with live.ctx.db.read() as session:
+        descriptions = set(session.scalars(select(Experiment.description)))
+    assert {"before", "after"} <= descriptions and "during" not in descriptions
