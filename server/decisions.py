@@ -65,7 +65,8 @@ def decide(ctx: AppContext, tx: Tx, experiment: Experiment, result: RunResult) -
     a result that may move the best (or be re-applied onto it) takes the lock and decides again
     on the locked, fresh row.
     """
-    project = load_project(tx.session)
+    with tx.session.no_autoflush:  # the project row does not depend on this experiment's new fields
+        project = load_project(tx.session)
     verdict = _settled_revert(ctx, tx.session, project, experiment, result)
     if verdict is None:
         project = load_project(tx.session, lock=True)
