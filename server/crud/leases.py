@@ -13,7 +13,7 @@ import hashlib
 import uuid
 from datetime import timedelta
 
-from sqlalchemy import ColumnElement, delete, func, insert, select, update
+from sqlalchemy import ColumnElement, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from server.context import AppContext, Tx
@@ -113,32 +113,28 @@ def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | N
         ).first()
         if picked is None:
             return None
-        lease_id = str(uuid.uuid4())
-        expires_at = now + timedelta(seconds=ctx.settings.lease_seconds)
-        # A plain INSERT, not an ORM object: claims are the hot path of a large fleet.
-        tx.session.execute(
-            insert(Lease).values(
-                id=lease_id,
-                experiment_id=picked.id,
-                worker_id=worker_id,
-                attempt=picked.attempts,
-                state=ACTIVE,
-                claimed_at=now,
-                expires_at=expires_at,
-            )
+        lease = Lease(
+            id=str(uuid.uuid4()),
+            experiment_id=picked.id,
+            worker_id=worker_id,
+            attempt=picked.attempts,
+            state=ACTIVE,
+            claimed_at=now,
+            expires_at=now + timedelta(seconds=ctx.settings.lease_seconds),
         )
+        tx.session.add(lease)
         tx.emit(
             "started", experiment_id=picked.id, attempt=picked.attempts, worker=ctx.presence.name(worker_id)
         )
     train_py = ctx.repo.train_py(picked.commit_sha)
     return ClaimOut(
-        lease_id=lease_id,
+        lease_id=lease.id,
         experiment_id=picked.id,
         attempt=picked.attempts,
         description=picked.description,
         train_py=train_py.decode("utf-8"),
         train_py_sha256=hashlib.sha256(train_py).hexdigest(),
-        lease_expires_at=expires_at,
+        lease_expires_at=lease.expires_at,
     )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from sqlalchemy import insert, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -11,7 +10,7 @@ from server.core.problems import Problem
 from server.crud.leases import FINISHED, locked_lease, require_held
 from server.crud.tokens import Principal
 from server.decisions import decide
-from server.models import CANCELLED, Experiment, Lease, Result, utcnow
+from server.models import CANCELLED, Experiment, Result, utcnow
 from server.schemas import ResultIn, ResultOutcome
 
 RESULT_COLUMNS = frozenset(Result.__table__.columns.keys())
@@ -49,28 +48,28 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
         experiment = tx.session.get(Experiment, lease.experiment_id, with_for_update=True)
         assert experiment is not None
         now = utcnow()
+        lease.state = FINISHED
+        lease.ended_at = now
         measured = body.result
         fields = measured.model_dump(mode="json")
         extra = {key: fields.pop(key) for key in list(fields) if key not in RESULT_COLUMNS}
-        # Plain INSERT and UPDATE statements rather than ORM objects: results are the hot path of
-        # a large fleet, and the unit of work would flush them in a round of its own.
-        try:
-            tx.session.execute(
-                insert(Result).values(
-                    id=result_id,
-                    experiment_id=experiment.id,
-                    lease_id=lease.id,
-                    worker_id=lease.worker_id,
-                    received_at=now,
-                    extra=extra,
-                    **fields,
-                )
+        tx.session.add(
+            Result(
+                id=result_id,
+                experiment_id=experiment.id,
+                lease_id=lease.id,
+                worker_id=lease.worker_id,
+                received_at=now,
+                extra=extra,
+                **fields,
             )
+        )
+        try:
+            tx.session.flush()
         except IntegrityError as exc:  # the primary key: this result_id was used for another lease
             raise Problem(
                 409, "result-id-reused", f"result_id {result_id} was recorded for another lease"
             ) from exc
-        tx.session.execute(update(Lease).where(Lease.id == lease.id).values(state=FINISHED, ended_at=now))
         experiment.finished_at = now
         experiment.platform = measured.device
         experiment.val_bpb = measured.val_bpb if measured.status == "ok" else None
