@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,18 @@ def processes_mentioning(text: str) -> list[str]:
     return lines
 
 
+def processes_left(text: str, timeout: float = 10.0) -> list[str]:
+    """Command lines of processes mentioning `text` that are still there after `timeout`.
+
+    A SIGKILLed sandbox does not leave /proc at once: the kernel ends the processes of its PID
+    namespace after its first process, asynchronously. What is left after a few seconds is a leak.
+    """
+    deadline = time.monotonic() + timeout
+    while (left := processes_mentioning(text)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
 @pytest.fixture
 def settings(test_data: tuple[HarnessSettings, PreparedPaths]) -> HarnessSettings:  # noqa: F811
     return test_data[0]
@@ -72,7 +85,7 @@ def run_candidate(settings: HarnessSettings, tmp_path: Path) -> RunCandidate:
             work_root=work_root,
             **options,
         )
-        assert processes_mentioning(str(work_root)) == []
+        assert processes_left(str(work_root)) == []
         assert list(work_root.iterdir()) == []
         return result
 

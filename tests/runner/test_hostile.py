@@ -19,7 +19,7 @@ from harness.config import HarnessSettings
 from harness.evaluate import evaluate_bpb
 from harness.prepared import PreparedPaths
 from tests.runner.candidates import FOLDER, compose
-from tests.runner.conftest import processes_mentioning
+from tests.runner.conftest import processes_left
 
 HARNESS_DIR = Path(harness.__file__).resolve().parent
 # A model that learned anything scores well under this; one that sees the targets scores ~0.
@@ -138,7 +138,7 @@ def test_processes_left_running_die_with_the_sandbox(run_candidate, tmp_path: Pa
     marker = f"lingering-{uuid.uuid4().hex}"
     result = run_candidate(compose(tmp_path, "hostile/lingering_process.py", marker=marker), time_budget=1.0)
     assert result.status == "ok", result.log_tail
-    assert processes_mentioning(marker) == []
+    assert processes_left(marker) == []
 
 
 def test_fake_summary_and_forged_messages_do_not_set_the_score(

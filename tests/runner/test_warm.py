@@ -10,7 +10,7 @@ from harness.result import ProgressEvent
 from harness.runner import close_warm_sandbox, run_experiment, warm_up
 from harness.runner.prepared_run import take_spare
 from tests.runner.candidates import FOLDER
-from tests.runner.conftest import STARTUP_ROOM_S, pids_mentioning, processes_mentioning
+from tests.runner.conftest import STARTUP_ROOM_S, pids_mentioning, processes_left
 
 
 def test_the_next_run_uses_the_spare_sandbox_and_closing_leaves_nothing(
@@ -25,6 +25,7 @@ def test_the_next_run_uses_the_spare_sandbox_and_closing_leaves_nothing(
         assert first.status == "ok", first.log_tail
         spare = pids_mentioning(str(work_root))
         assert spare and len(list(work_root.iterdir())) == 1  # the spare's folder
+        (spare_dir,) = work_root.iterdir()
 
         alive_while_training: list[bool] = []
 
@@ -36,13 +37,13 @@ def test_the_next_run_uses_the_spare_sandbox_and_closing_leaves_nothing(
         assert second.status == "ok", second.log_tail
         assert second.val_bpb == first.val_bpb
         assert alive_while_training == [True]  # the spare was the second run's train sandbox
-        assert not any(Path(f"/proc/{pid}").exists() for pid in spare)
+        assert processes_left(str(spare_dir)) == []  # it ended with the second run
         assert pids_mentioning(str(work_root))  # and a new spare waits
         assert take_spare("a run with other settings") is None  # a mismatch discards it
-        assert processes_mentioning(str(work_root)) == [] and list(work_root.iterdir()) == []
+        assert processes_left(str(work_root)) == [] and list(work_root.iterdir()) == []
     finally:
         close_warm_sandbox()
-    assert processes_mentioning(str(work_root)) == [] and list(work_root.iterdir()) == []
+    assert processes_left(str(work_root)) == [] and list(work_root.iterdir()) == []
 
 
 def test_warm_up_starts_the_sandbox_the_first_run_uses(settings: HarnessSettings, tmp_path: Path) -> None:
@@ -64,7 +65,7 @@ def test_warm_up_starts_the_sandbox_the_first_run_uses(settings: HarnessSettings
         first = run_experiment(FOLDER / "no_training.py", chosen, work_root=work_root, on_progress=check)
         assert first.status == "ok", first.log_tail
         assert alive_while_training == [True]
-        assert processes_mentioning(str(work_root)) == [] and list(work_root.iterdir()) == []
+        assert processes_left(str(work_root)) == [] and list(work_root.iterdir()) == []
     finally:
         close_warm_sandbox()
 
