@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -19,13 +19,13 @@ from sqlalchemy.orm import Session
 from server.candidates import commit_message, find_same_train_py, queue_candidate
 from server.context import AppContext
 from server.core.problems import Problem
-from server.crud.experiments import resolve_commit
+from server.crud.experiments import get_view, resolve_commit
 from server.crud.project import load_project
 from server.crud.tokens import Principal
 from server.models import QUEUED, Experiment, IdempotencyKey
 from server.patches import PatchError, apply_patch, parse_patch
 from server.research_repo import blob_sha
-from server.schemas import SubmitIn
+from server.schemas import ExperimentOut, SubmitIn
 
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 
@@ -34,6 +34,12 @@ _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 class Submitted:
     experiment_id: int
     created: bool  # False: an existing experiment (same train.py, or a repeated Idempotency-Key)
+    view: ExperimentOut | None = None  # what POST /experiments answers
+
+
+def _with_view(session: Session, outcome: Submitted) -> Submitted:
+    """The outcome with its experiment's view, read in the session at hand (one session less)."""
+    return replace(outcome, view=get_view(session, outcome.experiment_id))
 
 
 def _request_sha256(body: SubmitIn) -> str:
@@ -102,22 +108,21 @@ def submit(ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_ke
     request_sha = _request_sha256(body)
     if idempotency_key is not None and not _IDEMPOTENCY_KEY.match(idempotency_key):
         raise Problem(422, "bad-idempotency-key", "Idempotency-Key must be 1-200 printable ASCII characters")
-    with ctx.db.read() as session:
+    with ctx.db.read() as session:  # one read session for all the checks (each costs round trips)
         if idempotency_key is not None:
             replay = _replayed(session, principal, idempotency_key, request_sha)
             if replay is not None:
-                return replay
+                return _with_view(session, replay)
         base = _resolve_base(session, body.base)
-    try:
-        base_source = ctx.repo.train_py(base).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise Problem(422, "base-not-text", f"train.py of base {base} is not UTF-8 text") from exc
-    new_source = _new_train_py(ctx, body, base_source).encode()
-    blob = blob_sha(new_source)
-    with ctx.db.read() as session:
+        try:
+            base_source = ctx.repo.train_py(base).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise Problem(422, "base-not-text", f"train.py of base {base} is not UTF-8 text") from exc
+        new_source = _new_train_py(ctx, body, base_source).encode()
+        blob = blob_sha(new_source)
         existing = find_same_train_py(session, blob)
-    if existing is not None and idempotency_key is None:
-        return Submitted(existing.id, created=False)
+        if existing is not None and idempotency_key is None:
+            return _with_view(session, Submitted(existing.id, created=False))
     commit = ctx.repo.commit_candidate(
         base, new_source, commit_message(body.description, body.hypothesis), principal.name
     )
@@ -126,7 +131,7 @@ def submit(ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_ke
         if idempotency_key is not None:
             replay = _replayed(tx.session, principal, idempotency_key, request_sha)
             if replay is not None:
-                return replay
+                return _with_view(tx.session, replay)
         existing = find_same_train_py(tx.session, blob)
         if existing is not None:
             outcome = Submitted(existing.id, created=False)
@@ -165,4 +170,4 @@ def submit(ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_ke
                     status_code=201 if outcome.created else 200,
                 )
             )
-    return outcome
+        return _with_view(tx.session, outcome)

@@ -65,10 +65,8 @@ def submit_experiment(
     outcome = submit(ctx, agent, body, idempotency_key)
     response.status_code = 201 if outcome.created else 200
     response.headers["Location"] = f"/api/v1/experiments/{outcome.experiment_id}"
-    with ctx.db.read() as session:
-        view = crud.get_view(session, outcome.experiment_id)
-    assert view is not None
-    return view
+    assert outcome.view is not None
+    return outcome.view
 
 
 @router.get("", responses=_ERRORS)
