@@ -39,11 +39,15 @@ def queue_position(session: Session, experiment: Experiment) -> int:
 def views(
     session: Session, experiments: Sequence[Experiment], with_position: bool = False
 ) -> list[ExperimentOut]:
-    """API views of experiments, loading their results and agent names in two queries."""
-    ids = [e.id for e in experiments]
-    results = {
-        r.experiment_id: r for r in session.scalars(select(Result).where(Result.experiment_id.in_(ids)))
-    }
+    """API views of experiments, loading their results and agent names in two queries at most."""
+    # A result is recorded in the transaction that sets finished_at: an experiment still queued or
+    # running (what agents poll) has none to look for.
+    ids = [e.id for e in experiments if e.finished_at is not None]
+    results = (
+        {r.experiment_id: r for r in session.scalars(select(Result).where(Result.experiment_id.in_(ids)))}
+        if ids
+        else {}
+    )
     names = agent_names(session, {e.agent_id for e in experiments if e.agent_id is not None})
     out = []
     for e in experiments:
