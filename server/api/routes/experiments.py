@@ -8,9 +8,11 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Query, Response
 from fastapi.responses import PlainTextResponse
 from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
 
 from harness.result import ProgressEvent
 from server.api.deps import Agent, Ctx, Reader
+from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import experiments as crud
 from server.crud.leases import progress_of
@@ -54,7 +56,7 @@ def _not_found(experiment_id: int) -> Problem:
         **_ERRORS,
     },
 )
-def submit_experiment(
+async def submit_experiment(
     ctx: Ctx,
     agent: Agent,
     body: SubmitIn,
@@ -62,7 +64,7 @@ def submit_experiment(
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> ExperimentOut:
     """Queue a change of train.py: a unified diff against `base` (default: the best) or a whole file."""
-    outcome = submit(ctx, agent, body, idempotency_key)
+    outcome = await run_in_threadpool(submit, ctx, agent, body, idempotency_key)
     response.status_code = 201 if outcome.created else 200
     response.headers["Location"] = f"/api/v1/experiments/{outcome.experiment_id}"
     assert outcome.view is not None
@@ -97,11 +99,17 @@ def list_experiments(
         )
 
 
-@router.get("/{experiment_id}", responses=_ERRORS)
-def get_experiment(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> ExperimentOut:
-    """Status, result and metrics, decision and its reason, timing."""
+def _view(ctx: AppContext, experiment_id: int) -> ExperimentOut | None:
     with ctx.db.read() as session:
-        view = crud.get_view(session, experiment_id)
+        return crud.get_view(session, experiment_id)
+
+
+@router.get("/{experiment_id}", responses=_ERRORS)
+async def get_experiment(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> ExperimentOut:
+    """Status, result and metrics, decision and its reason, timing."""
+    # What agents poll: async, so that only the database work goes to a thread (a sync endpoint
+    # takes a second thread hop to validate its answer).
+    view = await run_in_threadpool(_view, ctx, experiment_id)
     if view is None:
         raise _not_found(experiment_id)
     return view

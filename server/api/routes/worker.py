@@ -35,6 +35,9 @@ _HELD = {
 # Long polls wake at least this often, to see work queued by lease expiry or another process.
 _POLL_S = 1.0
 
+# The lease endpoints are what a fleet calls most. They are `async` and send only the database
+# work to a thread: a plain `def` endpoint takes a second thread hop to validate its answer.
+
 
 @router.post("/register", responses={**_AUTH, 409: {"description": "harness id or platform mismatch"}})
 def register_worker(ctx: Ctx, worker: WorkerToken, body: RegisterIn) -> RegisterOut:
@@ -65,22 +68,22 @@ async def claim(ctx: Ctx, worker: WorkerToken, body: ClaimIn) -> ClaimOut | Resp
 
 
 @router.post("/leases/{lease_id}/heartbeat", responses=_HELD)
-def heartbeat(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId) -> HeartbeatOut:
+async def heartbeat(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId) -> HeartbeatOut:
     """Renew the lease; `cancel` asks the worker to stop the run and release the lease."""
-    return leases.heartbeat(ctx, worker, lease_id)
+    return await run_in_threadpool(leases.heartbeat, ctx, worker, lease_id)
 
 
 @router.post("/leases/{lease_id}/progress", status_code=204, responses=_HELD)
-def progress(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ProgressIn) -> Response:
+async def progress(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ProgressIn) -> Response:
     """Live progress samples of the run."""
-    leases.record_progress(ctx, worker, lease_id, body.events)
+    await run_in_threadpool(leases.record_progress, ctx, worker, lease_id, body.events)
     return Response(status_code=204)
 
 
 @router.post("/leases/{lease_id}/result", responses=_HELD)
-def result(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ResultIn) -> ResultOutcome:
+async def result(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ResultIn) -> ResultOutcome:
     """Record the run's result and decide keep/revert; the same result_id again gets the same answer."""
-    return record_result(ctx, worker, lease_id, body)
+    return await run_in_threadpool(record_result, ctx, worker, lease_id, body)
 
 
 @router.post("/leases/{lease_id}/release", status_code=204, responses=_HELD)
