@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,48 +13,10 @@ from harness.prepared import PreparedPaths
 from harness.result import ProgressEvent, RunResult
 from harness.runner import run_experiment
 from tests.fixtures_data import test_data  # noqa: F401  (session fixture, re-exported for these tests)
+from tests.proc_scan import processes_left
 
 RunCandidate = Callable[..., RunResult]
 STARTUP_ROOM_S = 30.0
-
-
-def pids_mentioning(text: str) -> list[int]:
-    """Live processes whose command line contains `text`."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                cmdline = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if text.encode() in cmdline:
-                found.append(int(entry.name))
-    return found
-
-
-def processes_mentioning(text: str) -> list[str]:
-    """Command lines of live processes that contain `text`."""
-    lines = []
-    for pid in pids_mentioning(text):
-        try:
-            lines.append(
-                Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            )
-        except OSError:
-            continue
-    return lines
-
-
-def processes_left(text: str, timeout: float = 10.0) -> list[str]:
-    """Command lines of processes mentioning `text` that are still there after `timeout`.
-
-    A SIGKILLed sandbox does not leave /proc at once: the kernel ends the processes of its PID
-    namespace after its first process, asynchronously. What is left after a few seconds is a leak.
-    """
-    deadline = time.monotonic() + timeout
-    while (left := processes_mentioning(text)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return left
 
 
 @pytest.fixture

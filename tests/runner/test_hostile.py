@@ -18,8 +18,8 @@ import harness
 from harness.config import HarnessSettings
 from harness.evaluate import evaluate_bpb
 from harness.prepared import PreparedPaths
+from tests.proc_scan import processes_left
 from tests.runner.candidates import FOLDER, compose
-from tests.runner.conftest import processes_left
 
 HARNESS_DIR = Path(harness.__file__).resolve().parent
 # A model that learned anything scores well under this; one that sees the targets scores ~0.

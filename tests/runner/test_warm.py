@@ -9,8 +9,9 @@ from harness.config import HarnessSettings
 from harness.result import ProgressEvent
 from harness.runner import close_warm_sandbox, run_experiment, warm_up
 from harness.runner.prepared_run import take_spare
+from tests.proc_scan import processes_left, processes_mentioning
 from tests.runner.candidates import FOLDER
-from tests.runner.conftest import STARTUP_ROOM_S, pids_mentioning, processes_left
+from tests.runner.conftest import STARTUP_ROOM_S
 
 
 def test_the_next_run_uses_the_spare_sandbox_and_closing_leaves_nothing(
@@ -23,7 +24,7 @@ def test_the_next_run_uses_the_spare_sandbox_and_closing_leaves_nothing(
     try:
         first = run_experiment(candidate, chosen, work_root=work_root, keep_warm=True)
         assert first.status == "ok", first.log_tail
-        spare = pids_mentioning(str(work_root))
+        spare = list(processes_mentioning(str(work_root)))
         assert spare and len(list(work_root.iterdir())) == 1  # the spare's folder
         (spare_dir,) = work_root.iterdir()
 
@@ -38,7 +39,7 @@ def test_the_next_run_uses_the_spare_sandbox_and_closing_leaves_nothing(
         assert second.val_bpb == first.val_bpb
         assert alive_while_training == [True]  # the spare was the second run's train sandbox
         assert processes_left(str(spare_dir)) == []  # it ended with the second run
-        assert pids_mentioning(str(work_root))  # and a new spare waits
+        assert processes_mentioning(str(work_root))  # and a new spare waits
         assert take_spare("a run with other settings") is None  # a mismatch discards it
         assert processes_left(str(work_root)) == [] and list(work_root.iterdir()) == []
     finally:
@@ -53,7 +54,7 @@ def test_warm_up_starts_the_sandbox_the_first_run_uses(settings: HarnessSettings
     chosen = settings.model_copy(update={"compile_allowance": STARTUP_ROOM_S, "time_budget": 1.0})
     try:
         warm_up(chosen, work_root=work_root, device="cpu")
-        spare = pids_mentioning(str(work_root))
+        spare = list(processes_mentioning(str(work_root)))
         assert spare and len(list(work_root.iterdir())) == 1
 
         alive_while_training: list[bool] = []

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import signal
-from pathlib import Path
 
 import pytest
 
+from tests.proc_scan import processes_mentioning
 from tests.worker.candidates import bigram
 from tests.worker.processes import Project, wait_until
 
@@ -22,18 +22,6 @@ def leases_of(project: Project, experiment_id: int) -> list[tuple[str, str, str]
         "WHERE l.experiment_id = ? ORDER BY l.claimed_at",
         experiment_id,
     )
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line contains `text` (e.g. a worker's state folder)."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if text.encode() in cmdline.read_bytes():
-                found.append(int(cmdline.parent.name))
-        except OSError:
-            continue  # the process ended meanwhile
-    return found
 
 
 # Long enough that the kill surely lands while the first worker trains; the second runs it whole.
