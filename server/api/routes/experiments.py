@@ -184,7 +184,6 @@ def cancel_experiment(ctx: Ctx, agent: Agent, experiment_id: ExperimentId) -> Ca
             )
         elif experiment.status == RUNNING:
             experiment.cancel_requested = True
-    with ctx.db.read() as session:
-        view = crud.get_view(session, experiment_id)
+    view = _view(ctx, experiment_id)
     assert view is not None
     return CancelOut(experiment=view)
