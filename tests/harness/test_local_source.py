@@ -115,3 +115,15 @@ def test_vocab_size_too_small_is_refused_before_any_work(
     output = capsys.readouterr().err
     assert code == 2 and "VOCAB_SIZE=200 is out of range: it needs at least 261" in output
     assert not any(tmp_path.iterdir())
+
+
+def test_prepare_shows_a_progress_bar_unless_quiet(
+    tmp_path: Path, documents: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = make_folder(tmp_path / "texts", documents)
+    argv = ["prepare", "--preset", "test", "--source", "local", "--local-dir", str(folder)]
+    assert main([*argv, "--data-dir", str(tmp_path / "data")]) == 0
+    shown = capsys.readouterr().err
+    assert "320/320" in shown and "doc" in shown  # the tokenising bar counts the training documents
+    assert main([*argv, "--data-dir", str(tmp_path / "quiet"), "--quiet"]) == 0
+    assert "320/320" not in capsys.readouterr().err
