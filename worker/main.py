@@ -70,6 +70,14 @@ def select_device(options: WorkerOptions) -> Platform:
     return probe_gpu()
 
 
+def hash_mismatch(claim: dict[str, Any]) -> str | None:
+    """Why the claim's train.py is not the one the server hashed, or None when it is."""
+    digest = hashlib.sha256(claim["train_py"].encode()).hexdigest()
+    if digest == claim["train_py_sha256"]:
+        return None
+    return f"train.py has sha256 {digest}, the server said {claim['train_py_sha256']}"
+
+
 @dataclass
 class Worker:
     """The state of one running worker; `run` is its main loop."""
@@ -199,14 +207,9 @@ class Worker:
             "experiment %s (attempt %s): claimed, lease %s", experiment_id, claim.get("attempt"), lease_id
         )
         train_py: str = claim["train_py"]
-        digest = hashlib.sha256(train_py.encode()).hexdigest()
-        if digest != claim["train_py_sha256"]:
-            log.error(
-                "experiment %s: train.py has sha256 %s, the server said %s; not running it",
-                experiment_id,
-                digest,
-                claim["train_py_sha256"],
-            )
+        mismatch = hash_mismatch(claim)
+        if mismatch is not None:
+            log.error("experiment %s: %s; not running it", experiment_id, mismatch)
             self.release(lease_id, "train.py content hash mismatch")
             return
         candidate = self.work_root / "train.py"
