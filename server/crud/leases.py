@@ -12,8 +12,9 @@ from __future__ import annotations
 import hashlib
 import uuid
 from datetime import timedelta
+from typing import Any
 
-from sqlalchemy import ColumnElement, delete, func, select, update
+from sqlalchemy import Row, Table, Update, bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from server.context import AppContext, Tx
@@ -34,6 +35,8 @@ from server.models import (
 from server.schemas import ClaimOut, HeartbeatOut, ProgressEventIn
 
 ACTIVE, EXPIRED, RELEASED, FINISHED = "active", "expired", "released", "finished"
+_EXPERIMENTS: Table = Experiment.__table__  # type: ignore[assignment]
+_LEASES: Table = Lease.__table__  # type: ignore[assignment]
 
 
 def check_worker(ctx: AppContext, principal: Principal, worker_id: str) -> None:
@@ -61,23 +64,53 @@ def _touch(ctx: AppContext, session: Session, worker_id: str) -> None:
         _write_seen(session, worker_id)
 
 
-def _claimable(ctx: AppContext, session: Session) -> ColumnElement[bool]:
-    """Which queued experiments may be handed out now.
+def _claim_statement(gated: bool) -> Update:
+    """Take the first claimable queued experiment: one UPDATE ... RETURNING around a locked pick.
+
+    The worker endpoints are what a fleet calls most, so their statements are plain Core, built
+    once here and run on the transaction's connection: no ORM unit of work, no identity map.
+    """
+    pick = select(_EXPERIMENTS.c.id).where(_EXPERIMENTS.c.status == QUEUED)
+    if gated:
+        pick = pick.where(_EXPERIMENTS.c.id == bindparam("gate"))
+    pick = pick.order_by(_EXPERIMENTS.c.queued_at, _EXPERIMENTS.c.id).limit(1)
+    pick = pick.with_for_update(skip_locked=True)
+    return (
+        update(_EXPERIMENTS)
+        .where(_EXPERIMENTS.c.id == pick.scalar_subquery(), _EXPERIMENTS.c.status == QUEUED)
+        .values(
+            status=RUNNING,
+            attempts=_EXPERIMENTS.c.attempts + 1,
+            started_at=bindparam("now", type_=_EXPERIMENTS.c.started_at.type),
+        )
+        .returning(
+            _EXPERIMENTS.c.id, _EXPERIMENTS.c.attempts, _EXPERIMENTS.c.commit_sha, _EXPERIMENTS.c.description
+        )
+    )
+
+
+_CLAIM = _claim_statement(gated=False)
+_CLAIM_GATED = _claim_statement(gated=True)
+_INSERT_LEASE = insert(_LEASES)
+_LOCK_LEASE = select(_LEASES).where(_LEASES.c.id == bindparam("lease_id")).with_for_update()
+
+
+def _gate(ctx: AppContext, session: Session) -> int | None:
+    """The one experiment that may be handed out now, or None when any queued one may.
 
     Until the best (the baseline) has a valid measurement, only it runs: nothing is compared
     with an unmeasured best. Once measured, it stays measured, so the check is skipped after.
     """
-    queued = Experiment.status == QUEUED
     if ctx.best_measured:
-        return queued
+        return None
     project = load_project(session)
     if project.best_val_bpb is not None or project.best_experiment_id is None:
         ctx.best_measured = project.best_val_bpb is not None
-        return queued
+        return None
     gate = session.get(Experiment, project.best_experiment_id)
     if gate is None or gate.status not in (QUEUED, RUNNING):
-        return queued  # the baseline ended without a valid result: the first valid result will do
-    return queued & (Experiment.id == gate.id)
+        return None  # the baseline ended without a valid result: the first valid result will do
+    return gate.id
 
 
 def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | None:
@@ -96,51 +129,42 @@ def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | N
     with ctx.transaction() as tx:
         _touch(ctx, tx.session, worker_id)
         now = utcnow()
-        pick = (
-            select(Experiment.id)
-            .where(_claimable(ctx, tx.session))
-            .order_by(Experiment.queued_at, Experiment.id)
-            .limit(1)
-            .with_for_update(skip_locked=True)
-            .scalar_subquery()
-        )
-        picked = tx.session.execute(
-            update(Experiment)
-            .where(Experiment.id == pick, Experiment.status == QUEUED)
-            .values(status=RUNNING, attempts=Experiment.attempts + 1, started_at=now)
-            .returning(Experiment.id, Experiment.attempts, Experiment.commit_sha, Experiment.description)
-            .execution_options(synchronize_session=False)
-        ).first()
+        gate = _gate(ctx, tx.session)
+        connection = tx.session.connection()
+        if gate is None:
+            picked = connection.execute(_CLAIM, {"now": now}).first()
+        else:
+            picked = connection.execute(_CLAIM_GATED, {"now": now, "gate": gate}).first()
         if picked is None:
             return None
-        lease = Lease(
-            id=str(uuid.uuid4()),
-            experiment_id=picked.id,
-            worker_id=worker_id,
-            attempt=picked.attempts,
-            state=ACTIVE,
-            claimed_at=now,
-            expires_at=now + timedelta(seconds=ctx.settings.lease_seconds),
-        )
-        tx.session.add(lease)
+        lease = {
+            "id": str(uuid.uuid4()),
+            "experiment_id": picked.id,
+            "worker_id": worker_id,
+            "attempt": picked.attempts,
+            "state": ACTIVE,
+            "claimed_at": now,
+            "expires_at": now + timedelta(seconds=ctx.settings.lease_seconds),
+        }
+        connection.execute(_INSERT_LEASE, lease)
         tx.emit(
             "started", experiment_id=picked.id, attempt=picked.attempts, worker=ctx.presence.name(worker_id)
         )
     train_py = ctx.repo.train_py(picked.commit_sha)
     return ClaimOut(
-        lease_id=lease.id,
+        lease_id=lease["id"],
         experiment_id=picked.id,
         attempt=picked.attempts,
         description=picked.description,
         train_py=train_py.decode("utf-8"),
         train_py_sha256=hashlib.sha256(train_py).hexdigest(),
-        lease_expires_at=lease.expires_at,
+        lease_expires_at=lease["expires_at"],
     )
 
 
-def locked_lease(ctx: AppContext, session: Session, principal: Principal, lease_id: str) -> Lease:
-    """The caller's lease, row-locked (PostgreSQL), in any state; 404 when not the caller's."""
-    lease = session.scalars(select(Lease).where(Lease.id == lease_id).with_for_update()).first()
+def locked_lease(ctx: AppContext, session: Session, principal: Principal, lease_id: str) -> Row[Any]:
+    """The caller's lease row, row-locked (PostgreSQL), in any state; 404 when not the caller's."""
+    lease = session.connection().execute(_LOCK_LEASE, {"lease_id": lease_id}).first()
     if lease is not None:
         owner = ctx.presence.owner(lease.worker_id)
         if owner is None:
@@ -153,7 +177,11 @@ def locked_lease(ctx: AppContext, session: Session, principal: Principal, lease_
     raise Problem(404, "unknown-lease", f"no lease {lease_id!r} held by this worker token")
 
 
-def require_held(ctx: AppContext, session: Session, lease: Lease) -> None:
+def set_lease(session: Session, lease_id: str, **values: object) -> None:
+    session.connection().execute(update(_LEASES).where(_LEASES.c.id == lease_id).values(**values))
+
+
+def require_held(ctx: AppContext, session: Session, lease: Row[Any]) -> None:
     """409 unless the lease is active and unexpired; notes the worker as seen."""
     if lease.state != ACTIVE:
         raise Problem(409, "lease-not-held", f"lease {lease.id} is no longer held: it was {lease.state}")
@@ -167,7 +195,7 @@ def require_held(ctx: AppContext, session: Session, lease: Lease) -> None:
     _touch(ctx, session, lease.worker_id)
 
 
-def held_lease(ctx: AppContext, session: Session, principal: Principal, lease_id: str) -> Lease:
+def held_lease(ctx: AppContext, session: Session, principal: Principal, lease_id: str) -> Row[Any]:
     """The caller's active, unexpired lease (row-locked), else 404 (not yours) or 409 (not held)."""
     lease = locked_lease(ctx, session, principal, lease_id)
     require_held(ctx, session, lease)
@@ -177,10 +205,12 @@ def held_lease(ctx: AppContext, session: Session, principal: Principal, lease_id
 def heartbeat(ctx: AppContext, principal: Principal, lease_id: str) -> HeartbeatOut:
     with ctx.transaction() as tx:
         lease = held_lease(ctx, tx.session, principal, lease_id)
-        lease.expires_at = utcnow() + timedelta(seconds=ctx.settings.lease_seconds)
-        experiment = tx.session.get(Experiment, lease.experiment_id)
-        assert experiment is not None
-        return HeartbeatOut(lease_expires_at=lease.expires_at, cancel=experiment.cancel_requested)
+        expires_at = utcnow() + timedelta(seconds=ctx.settings.lease_seconds)
+        set_lease(tx.session, lease.id, expires_at=expires_at)
+        cancel = tx.session.scalar(
+            select(Experiment.cancel_requested).where(Experiment.id == lease.experiment_id)
+        )
+        return HeartbeatOut(lease_expires_at=expires_at, cancel=bool(cancel))
 
 
 def record_progress(
@@ -279,8 +309,7 @@ def back_to_queue(tx: Tx, experiment: Experiment, why: str, count_attempt: bool,
 def release(ctx: AppContext, principal: Principal, lease_id: str, reason: str, count_attempt: bool) -> None:
     with ctx.transaction() as tx:
         lease = held_lease(ctx, tx.session, principal, lease_id)
-        lease.state = RELEASED
-        lease.ended_at = utcnow()
+        set_lease(tx.session, lease.id, state=RELEASED, ended_at=utcnow())
         experiment = tx.session.get(Experiment, lease.experiment_id, with_for_update=True)
         assert experiment is not None
         why = f"released by the worker: {reason}" if reason else "released by the worker"

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from sqlalchemy import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from server.context import AppContext
 from server.core.problems import Problem
-from server.crud.leases import FINISHED, locked_lease, require_held
+from server.crud.leases import FINISHED, locked_lease, require_held, set_lease
 from server.crud.tokens import Principal
 from server.decisions import decide
 from server.models import CANCELLED, Experiment, Result, utcnow
 from server.schemas import ResultIn, ResultOutcome
 
 RESULT_COLUMNS = frozenset(Result.__table__.columns.keys())
+_INSERT_RESULT = insert(Result.__table__)
 
 
 def _outcome(experiment: Experiment) -> ResultOutcome:
@@ -48,24 +50,21 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
         experiment = tx.session.get(Experiment, lease.experiment_id, with_for_update=True)
         assert experiment is not None
         now = utcnow()
-        lease.state = FINISHED
-        lease.ended_at = now
+        set_lease(tx.session, lease.id, state=FINISHED, ended_at=now)
         measured = body.result
         fields = measured.model_dump(mode="json")
         extra = {key: fields.pop(key) for key in list(fields) if key not in RESULT_COLUMNS}
-        tx.session.add(
-            Result(
-                id=result_id,
-                experiment_id=experiment.id,
-                lease_id=lease.id,
-                worker_id=lease.worker_id,
-                received_at=now,
-                extra=extra,
-                **fields,
-            )
-        )
+        row = {
+            "id": result_id,
+            "experiment_id": experiment.id,
+            "lease_id": lease.id,
+            "worker_id": lease.worker_id,
+            "received_at": now,
+            "extra": extra,
+            **fields,
+        }
         try:
-            tx.session.flush()
+            tx.session.connection().execute(_INSERT_RESULT, row)
         except IntegrityError as exc:  # the primary key: this result_id was used for another lease
             raise Problem(
                 409, "result-id-reused", f"result_id {result_id} was recorded for another lease"
