@@ -21,15 +21,17 @@ Rules, in order:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from harness.result import RunResult
 from server.candidates import commit_message, find_same_train_py, queue_candidate
 from server.context import AppContext, Tx
 from server.crud.experiments import agent_names, by_commit
-from server.crud.project import load_project
-from server.models import KEPT, REBASED, REVERTED, STALE, Experiment, Project, utcnow
+from server.crud.project import current_best, load_project
+from server.models import KEPT, REBASED, REVERTED, STALE, Project, utcnow
 from server.patches import PatchError, apply_patch, make_patch, parse_patch
 from server.research_repo import blob_sha
 
@@ -38,6 +40,7 @@ from server.research_repo import blob_sha
 class Verdict:
     decision: str  # keep | revert | rebase | stale
     reason: str
+    rebased_to: int | None = None  # the re-applied candidate (rebase)
 
 
 def _fmt(value: float | None) -> str:
@@ -57,45 +60,53 @@ def judge_measured(val_bpb: float, reference: float | None, min_delta: float, na
     return False, f"{_fmt(val_bpb)} >= {name} {_fmt(reference)} - {_fmt(min_delta)}"
 
 
-def decide(ctx: AppContext, tx: Tx, experiment: Experiment, result: RunResult) -> Verdict:
-    """Decide, apply the decision (best, experiment status, a re-queued candidate), emit events.
+def stored_bpb(result: RunResult) -> float | None:
+    """The val_bpb an experiment keeps from its result: only an ok run's counts."""
+    return result.val_bpb if result.status == "ok" else None
 
+
+_STATUS = {"keep": KEPT, "revert": REVERTED, "rebase": REBASED, "stale": STALE}
+_EVENT = {"keep": "kept", "revert": "reverted", "rebase": "rebased", "stale": "stale"}
+
+
+def decide(ctx: AppContext, tx: Tx, experiment: Row[Any], result: RunResult) -> dict[str, object]:
+    """Decide, apply the decision to `best` (and queue a re-applied candidate), emit events.
+
+    Returns the experiment's new column values; the caller writes them with its own changes.
     Most results are reverted, and a revert stays right whatever other results do meanwhile
-    (the best only ever gets lower), so those are decided without the project's row lock; only
-    a result that may move the best (or be re-applied onto it) takes the lock and decides again
-    on the locked, fresh row.
+    (the best only ever gets lower), so those are decided on an unlocked read of the best; only
+    a result that may move the best (or be re-applied onto it) takes the project's row lock and
+    decides again on the locked, fresh row.
     """
-    with tx.session.no_autoflush:  # the project row does not depend on this experiment's new fields
-        project = load_project(tx.session)
+    project: Project | Row[Any] = current_best(tx.session)
     verdict = _settled_revert(ctx, tx.session, project, experiment, result)
     if verdict is None:
         project = load_project(tx.session, lock=True)
         verdict = _verdict(ctx, tx, project, experiment, result)
-    experiment.best_before_commit = project.best_commit
-    experiment.best_before_val_bpb = project.best_val_bpb
-    experiment.decision = verdict.decision
-    experiment.decision_reason = verdict.reason
-    experiment.status = {"keep": KEPT, "revert": REVERTED, "rebase": REBASED, "stale": STALE}[
-        verdict.decision
-    ]
+    changes: dict[str, object] = {
+        "best_before_commit": project.best_commit,
+        "best_before_val_bpb": project.best_val_bpb,
+        "decision": verdict.decision,
+        "decision_reason": verdict.reason,
+        "status": _STATUS[verdict.decision],
+        "rebased_to_id": verdict.rebased_to,
+    }
     if verdict.decision == "keep":
+        assert isinstance(project, Project)
         _advance_best(ctx, tx, project, experiment, result)
-    event_type = {"keep": "kept", "revert": "reverted", "rebase": "rebased", "stale": "stale"}[
-        verdict.decision
-    ]
     tx.emit(
-        event_type,
+        _EVENT[verdict.decision],
         experiment_id=experiment.id,
-        val_bpb=experiment.val_bpb,
+        val_bpb=stored_bpb(result),
         reason=verdict.reason,
         best=project.best_commit,
-        rebased_to=experiment.rebased_to_id,
+        rebased_to=verdict.rebased_to,
     )
-    return verdict
+    return changes
 
 
 def _settled_revert(
-    ctx: AppContext, session: Session, project: Project, experiment: Experiment, result: RunResult
+    ctx: AppContext, session: Session, project: Project | Row[Any], experiment: Row[Any], result: RunResult
 ) -> Verdict | None:
     """The revert this result gets whatever happens concurrently, or None when it may move the best."""
     if project.harness_id is not None and result.harness_id != project.harness_id:
@@ -125,12 +136,12 @@ def _settled_revert(
     return Verdict("revert", f"{why} ({_moved(experiment, project)})")
 
 
-def _moved(experiment: Experiment, project: Project) -> str:
+def _moved(experiment: Row[Any], project: Project | Row[Any]) -> str:
     old, new = (experiment.base_commit or "")[:10], (project.best_commit or "")[:10]
     return f"best moved from {old} to {new} meanwhile"
 
 
-def _verdict(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, result: RunResult) -> Verdict:
+def _verdict(ctx: AppContext, tx: Tx, project: Project, experiment: Row[Any], result: RunResult) -> Verdict:
     """The decision with the project row locked (and fresh)."""
     settled = _settled_revert(ctx, tx.session, project, experiment, result)
     if settled is not None:
@@ -148,7 +159,7 @@ def _verdict(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, 
     return _rebase(ctx, tx, project, experiment, f"{why}, but {_moved(experiment, project)}")
 
 
-def _rebase(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, why: str) -> Verdict:
+def _rebase(ctx: AppContext, tx: Tx, project: Project, experiment: Row[Any], why: str) -> Verdict:
     assert project.best_commit is not None and experiment.base_commit is not None
     base_source = ctx.repo.train_py(experiment.base_commit).decode("utf-8")
     own_source = ctx.repo.train_py(experiment.commit_sha).decode("utf-8")
@@ -163,8 +174,7 @@ def _rebase(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, w
     blob = blob_sha(content)
     twin = find_same_train_py(tx.session, blob)
     if twin is not None:
-        experiment.rebased_to_id = twin.id
-        return Verdict("rebase", f"{why}; its change on the new best is experiment {twin.id}")
+        return Verdict("rebase", f"{why}; its change on the new best is experiment {twin.id}", twin.id)
     commit = ctx.repo.commit_candidate(
         project.best_commit,
         content,
@@ -184,19 +194,18 @@ def _rebase(ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, w
         queued_at=experiment.queued_at,
         rebased_from_id=experiment.id,
     )
-    experiment.rebased_to_id = requeued.id
-    return Verdict("rebase", f"{why}; re-applied onto the new best and queued as experiment {requeued.id}")
+    return Verdict(
+        "rebase", f"{why}; re-applied onto the new best and queued as experiment {requeued.id}", requeued.id
+    )
 
 
-def _agent_label(tx: Tx, experiment: Experiment) -> str:
+def _agent_label(tx: Tx, experiment: Row[Any]) -> str:
     if experiment.agent_id is None:
         return "baseline"
     return agent_names(tx.session, {experiment.agent_id}).get(experiment.agent_id, "agent")
 
 
-def _advance_best(
-    ctx: AppContext, tx: Tx, project: Project, experiment: Experiment, result: RunResult
-) -> None:
+def _advance_best(ctx: AppContext, tx: Tx, project: Project, experiment: Row[Any], result: RunResult) -> None:
     previous = project.best_commit
     project.best_commit = experiment.commit_sha
     project.best_experiment_id = experiment.id

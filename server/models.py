@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from sqlalchemy import (
     JSON,
@@ -15,6 +15,7 @@ from sqlalchemy import (
     Index,
     Integer,
     String,
+    Table,
     Text,
     TypeDecorator,
     UniqueConstraint,
@@ -231,3 +232,11 @@ class ImportedResult(Base):
     status: Mapped[str] = mapped_column(String(16))  # keep | discard | crash
     description: Mapped[str] = mapped_column(Text)
     imported_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+# The tables as Core `Table`s (which `Model.__table__` is not typed as), for the plain Core
+# statements of the worker endpoints (server/crud/leases.py, server/crud/results.py).
+EXPERIMENTS = cast(Table, Experiment.__table__)
+LEASES = cast(Table, Lease.__table__)
+RESULTS = cast(Table, Result.__table__)
+PROJECT = cast(Table, Project.__table__)

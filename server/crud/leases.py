@@ -14,7 +14,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Row, Table, Update, bindparam, delete, func, insert, select, update
+from sqlalchemy import Row, Update, bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from server.context import AppContext, Tx
@@ -23,7 +23,9 @@ from server.crud.project import load_project
 from server.crud.tokens import Principal
 from server.models import (
     CANCELLED,
+    EXPERIMENTS,
     INFRA_FAILED,
+    LEASES,
     QUEUED,
     RUNNING,
     Experiment,
@@ -35,8 +37,6 @@ from server.models import (
 from server.schemas import ClaimOut, HeartbeatOut, ProgressEventIn
 
 ACTIVE, EXPIRED, RELEASED, FINISHED = "active", "expired", "released", "finished"
-_EXPERIMENTS: Table = Experiment.__table__  # type: ignore[assignment]
-_LEASES: Table = Lease.__table__  # type: ignore[assignment]
 
 
 def check_worker(ctx: AppContext, principal: Principal, worker_id: str) -> None:
@@ -70,29 +70,29 @@ def _claim_statement(gated: bool) -> Update:
     The worker endpoints are what a fleet calls most, so their statements are plain Core, built
     once here and run on the transaction's connection: no ORM unit of work, no identity map.
     """
-    pick = select(_EXPERIMENTS.c.id).where(_EXPERIMENTS.c.status == QUEUED)
+    pick = select(EXPERIMENTS.c.id).where(EXPERIMENTS.c.status == QUEUED)
     if gated:
-        pick = pick.where(_EXPERIMENTS.c.id == bindparam("gate"))
-    pick = pick.order_by(_EXPERIMENTS.c.queued_at, _EXPERIMENTS.c.id).limit(1)
+        pick = pick.where(EXPERIMENTS.c.id == bindparam("gate"))
+    pick = pick.order_by(EXPERIMENTS.c.queued_at, EXPERIMENTS.c.id).limit(1)
     pick = pick.with_for_update(skip_locked=True)
     return (
-        update(_EXPERIMENTS)
-        .where(_EXPERIMENTS.c.id == pick.scalar_subquery(), _EXPERIMENTS.c.status == QUEUED)
+        update(EXPERIMENTS)
+        .where(EXPERIMENTS.c.id == pick.scalar_subquery(), EXPERIMENTS.c.status == QUEUED)
         .values(
             status=RUNNING,
-            attempts=_EXPERIMENTS.c.attempts + 1,
-            started_at=bindparam("now", type_=_EXPERIMENTS.c.started_at.type),
+            attempts=EXPERIMENTS.c.attempts + 1,
+            started_at=bindparam("now", type_=EXPERIMENTS.c.started_at.type),
         )
         .returning(
-            _EXPERIMENTS.c.id, _EXPERIMENTS.c.attempts, _EXPERIMENTS.c.commit_sha, _EXPERIMENTS.c.description
+            EXPERIMENTS.c.id, EXPERIMENTS.c.attempts, EXPERIMENTS.c.commit_sha, EXPERIMENTS.c.description
         )
     )
 
 
 _CLAIM = _claim_statement(gated=False)
 _CLAIM_GATED = _claim_statement(gated=True)
-_INSERT_LEASE = insert(_LEASES)
-_LOCK_LEASE = select(_LEASES).where(_LEASES.c.id == bindparam("lease_id")).with_for_update()
+_INSERT_LEASE = insert(LEASES)
+_LOCK_LEASE = select(LEASES).where(LEASES.c.id == bindparam("lease_id")).with_for_update()
 
 
 def _gate(ctx: AppContext, session: Session) -> int | None:
@@ -178,7 +178,7 @@ def locked_lease(ctx: AppContext, session: Session, principal: Principal, lease_
 
 
 def set_lease(session: Session, lease_id: str, **values: object) -> None:
-    session.connection().execute(update(_LEASES).where(_LEASES.c.id == lease_id).values(**values))
+    session.connection().execute(update(LEASES).where(LEASES.c.id == lease_id).values(**values))
 
 
 def require_held(ctx: AppContext, session: Session, lease: Row[Any]) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from typing import Any
+
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
-from server.models import Project
+from server.models import PROJECT, Project
 
 
 def load_project(session: Session, lock: bool = False) -> Project:
@@ -17,3 +19,13 @@ def load_project(session: Session, lock: bool = False) -> Project:
     if lock:
         statement = statement.with_for_update().execution_options(populate_existing=True)
     return session.scalars(statement).one()
+
+
+_CURRENT_BEST = select(
+    PROJECT.c.harness_id, PROJECT.c.platform, PROJECT.c.best_commit, PROJECT.c.best_val_bpb
+).where(PROJECT.c.id == 1)
+
+
+def current_best(session: Session) -> Row[Any]:
+    """The project's pins and best as a plain row, unlocked: cheap enough for every result."""
+    return session.connection().execute(_CURRENT_BEST).one()

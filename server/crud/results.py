@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import insert
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -10,21 +10,13 @@ from server.context import AppContext
 from server.core.problems import Problem
 from server.crud.leases import FINISHED, locked_lease, require_held, set_lease
 from server.crud.tokens import Principal
-from server.decisions import decide
-from server.models import CANCELLED, Experiment, Result, utcnow
+from server.decisions import decide, stored_bpb
+from server.models import CANCELLED, EXPERIMENTS, RESULTS, Experiment, Result, utcnow
 from server.schemas import ResultIn, ResultOutcome
 
-RESULT_COLUMNS = frozenset(Result.__table__.columns.keys())
-_INSERT_RESULT = insert(Result.__table__)
-
-
-def _outcome(experiment: Experiment) -> ResultOutcome:
-    return ResultOutcome(
-        experiment_id=experiment.id,
-        decision=experiment.decision,  # type: ignore[arg-type]
-        status=experiment.status,  # type: ignore[arg-type]
-        reason=experiment.decision_reason or "",
-    )
+RESULT_COLUMNS = frozenset(RESULTS.columns.keys())
+_INSERT_RESULT = insert(RESULTS)
+_LOCK_EXPERIMENT = select(EXPERIMENTS).where(EXPERIMENTS.c.id == bindparam("id")).with_for_update()
 
 
 def _already_recorded(session: Session, lease_id: str, result_id: str) -> ResultOutcome | None:
@@ -35,20 +27,31 @@ def _already_recorded(session: Session, lease_id: str, result_id: str) -> Result
         raise Problem(409, "result-id-reused", f"result_id {result_id} was recorded for another lease")
     experiment = session.get(Experiment, stored.experiment_id)
     assert experiment is not None
-    return _outcome(experiment)
+    return ResultOutcome(
+        experiment_id=experiment.id,
+        decision=experiment.decision,  # type: ignore[arg-type]
+        status=experiment.status,  # type: ignore[arg-type]
+        reason=experiment.decision_reason or "",
+    )
 
 
 def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: ResultIn) -> ResultOutcome:
+    """Store the result, decide on it and end the lease, in one transaction.
+
+    Workers report results all the time, so this is plain Core statements on the transaction's
+    connection: the rows it reads are locked where they must be, and the experiment's new
+    values (measurement and decision) are written with one UPDATE.
+    """
     result_id = body.result_id.lower()
     with ctx.transaction() as tx:
+        connection = tx.session.connection()
         lease = locked_lease(ctx, tx.session, principal, lease_id)
         if lease.state == FINISHED:
             replay = _already_recorded(tx.session, lease_id, result_id)
             if replay is not None:
                 return replay
         require_held(ctx, tx.session, lease)
-        experiment = tx.session.get(Experiment, lease.experiment_id, with_for_update=True)
-        assert experiment is not None
+        experiment = connection.execute(_LOCK_EXPERIMENT, {"id": lease.experiment_id}).one()
         now = utcnow()
         set_lease(tx.session, lease.id, state=FINISHED, ended_at=now)
         measured = body.result
@@ -64,20 +67,28 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
             **fields,
         }
         try:
-            tx.session.connection().execute(_INSERT_RESULT, row)
+            connection.execute(_INSERT_RESULT, row)
         except IntegrityError as exc:  # the primary key: this result_id was used for another lease
             raise Problem(
                 409, "result-id-reused", f"result_id {result_id} was recorded for another lease"
             ) from exc
-        experiment.finished_at = now
-        experiment.platform = measured.device
-        experiment.val_bpb = measured.val_bpb if measured.status == "ok" else None
+        changes: dict[str, object] = {
+            "finished_at": now,
+            "platform": measured.device,
+            "val_bpb": stored_bpb(measured),
+        }
         tx.emit(
             "finished", experiment_id=experiment.id, result_status=measured.status, val_bpb=measured.val_bpb
         )
         if experiment.cancel_requested:
-            experiment.status = CANCELLED
-            experiment.decision_reason = "cancelled while running; its result is recorded but not compared"
+            changes["status"] = CANCELLED
+            changes["decision_reason"] = "cancelled while running; its result is recorded but not compared"
         else:
-            decide(ctx, tx, experiment, measured)
-        return _outcome(experiment)
+            changes |= decide(ctx, tx, experiment, measured)
+        connection.execute(update(EXPERIMENTS).where(EXPERIMENTS.c.id == experiment.id).values(**changes))
+        return ResultOutcome(
+            experiment_id=experiment.id,
+            decision=changes.get("decision"),  # type: ignore[arg-type]
+            status=changes["status"],  # type: ignore[arg-type]
+            reason=str(changes["decision_reason"]),
+        )
