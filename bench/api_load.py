@@ -7,7 +7,8 @@ Phases, for each database:
 
 1. mixed: `--agents` agents each submit a patch every 10 s and poll their latest experiment every
    second, while `--workers` simulated workers claim (long poll), heartbeat, send progress, "run"
-   for 0.5 s and report a result. Targets: p99 submit < 150 ms, p99 poll < 50 ms, no errors.
+   for 0.5 s and report a result (the baseline 1.0, about one other in ten better: see
+   `simulated_bpb`). Targets: p99 submit < 150 ms, p99 poll < 50 ms, no errors.
 2. submit rate: 16 agents submit back to back for 15 s: the highest sustained submit rate.
 3. claim-and-report: 5000 queued experiments (bulk-inserted), `--workers` workers claim and
    report as fast as they can for 15 s. Target: >= 100 cycles/s on PostgreSQL. The reference,
@@ -239,6 +240,16 @@ def result_body(val_bpb: float) -> dict:
     }
 
 
+def simulated_bpb(experiment_id: int) -> float:
+    """The baseline measures 1.0; about one other result in ten beats it by more than MIN_DELTA.
+
+    Most ideas fail, as in a real swarm. The mix is fixed because it sets the load: a keep moves
+    the best, and every later result that beats its (older) base is re-applied onto the new best
+    with a git commit under the project lock, a write several times the cost of a revert.
+    """
+    return 1.0 if experiment_id == 1 else random.uniform(0.9895, 1.0895)
+
+
 async def worker_loop(
     http: httpx.AsyncClient, token: str, name: str, stop: float, stats: Stats, run_s: float, long_poll: float
 ) -> int:
@@ -260,8 +271,8 @@ async def worker_loop(
             stats.error(f"claim {response.status_code} {response.text[:200]}")
             continue
         stats.timed("claim", time.perf_counter() - started)
-        lease = response.json()["lease_id"]
-        base = f"/api/v1/worker/leases/{lease}"
+        claimed = response.json()
+        base = f"/api/v1/worker/leases/{claimed['lease_id']}"
         try:
             if run_s:
                 beat = await http.post(f"{base}/heartbeat", json={}, headers=headers)
@@ -274,7 +285,7 @@ async def worker_loop(
                     stats.error(f"heartbeat {beat.status_code} / progress {progress.status_code}")
                 await asyncio.sleep(run_s)
             started = time.perf_counter()
-            val_bpb = random.uniform(0.95, 1.05) if run_s else 2.0
+            val_bpb = simulated_bpb(claimed["experiment_id"]) if run_s else 2.0
             answer = await http.post(f"{base}/result", json=result_body(val_bpb), headers=headers)
             stats.timed("result", time.perf_counter() - started)
             if answer.status_code != 200:

@@ -59,6 +59,22 @@ def test_claim_heartbeat_progress_result(live, worker_factory) -> None:
     assert "step 42 loss 3.1" in live.client().log(1)
 
 
+def test_nothing_but_the_baseline_runs_until_the_best_is_measured(
+    live_any_db, worker_factory, baseline_source: str
+) -> None:
+    live = live_any_db
+    first, second = worker_factory(live, "gpu0"), worker_factory(live, "gpu1")
+    agent = live.client("agent")
+    queued = [agent.submit(f"idea {i}", train_py=baseline_source + f"# {i}\n")["id"] for i in range(2)]
+    baseline = first.claim()
+    assert baseline["experiment_id"] == 1
+    assert second.claim() is None  # work is queued, but nothing is compared with an unmeasured best
+    assert first.report(baseline, None, status="crash", error_class="train_error")["decision"] == "revert"
+    # The baseline ended without a valid result: the queue opens, and the first valid result will do.
+    assert second.claim()["experiment_id"] == queued[0]
+    assert first.claim()["experiment_id"] == queued[1]
+
+
 def test_a_result_is_recorded_once_per_result_id(live, worker_factory) -> None:
     worker = worker_factory(live)
     claim = worker.claim()
