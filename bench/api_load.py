@@ -45,6 +45,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+from lean_http import LeanClient
 from sqlalchemy import func, insert, select
 
 from server.core.config import ServerSettings
@@ -117,6 +118,18 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (from /proc), to cost requests on a busy machine."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU time of the machine's live PostgreSQL processes (the server's pooled backends live on)."""
+    total = 0.0
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "comm").read_text().strip() == "postgres":
+                total += cpu_seconds(int(proc.name))
+        except OSError:  # the process ended while we looked
+            continue
+    return total
 
 
 @dataclass
@@ -211,12 +224,13 @@ async def agent_loop(
         await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
 
 
-async def register(http: httpx.AsyncClient, token: str, name: str) -> str:
+async def register(http: httpx.AsyncClient | LeanClient, token: str, name: str) -> str:
     body = {"name": name, "device": PLATFORM, "memory_gb": 80.0, "harness_id": HARNESS_ID}
     response = await http.post(
         "/api/v1/worker/register", json=body, headers={"Authorization": f"Bearer {token}"}
     )
-    response.raise_for_status()
+    if response.status_code != 200:
+        raise RuntimeError(f"register: {response.status_code} {response.text[:200]}")
     return response.json()["worker_id"]
 
 
@@ -251,7 +265,13 @@ def simulated_bpb(experiment_id: int) -> float:
 
 
 async def worker_loop(
-    http: httpx.AsyncClient, token: str, name: str, stop: float, stats: Stats, run_s: float, long_poll: float
+    http: httpx.AsyncClient | LeanClient,
+    token: str,
+    name: str,
+    stop: float,
+    stats: Stats,
+    run_s: float,
+    long_poll: float,
 ) -> int:
     headers = {"Authorization": f"Bearer {token}"}
     worker_id = await register(http, token, name)
@@ -374,38 +394,48 @@ def seed_queue(db: Database, count: int, baseline: str, blob: str, agent_id: int
 class Cycles:
     per_s: float
     cpu_per_cycle_s: float
+    load_cpu_per_cycle_s: float  # the load generator (this process)
+    postgres_cpu_per_cycle_s: float
     health_per_s: float
     cpu_per_health_s: float
     stats: Stats
 
 
 async def cycles_phase(server: ServerProcess, token: str, workers: int, duration: float) -> Cycles:
+    """Each simulated worker on its own keep-alive connection, with the lean client (bench/lean_http.py)."""
     stats = Stats()
-    url = server.url
-    async with httpx.AsyncClient(
-        base_url=url, timeout=60, limits=httpx.Limits(max_connections=workers + 4)
-    ) as http:
+    clients = [LeanClient(server.url) for _ in range(workers)]
+    try:
         stop = time.monotonic() + duration
         began, cpu = time.monotonic(), server.cpu()
+        own, postgres = time.process_time(), postgres_cpu_seconds()
         counts = await asyncio.gather(
-            *(worker_loop(http, token, f"fast{i}", stop, stats, 0.0, 0.0) for i in range(workers))
+            *(worker_loop(http, token, f"fast{i}", stop, stats, 0.0, 0.0) for i, http in enumerate(clients))
         )
+        cycles = max(sum(counts), 1)
         cycles_per_s = sum(counts) / (time.monotonic() - began)
-        cpu_per_cycle = (server.cpu() - cpu) / max(sum(counts), 1)
+        cpu_per_cycle = (server.cpu() - cpu) / cycles
+        load_per_cycle = (time.process_time() - own) / cycles
+        postgres_per_cycle = (postgres_cpu_seconds() - postgres) / cycles
         # Reference: the HTTP stack and one SELECT 1, with the same concurrency.
         health = 0
 
-        async def probe(stop_at: float) -> None:
+        async def probe(http: LeanClient, stop_at: float) -> None:
             nonlocal health
             while time.monotonic() < stop_at:
                 if (await http.get("/api/v1/healthz")).status_code == 200:
                     health += 1
 
         began, cpu = time.monotonic(), server.cpu()
-        await asyncio.gather(*(probe(began + 5.0) for _ in range(workers)))
+        await asyncio.gather(*(probe(http, began + 5.0) for http in clients))
         health_per_s = health / (time.monotonic() - began)
         cpu_per_health = (server.cpu() - cpu) / max(health, 1)
-    return Cycles(cycles_per_s, cpu_per_cycle, health_per_s, cpu_per_health, stats)
+    finally:
+        for http in clients:
+            await http.aclose()
+    return Cycles(
+        cycles_per_s, cpu_per_cycle, load_per_cycle, postgres_per_cycle, health_per_s, cpu_per_health, stats
+    )
 
 
 # Phase 4: reads with many experiments stored ----------------------------------------------------------
@@ -604,6 +634,13 @@ def cycles_report(bench: Bench) -> list[str]:
     print(
         f"claim-and-report: {result.per_s:.1f} cycles/s with {bench.args.workers} workers, "
         f"{result.cpu_per_cycle_s * 1000:.1f} ms server CPU per cycle"
+    )
+    postgres = (
+        f", PostgreSQL {result.postgres_cpu_per_cycle_s * 1000:.1f} ms" if bench.kind == "postgresql" else ""
+    )
+    print(
+        f"  CPU per cycle elsewhere: load generator {result.load_cpu_per_cycle_s * 1000:.1f} ms{postgres} "
+        f"(the machine has {os.cpu_count()} cores)"
     )
     print(
         f"  reference GET /healthz: {result.health_per_s:.1f}/s, {result.cpu_per_health_s * 1000:.2f} ms "
