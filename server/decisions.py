@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 from harness.result import RunResult
 from server.candidates import commit_message, find_same_train_py, queue_candidate
 from server.context import AppContext, Tx
-from server.crud.experiments import agent_names, by_commit
+from server.crud.experiments import agent_names, measured_bpb
 from server.crud.project import current_best, load_project
 from server.models import KEPT, REBASED, REVERTED, STALE, Project, utcnow
 from server.patches import PatchError, apply_patch, make_patch, parse_patch
@@ -129,8 +129,8 @@ def _settled_revert(
     if experiment.base_commit == project.best_commit:
         better, why = judge_measured(result.val_bpb, project.best_val_bpb, min_delta, "best")
         return None if better else Verdict("revert", why)
-    base = by_commit(session, experiment.base_commit)
-    better, why = judge_measured(result.val_bpb, base.val_bpb if base else None, min_delta, "its base")
+    base_bpb = measured_bpb(session, experiment.base_commit)
+    better, why = judge_measured(result.val_bpb, base_bpb, min_delta, "its base")
     if better:
         return None
     return Verdict("revert", f"{why} ({_moved(experiment, project)})")
@@ -154,8 +154,8 @@ def _verdict(ctx: AppContext, tx: Tx, project: Project, experiment: Row[Any], re
     min_delta = ctx.settings.min_delta
     if experiment.base_commit == project.best_commit:
         return Verdict("keep", judge_measured(result.val_bpb, project.best_val_bpb, min_delta, "best")[1])
-    base = by_commit(tx.session, experiment.base_commit)
-    why = judge_measured(result.val_bpb, base.val_bpb if base else None, min_delta, "its base")[1]
+    base_bpb = measured_bpb(tx.session, experiment.base_commit)
+    why = judge_measured(result.val_bpb, base_bpb, min_delta, "its base")[1]
     return _rebase(ctx, tx, project, experiment, f"{why}, but {_moved(experiment, project)}")
 
 

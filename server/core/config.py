@@ -45,6 +45,9 @@ class ServerSettings(BaseSettings):
     sse_keepalive_seconds: float = Field(15.0, gt=0.0)
     sse_history: int = Field(1000, ge=0)
     standings_refresh_seconds: float = Field(2.0, gt=0.0)
+    worker_db_threads: int = Field(
+        4, ge=1, description="threads for the worker endpoints' database work (more only contend for the GIL)"
+    )
 
     @property
     def resolved_database_url(self) -> str:

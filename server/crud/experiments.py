@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
-from server.models import QUEUED, ApiToken, Experiment, Result
+from server.models import EXPERIMENTS, QUEUED, ApiToken, Experiment, Result
 from server.schemas import BestBefore, ExperimentOut, ExperimentPage, ResultOut
 
 BASELINE_AGENT = "baseline"
@@ -152,6 +152,19 @@ def resolve_commit(session: Session, rev: str) -> str:
     if other is not None:
         raise LookupError(f"{rev} names more than one commit; give more digits")
     return first
+
+
+_MEASURED_BPB = (
+    select(EXPERIMENTS.c.val_bpb)
+    .where(EXPERIMENTS.c.commit_sha == bindparam("commit"))
+    .order_by(EXPERIMENTS.c.id)
+    .limit(1)
+)
+
+
+def measured_bpb(session: Session, commit: str) -> float | None:
+    """The val_bpb of the commit's experiment (as `by_commit`), read on every result on an old base."""
+    return session.connection().execute(_MEASURED_BPB, {"commit": commit}).scalar()
 
 
 def by_commit(session: Session, commit: str) -> Experiment | None:

@@ -33,7 +33,7 @@ def _tables(url: str) -> set[str]:
 
 def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     upgrade(database_url)
-    assert current_revision(database_url) == "0002"
+    assert current_revision(database_url) == "0003"
     assert _tables(database_url) == TABLES
     downgrade(database_url, "base")
     assert current_revision(database_url) is None

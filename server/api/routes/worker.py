@@ -6,7 +6,6 @@ import time
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
-from starlette.concurrency import run_in_threadpool
 
 from server.api.deps import Ctx, WorkerToken
 from server.crud import leases
@@ -36,7 +35,8 @@ _HELD = {
 _POLL_S = 1.0
 
 # The lease endpoints are what a fleet calls most. They are `async` and send only the database
-# work to a thread: a plain `def` endpoint takes a second thread hop to validate its answer.
+# work to a thread of their own small pool (`ctx.in_worker_thread`): a plain `def` endpoint takes
+# a second thread hop to validate its answer.
 
 
 @router.post("/register", responses={**_AUTH, 409: {"description": "harness id or platform mismatch"}})
@@ -58,7 +58,7 @@ async def claim(ctx: Ctx, worker: WorkerToken, body: ClaimIn) -> ClaimOut | Resp
     """Lease the next queued experiment; waits up to `wait_s` seconds for one (long poll)."""
     deadline = time.monotonic() + min(body.wait_s, ctx.settings.claim_max_wait_s)
     while True:
-        claimed = await run_in_threadpool(leases.claim, ctx, worker, body.worker_id)
+        claimed = await ctx.in_worker_thread(leases.claim, ctx, worker, body.worker_id)
         if claimed is not None:
             return claimed
         remaining = deadline - time.monotonic()
@@ -70,20 +70,20 @@ async def claim(ctx: Ctx, worker: WorkerToken, body: ClaimIn) -> ClaimOut | Resp
 @router.post("/leases/{lease_id}/heartbeat", responses=_HELD)
 async def heartbeat(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId) -> HeartbeatOut:
     """Renew the lease; `cancel` asks the worker to stop the run and release the lease."""
-    return await run_in_threadpool(leases.heartbeat, ctx, worker, lease_id)
+    return await ctx.in_worker_thread(leases.heartbeat, ctx, worker, lease_id)
 
 
 @router.post("/leases/{lease_id}/progress", status_code=204, responses=_HELD)
 async def progress(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ProgressIn) -> Response:
     """Live progress samples of the run."""
-    await run_in_threadpool(leases.record_progress, ctx, worker, lease_id, body.events)
+    await ctx.in_worker_thread(leases.record_progress, ctx, worker, lease_id, body.events)
     return Response(status_code=204)
 
 
 @router.post("/leases/{lease_id}/result", responses=_HELD)
 async def result(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ResultIn) -> ResultOutcome:
     """Record the run's result and decide keep/revert; the same result_id again gets the same answer."""
-    return await run_in_threadpool(record_result, ctx, worker, lease_id, body)
+    return await ctx.in_worker_thread(record_result, ctx, worker, lease_id, body)
 
 
 @router.post("/leases/{lease_id}/release", status_code=204, responses=_HELD)
