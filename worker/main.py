@@ -210,7 +210,9 @@ class Worker:
         mismatch = hash_mismatch(claim)
         if mismatch is not None:
             log.error("experiment %s: %s; not running it", experiment_id, mismatch)
-            self.release(lease_id, "train.py content hash mismatch")
+            # Counted: were the server to send a corrupt train.py every time, the experiment ends
+            # as an infrastructure failure after MAX_ATTEMPTS instead of going round the fleet.
+            self.release(lease_id, "train.py content hash mismatch", count_attempt=True)
             return
         candidate = self.work_root / "train.py"
         candidate.write_text(train_py)
