@@ -3,12 +3,19 @@
 Every method returns the decoded JSON answer documented in docs/api.md and raises `ApiError`
 (with the problem+json body) on an error status. Transport errors are httpx's own
 (`httpx.TransportError`), so callers can tell "the server said no" from "no answer".
+
+With `retry_for_s`, a client rides out a server restart or a database outage: for that long it
+retries what cannot have been done twice. That is a request that never reached the server (a
+connection refused), a `503` (the server rolled the request back), and a GET or a submission
+(sent with an Idempotency-Key) that lost its answer. Agents left running overnight want this;
+the worker keeps its own retry policy (spool and backoff) and leaves it off.
 """
 
 from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -37,7 +44,9 @@ class Client:
         token: str | None = None,
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
+        retry_for_s: float = 0.0,
     ) -> None:
+        self.retry_for_s = retry_for_s
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(
             base_url=base_url.rstrip("/") + API_PREFIX, headers=headers, timeout=timeout, transport=transport
@@ -55,7 +64,7 @@ class Client:
     def _send(self, method: str, path: str, timeout: float | None = None, **kwargs: Any) -> httpx.Response:
         if timeout is not None:
             kwargs["timeout"] = timeout
-        response = self.http.request(method, path, **kwargs)
+        response = self._request_retrying(method, path, **kwargs)
         if response.status_code >= 400:
             try:
                 problem = response.json()
@@ -65,6 +74,26 @@ class Client:
                 problem = {"title": response.reason_phrase, "detail": str(problem)[:500]}
             raise ApiError(response.status_code, problem, method, str(response.url))
         return response
+
+    def _request_retrying(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request, retried for `retry_for_s` when that is safe (see the module's docstring)."""
+        repeatable = method == "GET" or "Idempotency-Key" in kwargs.get("headers", {})
+        deadline = time.monotonic() + self.retry_for_s
+        pause = 0.25
+        while True:
+            try:
+                response = self.http.request(method, path, **kwargs)
+            except httpx.TransportError as exc:
+                retry = isinstance(exc, httpx.ConnectError) or repeatable
+                if not retry or time.monotonic() + pause > deadline:
+                    raise
+            else:
+                if response.status_code != 503 or time.monotonic() + pause > deadline:
+                    return response
+                after = response.headers.get("Retry-After", "")
+                pause = max(pause, float(after)) if after.isdigit() else pause
+            time.sleep(pause)
+            pause = min(pause * 2, 5.0)
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self._send(method, path, **kwargs).json()
@@ -92,6 +121,8 @@ class Client:
             "base": base,
             "hypothesis": hypothesis,
         }
+        if idempotency_key is None and self.retry_for_s:
+            idempotency_key = str(uuid.uuid4())  # a retried submission is stored once
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         response = self._send(
             "POST", "/experiments", json={k: v for k, v in body.items() if v is not None}, headers=headers

@@ -110,9 +110,9 @@ class Live:
 
 
 @contextmanager
-def serve(app: FastAPI) -> Iterator[str]:
-    """Run `app` with uvicorn in a thread on a free port; yield its URL."""
-    port = free_port()
+def serve(app: FastAPI, port: int | None = None) -> Iterator[str]:
+    """Run `app` with uvicorn in a thread (on a free port unless given); yield its URL."""
+    port = port or free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import psycopg
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
-from client import ApiError
+from client import ApiError, Client
 from server.core.pg_scratch import new_database
 from server.crud import tsv
 from server.models import Experiment
@@ -212,7 +213,8 @@ def test_a_database_outage_answers_503_problems_and_the_server_recovers(live_fac
 
     assert submit("before").status_code == 201  # the token is cached and the pool is warm
     admin_url = make_url(postgres_url).set(drivername="postgresql").render_as_string(hide_password=False)
-    with psycopg.connect(admin_url) as admin:
+    patient = Client(live.url, agent, retry_for_s=60)  # an SDK client that rides out the outage
+    with psycopg.connect(admin_url) as admin, ThreadPoolExecutor(1) as pool:
         admin.autocommit = True
         admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
         admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
@@ -221,9 +223,14 @@ def test_a_database_outage_answers_503_problems_and_the_server_recovers(live_fac
             assert answer.headers["content-type"] == "application/problem+json"
             assert answer.headers["retry-after"] == "1"
             assert answer.json()["type"].endswith("/database-unavailable")
+        retried = pool.submit(patient.submit, "retried", train_py=source + "\n# retried\n")
+        time.sleep(1.5)  # it meets 503s meanwhile
+        assert not retried.done()
         admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        assert retried.result(timeout=60)["status"] == "queued"
     assert httpx.get(f"{live.url}/api/v1/experiments/1", timeout=30).status_code == 200
     assert submit("after").status_code == 201
     with live.ctx.db.read() as session:
-        descriptions = set(session.scalars(select(Experiment.description)))
-    assert {"before", "after"} <= descriptions and "during" not in descriptions
+        descriptions = list(session.scalars(select(Experiment.description)))
+    assert {"before", "after"} <= set(descriptions) and "during" not in descriptions
+    assert descriptions.count("retried") == 1
