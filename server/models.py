@@ -114,7 +114,8 @@ class Experiment(Base):
         Index("ix_experiments_base", "base_commit", "id"),
         Index("ix_experiments_blob", "train_py_blob"),
         Index("ix_experiments_bpb", "val_bpb"),
-        Index("ix_experiments_commit", "commit_sha", "id"),  # by_commit: the oldest of a commit
+        # by_commit and measured_bpb: the oldest experiment of a commit, one index lookup.
+        Index("ix_experiments_commit", "commit_sha", "id"),
         # GET /experiments?status=... pages newest first.
         Index("ix_experiments_status_id", "status", "id"),
         # Per-agent standings read only this index (no table lookups) over all experiments.

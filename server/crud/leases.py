@@ -93,6 +93,7 @@ _CLAIM = _claim_statement(gated=False)
 _CLAIM_GATED = _claim_statement(gated=True)
 _INSERT_LEASE = insert(LEASES)
 _LOCK_LEASE = select(LEASES).where(LEASES.c.id == bindparam("lease_id")).with_for_update()
+_UPDATE_LEASE = update(LEASES).where(LEASES.c.id == bindparam("lease_id"))
 
 
 def _gate(ctx: AppContext, session: Session) -> int | None:
@@ -178,7 +179,8 @@ def locked_lease(ctx: AppContext, session: Session, principal: Principal, lease_
 
 
 def set_lease(session: Session, lease_id: str, **values: object) -> None:
-    session.connection().execute(update(LEASES).where(LEASES.c.id == lease_id).values(**values))
+    """Change the lease's columns named in `values` (the parameters make the SET clause)."""
+    session.connection().execute(_UPDATE_LEASE, {"lease_id": lease_id, **values})
 
 
 def require_held(ctx: AppContext, session: Session, lease: Row[Any]) -> None:

@@ -17,6 +17,8 @@ from server.schemas import ResultIn, ResultOutcome
 RESULT_COLUMNS = frozenset(RESULTS.columns.keys())
 _INSERT_RESULT = insert(RESULTS)
 _LOCK_EXPERIMENT = select(EXPERIMENTS).where(EXPERIMENTS.c.id == bindparam("id")).with_for_update()
+# The SET clause comes from the parameters: the columns the result and its decision change.
+_UPDATE_EXPERIMENT = update(EXPERIMENTS).where(EXPERIMENTS.c.id == bindparam("experiment_id"))
 
 
 def _already_recorded(session: Session, lease_id: str, result_id: str) -> ResultOutcome | None:
@@ -85,7 +87,7 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
             changes["decision_reason"] = "cancelled while running; its result is recorded but not compared"
         else:
             changes |= decide(ctx, tx, experiment, measured)
-        connection.execute(update(EXPERIMENTS).where(EXPERIMENTS.c.id == experiment.id).values(**changes))
+        connection.execute(_UPDATE_EXPERIMENT, {"experiment_id": experiment.id, **changes})
         return ResultOutcome(
             experiment_id=experiment.id,
             decision=changes.get("decision"),  # type: ignore[arg-type]
