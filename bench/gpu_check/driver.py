@@ -22,12 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,8 @@ from bench.gpu_check.layout import MANIFEST, REPO, kit_env, pin_corpus_mtimes
 TOTAL_S = {"gpu": 450.0, "cpu": 900.0}
 # Seconds a stopped step gets to end its children before it is killed.
 STOP_GRACE_S = 15.0
+# Lines of a step's output kept in the report when it ends without reporting a section.
+TAIL_LINES = 30
 # The --cpu dry run: a few seconds of training and small score batches (the logits of one row
 # of the gpu-check shape are 64 MiB), so that it passes in a few minutes on 2 cores.
 CPU_ENV = {"TIME_BUDGET": "6", "EVAL_BATCH_ROWS": "4"}
@@ -85,9 +89,11 @@ class Report:
         os.replace(tmp, self.path)
 
 
-def stream(pipe: Any, prefix: str) -> None:
+def stream(pipe: Any, prefix: str, tail: deque[str]) -> None:
+    """Echo a step's output into the log, keeping its last lines for the report."""
     for line in pipe:
         print(f"[{prefix}] {line}", end="", flush=True)
+        tail.append(line)
 
 
 def run_step(step: Step, mode: str, env: dict[str, str], work: Path, limit: float) -> dict[str, Any]:
@@ -112,7 +118,8 @@ def run_step(step: Step, mode: str, env: dict[str, str], work: Path, limit: floa
         text=True,
         start_new_session=True,  # its own process group: a stop reaches the server and worker too
     )
-    reader = threading.Thread(target=stream, args=(process.stdout, step.module), daemon=True)
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
+    reader = threading.Thread(target=stream, args=(process.stdout, step.module, tail), daemon=True)
     reader.start()
     timed_out = False
     try:
@@ -137,7 +144,8 @@ def run_step(step: Step, mode: str, env: dict[str, str], work: Path, limit: floa
         section = sections.setdefault(name, {})
         if "status" not in section:
             section["status"] = "timed_out" if timed_out else "failed"
-            section.setdefault("error", f"the step's process ended with exit code {process.returncode}")
+            ended = f"the step's process ended with exit code {process.returncode}; its last output:\n"
+            section.setdefault("error", ended + "".join(tail))
     return {"sections": sections, "run": run}
 
 
@@ -183,32 +191,42 @@ def main() -> None:
     if report.data["kit"] is None:
         print(f"no kit at {MANIFEST.parent}: run `make gpu-kit` here and carry it", flush=True)
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
-    facts, env = setup(args.mode, work)
+    try:
+        run_all(args.mode, report, work, deadline)
+    finally:
+        if args.mode == "cpu":  # on the GPU machine the .pth names it; the machine goes back anyway
+            shutil.rmtree(work, ignore_errors=True)
+    report.data["seconds"] = round(time.monotonic() - started, 1)
+    report.data["summary"] = summary_lines(report.data)
+    report.write()
+    print(f"== summary ({report.data['seconds']:.0f} s; {report.path})", flush=True)
+    for line in report.data["summary"]:
+        print(line, flush=True)
+    failed = [name for name, section in report.data["steps"].items() if section.get("status") != "ok"]
+    sys.exit(1 if failed else 0)
+
+
+def run_all(mode: str, report: Report, work: Path, deadline: float) -> None:
+    """The setup, then every step that the time left allows."""
+    started = time.monotonic()
+    facts, env = setup(mode, work)
     report.data["setup"] = {**facts, "seconds": round(time.monotonic() - started, 1)}
     report.write()
     print(f"setup: {json.dumps(report.data['setup'], default=str)}", flush=True)
     for step in STEPS:
         left = deadline - time.monotonic()
-        limit = min(step.cap_s, left) if args.mode == "gpu" else left
+        limit = min(step.cap_s, left) if mode == "gpu" else left
         if limit < step.min_s:
-            reason = f"{left:.0f} s left of the check's {TOTAL_S[args.mode]:.0f} s; it needs {step.min_s:.0f}"
+            reason = f"{left:.0f} s left of the check's {TOTAL_S[mode]:.0f} s; it needs {step.min_s:.0f}"
             for name in step.sections:
                 report.data["steps"][name] = {"status": "skipped", "error": reason}
             report.write()
             continue
         print(f"== {step.module}: {', '.join(step.sections)} (at most {limit:.0f} s)", flush=True)
-        outcome = run_step(step, args.mode, env, work, limit)
+        outcome = run_step(step, mode, env, work, limit)
         report.data["steps"].update(outcome["sections"])
         report.data["runs"][step.module] = outcome["run"]
         report.write()
-    report.data["seconds"] = round(time.monotonic() - started, 1)
-    report.data["summary"] = summary_lines(report.data)
-    report.write()
-    print("== summary (" + f"{report.data['seconds']:.0f} s; {report.path})", flush=True)
-    for line in report.data["summary"]:
-        print(line, flush=True)
-    failed = [name for name, section in report.data["steps"].items() if section.get("status") != "ok"]
-    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

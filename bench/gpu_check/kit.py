@@ -320,6 +320,16 @@ def tree_bytes() -> int:
     return sum(path.stat().st_size for path in paths if path.is_file() and not path.is_symlink())
 
 
+def git_commit() -> str:
+    """The commit the kit was built from, marked when the working tree had changes."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout
+
+    changed = " with uncommitted changes" if git("status", "--porcelain") else ""
+    return git("rev-parse", "HEAD").strip() + changed
+
+
 def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
 
@@ -339,6 +349,7 @@ def build() -> dict[str, Any]:
         kit_size, tree_size = folder_bytes(KIT), tree_bytes()
         record = {
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "commit": git_commit(),
             "wheels": wanted,
             "wheel_files": sorted(p.name for p in WHEELS.glob("*.whl")),
             "debs": sorted(p.name for p in DEBS.glob("*.deb")),

@@ -29,7 +29,7 @@ from typing import Any
 
 from bench.gpu_check.baseline import candidate_source
 from bench.gpu_check.results import Results, run_step
-from bench.worker_idle import H100_BUDGET, TARGET_IDLE, TARGET_PICKUP_S, Cycle, timings, variant
+from bench.worker_idle import H100_BUDGET, TARGET_IDLE, TARGET_PICKUP_S, Cycle, submit_when_idle, timings
 from harness.config import HarnessSettings, load_settings
 from harness.prepare import prepare
 from harness.prepared import prepared_paths, read_manifest
@@ -89,22 +89,15 @@ def start_worker(project: Project, mode: str, log: Path) -> WorkerProcess:
 
 
 def measure(results: Results, project: Project, worker: WorkerProcess, log: Path, baseline: str) -> None:
-    first = wait_until(lambda: timings(log).get(1), WAIT_S, "the baseline run (experiment 1)")
-    decided = project.final(1, timeout=WAIT_S)
-    results.update(SECTION, experiment_1={**run_figures(first), "decision": decided["status"]})
-    worker.wait_for_log("idle: waiting for queued experiments", timeout=WAIT_S)
-    time.sleep(1.0)  # well inside the long poll
-
-    with project.agent() as agent:
-        submitted = time.time()
-        pickup_id = agent.submit("gpu-check: pickup", train_py=variant(baseline, 1))["id"]
-        answered = time.time()
-        queued_id = agent.submit("gpu-check: queued behind it", train_py=variant(baseline, 2))["id"]
+    pickup = submit_when_idle(project, worker, log, baseline, queued=1, timeout=WAIT_S)
+    decision = project.experiment(1)["status"]
+    results.update(SECTION, experiment_1={**run_figures(timings(log)[1]), "decision": decision})
+    pickup_id, (queued_id,), submitted = pickup.pickup_id, pickup.queued_ids, pickup.submitted_at
     claimed = wait_until(lambda: timings(log).get(pickup_id), WAIT_S, "the pickup experiment")
     results.update(
         SECTION,
         pickup_ms=round(1e3 * (claimed["claimed_at"] - submitted), 1),
-        submit_answer_ms=round(1e3 * (answered - submitted), 1),
+        submit_answer_ms=round(1e3 * (pickup.answered_at - submitted), 1),
         pickup_target_ms=1e3 * TARGET_PICKUP_S,
         experiment_2=run_figures(claimed),
     )
