@@ -30,11 +30,12 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.gpu_check.environment import install_wheels, link_site, provide_bwrap
+from bench.gpu_check.environment import TOOLS, install_wheels, link_site, provide
 from bench.gpu_check.layout import MANIFEST, REPO, kit_env, pin_corpus_mtimes
 
 # The whole check, setup included, in seconds: under the 8 minutes the issue allows one call,
@@ -149,18 +150,28 @@ def run_step(step: Step, mode: str, env: dict[str, str], work: Path, limit: floa
     return {"sections": sections, "run": run}
 
 
+def attempt(part: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """One part of the setup; its failure is recorded and the steps run all the same (each then
+    reports what the missing part broke)."""
+    try:
+        return part()
+    except Exception as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+
 def setup(mode: str, work: Path) -> tuple[dict[str, Any], dict[str, str]]:
     """Install the kit's wheels, provide bwrap, pin the corpus times; the facts and the steps' env."""
     facts: dict[str, Any] = {"python": sys.executable, "work": str(work)}
     site = work / "site"
-    facts["wheels"] = install_wheels(site, dry_run=mode == "cpu")
+    facts["wheels"] = attempt(lambda: install_wheels(site, dry_run=mode == "cpu"))
     if mode == "gpu":
-        facts["site"] = link_site(site)
-    facts["bwrap"] = provide_bwrap(work, force_kit=mode == "cpu")
-    pin_corpus_mtimes()
+        facts["site"] = attempt(lambda: link_site(site))
+    for tool in TOOLS:
+        facts[tool.name] = attempt(lambda tool=tool: provide(tool, work, force_kit=mode == "cpu"))
+    facts["corpus_files_pinned"] = attempt(lambda: {"files": pin_corpus_mtimes()})
     env = {**os.environ, **kit_env(), "PYTHONUNBUFFERED": "1"}
-    if "bin_dir" in facts["bwrap"]:
-        env["PATH"] = f"{facts['bwrap']['bin_dir']}{os.pathsep}{env.get('PATH', '')}"
+    if any("bin_dir" in facts[tool.name] for tool in TOOLS):
+        env["PATH"] = f"{work / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     if mode == "gpu":
         env["GPU_CHECK_SITE"] = str(site)
     else:

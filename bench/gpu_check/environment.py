@@ -9,9 +9,9 @@ Standard library only (it runs before the carried wheels are importable).
 - Wheels (--cpu dry run here): installed for CPython 3.12 manylinux into a scratch folder, which
   checks that each wheel fits the GPU machine's interpreter and platform; this machine's own
   virtualenv then runs the steps.
-- bubblewrap: the system's when there is one (and --cpu is not given); else the kit's .deb files
-  unpacked into a private folder (a .deb is an `ar` archive holding data.tar.*), run through a
-  wrapper that adds the kit's libcap, libselinux and libpcre2 only when the system lacks them
+- bubblewrap and git (TOOLS): the system's when there is one (and --cpu is not given); else the
+  kit's .deb files unpacked into a private folder (a .deb is an `ar` archive holding data.tar.*),
+  run through a wrapper script that adds the kit's libraries only when the system lacks them
   (always with --cpu, so that the dry run exercises that path).
 """
 
@@ -24,6 +24,7 @@ import sys
 import sysconfig
 import tarfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,39 +97,66 @@ def extract_deb(deb: Path, dest: Path) -> None:
 
 def missing_libraries(binary: Path) -> list[str]:
     """Shared libraries `binary` needs that the dynamic linker cannot find here (by ldd)."""
-    done = run(["ldd", str(binary)], timeout=30)
+    try:
+        done = run(["ldd", str(binary)], timeout=30)
+    except OSError as exc:  # no ldd: say so, and the kit's libraries are used
+        return [f"unknown: ldd did not run ({exc})"]
     return [line.split()[0] for line in done.stdout.splitlines() if "not found" in line]
 
 
-def provide_bwrap(work: Path, force_kit: bool) -> dict[str, Any]:
-    """A `bwrap` to use: the system's, or the kit's behind a wrapper in `bin_dir`; what was done."""
-    system = shutil.which("bwrap")
+@dataclass(frozen=True)
+class Tool:
+    """A program the check needs that the GPU machine may lack, carried as Debian packages."""
+
+    name: str
+    packages: tuple[str, ...]  # the .deb files it needs, by package name
+    binary: str  # its path in the unpacked packages
+    env: tuple[tuple[str, str], ...] = ()  # variables pointing it at its own files (paths in the root)
+
+
+# bubblewrap: the sandbox. git: the server's research repository (GitPython runs the git binary).
+# Their libraries beyond libc travel too and are used only where the system lacks them (ldd).
+TOOLS = (
+    Tool("bwrap", ("bubblewrap", "libcap2", "libselinux1", "libpcre2-8-0"), "usr/bin/bwrap"),
+    Tool(
+        "git",
+        ("git", "zlib1g", "libpcre2-8-0"),
+        "usr/bin/git",
+        (("GIT_EXEC_PATH", "usr/lib/git-core"), ("GIT_TEMPLATE_DIR", "usr/share/git-core/templates")),
+    ),
+)
+LIBRARY_DIRS = ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu")
+
+
+def provide(tool: Tool, work: Path, force_kit: bool) -> dict[str, Any]:
+    """The system's `tool`, or the kit's unpacked behind a wrapper script in `bin_dir` (to put first
+    on the steps' PATH); what was done. `force_kit` uses the kit's copy and libraries regardless."""
+    system = shutil.which(tool.name)
     if system and not force_kit:
         return {"source": "system", "path": system, "version": run([system, "--version"]).stdout.strip()}
-    root, bin_dir = work / "bwrap-root", work / "bin"
+    root, bin_dir = work / f"{tool.name}-root", work / "bin"
     shutil.rmtree(root, ignore_errors=True)
-    debs = sorted(DEBS.glob("*.deb"))
-    if not debs:
-        return {"source": "none", "error": f"no bwrap on this machine and no .deb files in {DEBS}"}
+    debs = [deb for name in tool.packages for deb in sorted(DEBS.glob(f"{name}_*.deb"))]
+    if len(debs) < len(tool.packages):
+        return {"source": "none", "error": f"no {tool.name} here and not all of {tool.packages} in {DEBS}"}
     for deb in debs:
         extract_deb(deb, root)
-    binary = root / "usr" / "bin" / "bwrap"
+    binary = root / tool.binary
     missing = missing_libraries(binary)
-    lib_dirs = [
-        str(p) for p in (root / "usr" / "lib" / "x86_64-linux-gnu", root / "lib" / "x86_64-linux-gnu")
-    ]
     use_kit_libs = force_kit or bool(missing)
+    settings = [f"{key}={root / value}" for key, value in tool.env]
+    if use_kit_libs:
+        settings.append(f"LD_LIBRARY_PATH={':'.join(str(root / d) for d in LIBRARY_DIRS)}")
     bin_dir.mkdir(parents=True, exist_ok=True)
-    wrapper = bin_dir / "bwrap"
-    # LD_LIBRARY_PATH is set for bwrap alone; the runner clears the sandboxed process's environment.
-    prefix = f"LD_LIBRARY_PATH={':'.join(lib_dirs)} " if use_kit_libs else ""
-    wrapper.write_text(f'#!/bin/sh\n{prefix}exec {binary} "$@"\n')
+    wrapper = bin_dir / tool.name
+    # The variables are set for the tool alone (the runner clears a sandboxed process's environment).
+    wrapper.write_text(f'#!/bin/sh\n{" ".join(settings)} exec {binary} "$@"\n')
     wrapper.chmod(0o755)
     version = run([str(wrapper), "--version"], timeout=30)
     return {
         "source": "kit",
         "path": str(wrapper),
-        "bin_dir": str(bin_dir),  # to put first on the steps' PATH
+        "bin_dir": str(bin_dir),
         "debs": [p.name for p in debs],
         "libraries_missing_here": missing,
         "kit_libraries": use_kit_libs,

@@ -10,8 +10,8 @@ The kit (ignored, under var/) holds:
   CLI need beyond the GPU image's own big ones (IMAGE_PROVIDED), at the versions pinned in
   requirements.txt: the runtime imports of our code (found by reading it) and their requirements,
   evaluated for that machine;
-- debs/: bubblewrap and the libraries it links (for a machine without them), unpacked there
-  without installing anything;
+- debs/: bubblewrap and git and the libraries they link (for a machine without them), unpacked
+  there without installing anything;
 - corpus/ and data/: the built-in corpus of this machine (its Python standard library) as a
   `local` source, prepared for the `gpu-check` preset. A `local` source, not `builtin`: the built-in
   corpus depends on the Python version, and the GPU machine's differs, so there `prepare` would
@@ -43,6 +43,7 @@ from filelock import FileLock
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from bench.gpu_check.environment import TOOLS
 from bench.gpu_check.layout import (
     CORPUS,
     DATA,
@@ -98,9 +99,8 @@ PLATFORMS = (
     "manylinux2014_x86_64",
     "manylinux1_x86_64",
 )
-# bubblewrap and the shared libraries it links (ldd /usr/bin/bwrap): libc is everywhere; the others
-# may be missing on an unknown distribution, so they travel too and are used only when missing.
-DEB_PACKAGES = ("bubblewrap", "libcap2", "libselinux1", "libpcre2-8-0")
+# The programs the GPU machine may lack (bubblewrap, git) and the libraries they link beyond libc.
+DEB_PACKAGES = tuple(sorted({name for tool in TOOLS for name in tool.packages}))
 
 
 class KitError(RuntimeError):
@@ -238,7 +238,7 @@ def check_wheels(wanted: dict[str, str], folder: Path = WHEELS) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# bubblewrap
+# Programs (bubblewrap, git)
 
 
 def apt_download() -> None:

@@ -38,8 +38,9 @@ def kit_env() -> dict[str, str]:
     }
 
 
-def pin_corpus_mtimes() -> None:
-    """Give every corpus file the kit's fixed modification time (see CORPUS_MTIME_NS)."""
-    for path in CORPUS.rglob("*"):
-        if path.is_file():
-            os.utime(path, ns=(CORPUS_MTIME_NS, CORPUS_MTIME_NS))
+def pin_corpus_mtimes() -> int:
+    """Give every corpus file the kit's fixed modification time (see CORPUS_MTIME_NS); how many."""
+    files = [path for path in CORPUS.rglob("*") if path.is_file()]
+    for path in files:
+        os.utime(path, ns=(CORPUS_MTIME_NS, CORPUS_MTIME_NS))
+    return len(files)

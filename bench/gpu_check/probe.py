@@ -44,13 +44,12 @@ def gpu_facts() -> dict[str, Any]:
             multiprocessors=properties.multi_processor_count,
             bf16_supported=torch.cuda.is_bf16_supported(),
         )
-        smi = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version,name,clocks.max.sm", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        facts["nvidia_smi"] = smi.stdout.strip() or smi.stderr.strip()
+        query = ["nvidia-smi", "--query-gpu=driver_version,name,clocks.max.sm", "--format=csv,noheader"]
+        try:
+            smi = subprocess.run(query, capture_output=True, text=True, timeout=60, check=False)
+            facts["nvidia_smi"] = smi.stdout.strip() or smi.stderr.strip()
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            facts["nvidia_smi"] = f"did not run: {exc}"
     return facts
 
 
@@ -130,7 +129,10 @@ def sandbox_cuda(mode: str) -> dict[str, Any]:
 
 
 def linker_facts() -> dict[str, Any]:
-    cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
+    try:
+        cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
+    except OSError as exc:
+        cache = f"ldconfig did not run: {exc}"
     return {
         "LD_LIBRARY_PATH": os.environ.get("LD_LIBRARY_PATH"),
         "libcuda_in_linker_cache": [line.strip() for line in cache.splitlines() if "libcuda.so" in line],

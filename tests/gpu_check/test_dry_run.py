@@ -1,10 +1,10 @@
 """`bench/gpu_check.sh --cpu`: the GPU check's steps, run end to end on this machine's CPU.
 
 What the GPU machine will run, minus CUDA: the kit's wheels installed for CPython 3.12 (into a
-scratch folder), the kit's bubblewrap unpacked and run with its own libraries, the kit's data,
-the sandboxed baseline, the logits hand-over (the IPC consumer started and fed in and out of the
-sandbox), the loader timer, and a real server and worker. Also how a step stopped at its time
-limit keeps its figures and leaves no process behind.
+scratch folder), the kit's bubblewrap and git unpacked and run with their own libraries, the
+kit's data, the sandboxed baseline, the logits hand-over (the IPC consumer started and fed in and
+out of the sandbox), the loader timer, and a real server and worker. Also how a step stopped at
+its time limit keeps its figures and leaves no process behind.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def test_the_cpu_dry_run_passes_every_step(built_kit: dict[str, object], tmp_pat
         "3_logits_handover": "ok",
         "4_loader_wait": "ok",
     }
-    assert report["setup"]["wheels"]["ok"] and report["setup"]["bwrap"]["kit_libraries"]
+    setup = report["setup"]
+    assert setup["wheels"]["ok"] and setup["bwrap"]["kit_libraries"] and setup["git"]["kit_libraries"]
     assert steps["0_environment"]["harness_id_matches_kit"]
     baseline = steps["1_sandboxed_baseline"]
     assert baseline["sandbox"] and math.isfinite(baseline["val_bpb"]) and baseline["val_bpb"] > 0

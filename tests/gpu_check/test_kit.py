@@ -20,7 +20,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from bench.gpu_check import kit
-from bench.gpu_check.environment import provide_bwrap
+from bench.gpu_check.environment import TOOLS, provide
 from bench.gpu_check.layout import CORPUS, KIT, REPO, WHEELS, pin_corpus_mtimes
 from bench.gpu_check.through_server import data_state
 from harness.runner.sandbox import system_args
@@ -95,15 +95,38 @@ def test_the_completeness_check_names_a_missing_dependency(
     assert any(p.startswith("fastapi needs starlette") for p in problems)
 
 
+def kit_tool(name: str, work: Path) -> str:
+    """The kit's copy of a program, unpacked as the GPU check does, with the kit's libraries."""
+    (tool,) = [tool for tool in TOOLS if tool.name == name]
+    facts = provide(tool, work, force_kit=True)
+    assert facts["source"] == "kit" and facts["kit_libraries"] and facts["runs"], facts
+    return str(facts["path"])
+
+
 def test_the_kit_bubblewrap_makes_a_sandbox_with_its_own_libraries(
     built_kit: dict[str, object], tmp_path: Path
 ) -> None:
-    facts = provide_bwrap(tmp_path, force_kit=True)
-    assert facts["source"] == "kit" and facts["kit_libraries"] and facts["runs"], facts
-    probe = [str(facts["path"]), "--unshare-all", "--unshare-user", "--die-with-parent", *system_args()]
+    bwrap = kit_tool("bwrap", tmp_path)
+    probe = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", *system_args()]
     done = subprocess.run([*probe, "cat", "/proc/self/status"], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "NSpid" in done.stdout
+
+
+def test_the_kit_git_keeps_a_repository_with_its_own_files(
+    built_kit: dict[str, object], tmp_path: Path
+) -> None:
+    git = kit_tool("git", tmp_path / "tool")
+
+    def run(*args: str, stdin: str = "") -> str:
+        done = subprocess.run([git, *args], input=stdin, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    repo = tmp_path / "research.git"
+    assert "warning" not in run("init", "--bare", "--initial-branch=best", str(repo))  # templates found
+    blob = run("-C", str(repo), "hash-object", "-w", "--stdin", stdin="print('hello')\n").strip()
+    assert run("-C", str(repo), "cat-file", "-p", blob) == "print('hello')\n"
 
 
 @pytest.fixture()
