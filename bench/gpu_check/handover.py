@@ -10,7 +10,8 @@ computes the loss. For the h100 preset (10240 rows of 2048 x 8192 float32 logits
 - `host_shared_memory`: that path, leg by leg, in one process (the legs are the same copies);
 - `page_locked_direct`: a fix that keeps the design: the mapping registered as page-locked memory
   (cudaHostRegister, in each process in the real thing) and copied straight back to the GPU,
-  without the private copy (the GPU copy is then the scorer's snapshot);
+  without the private copy (the GPU copy is then the scorer's snapshot; the --cpu dry run runs
+  it without page-locking);
 - CUDA IPC (the runner point that ended blocked): the logits stay on the GPU, and a consumer
   process (bench/gpu_check/ipc_consumer.py, standing in for the scorer) opens them through
   torch.multiprocessing's CUDA IPC. Per batch the producer refills the tensor and the consumer
@@ -64,8 +65,9 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def timed_legs(device: str, shape: tuple[int, int, int], page_locked: bool) -> dict[str, Any]:
-    """Per-batch milliseconds of each copy of the host path, median of REPEATS (see the docstring)."""
+def timed_legs(device: str, shape: tuple[int, int, int], direct: bool) -> dict[str, Any]:
+    """Per-batch milliseconds of each copy of the host path, median of REPEATS (see the docstring).
+    `direct`: no private copy, and on CUDA the mapping is page-locked."""
     import numpy as np
     import torch
 
@@ -74,7 +76,7 @@ def timed_legs(device: str, shape: tuple[int, int, int], page_locked: bool) -> d
     os.ftruncate(fd, nbytes)
     mapping = mmap.mmap(fd, nbytes)
     shared = torch.from_numpy(np.frombuffer(mapping, dtype=np.float32).reshape(shape))
-    registered = False
+    registered, page_locked = False, direct and device == "cuda"
     try:
         if page_locked:
             code = torch.cuda.cudart().cudaHostRegister(shared.data_ptr(), nbytes, 0)
@@ -90,7 +92,7 @@ def timed_legs(device: str, shape: tuple[int, int, int], page_locked: bool) -> d
             shared.copy_(logits)  # the model process
             synchronize(device)
             copied = time.perf_counter()
-            source = shared if page_locked else torch.from_numpy(shared.numpy().copy())  # the scorer
+            source = shared if direct else torch.from_numpy(shared.numpy().copy())  # the scorer
             private = time.perf_counter()
             back = source.to(device, non_blocking=page_locked)
             synchronize(device)
@@ -105,17 +107,16 @@ def timed_legs(device: str, shape: tuple[int, int, int], page_locked: bool) -> d
         figures.update(
             batch_bytes=nbytes,
             per_batch_s=round(total, 4),
-            gb_per_s_each_way=round(2 * nbytes / total / 1e9, 2),
+            copy_gb_per_s=round(2 * nbytes / total / 1e9, 2),  # the batch crosses twice
             h100_eval_seconds=round(total / shape[0] * h100_shape()[0], 1),
             identical=exact,
+            page_locked=page_locked,
         )
         return figures
     finally:
         if registered:
             torch.cuda.cudart().cudaHostUnregister(shared.data_ptr())
-        del shared
-        mapping.close()
-        os.close(fd)
+        os.close(fd)  # the mapping goes with the last tensor on it
 
 
 class Channel:
@@ -261,25 +262,20 @@ def body(results: Results, mode: str) -> None:
         h100_eval_rows=rows,
         headline=("host_per_batch_s", "page_locked_per_batch_s", "h100_eval_s_host", "ipc_in_sandbox"),
     )
-    host = timed_legs(device, shape, page_locked=False)
+    host = timed_legs(device, shape, direct=False)
     results.update(SECTION, host_shared_memory=host, host_per_batch_s=host.get("per_batch_s"))
     results.update(SECTION, h100_eval_s_host=host.get("h100_eval_seconds"))
-    if device == "cuda":
-        locked = timed_legs(device, shape, page_locked=True)
-        results.update(SECTION, page_locked_direct=locked, page_locked_per_batch_s=locked.get("per_batch_s"))
-    else:
-        results.update(SECTION, page_locked_direct={"skipped": "CUDA only"})
+    locked = timed_legs(device, shape, direct=True)  # page-locked on CUDA only
+    results.update(SECTION, page_locked_direct=locked, page_locked_per_batch_s=locked.get("per_batch_s"))
     ipc_probes(results, device, shape)
     section = results.sections[SECTION]
     results.update(SECTION, ipc_in_sandbox=section["ipc_sandbox"].get("works"))
     # On the GPU every path's outcome is a finding (an IPC variant that fails says why); the step
     # fails only when the host path could not be measured. The dry run must also get the consumer
     # started and fed, outside and inside the sandbox.
-    needed = (
-        ["host_shared_memory"]
-        if device == "cuda"
-        else ["host_shared_memory", "ipc_unsandboxed", "ipc_sandbox"]
-    )
+    needed = ["host_shared_memory"]
+    if device == "cpu":
+        needed += ["page_locked_direct", "ipc_unsandboxed", "ipc_sandbox"]
     errors = [f"{name}: {section[name]['error']}" for name in needed if section[name].get("error")]
     results.update(SECTION, status="failed" if errors else "ok", error="; ".join(errors) or None)
 
