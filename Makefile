@@ -6,7 +6,7 @@ PRESET ?= cpu
 WORKERS ?= 1
 GPU ?=
 
-.PHONY: run test lint bench
+.PHONY: run test lint bench gpu-kit
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -27,3 +27,8 @@ test: $(STAMP) lint
 
 bench: $(STAMP)
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# The GPU check's kit (var/gpu-kit, ignored): wheels, bubblewrap and prepared data for the lent GPU
+# machine (docs/benchmarks.md, "GPU check"). Needs PyPI and the Debian mirror.
+gpu-kit: $(STAMP)
+	$(PY) -m bench.gpu_check.kit

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))  # the process helpers of the worker tests
 
 from harness.config import PRESETS, load_settings  # noqa: E402
 from harness.prepare import prepare  # noqa: E402
-from tests.worker.processes import Project, init_project, serve, wait_until  # noqa: E402
+from tests.worker.processes import Project, WorkerProcess, init_project, serve, wait_until  # noqa: E402
 
 BASELINE = ROOT / "harness" / "baseline" / "train.py"
 CONSTANT = "MATRIX_LR = 0.04"  # the baseline line the experiments vary, as an agent would
@@ -73,24 +73,38 @@ def healthz_round_trip(url: str, n: int = 20) -> float:
     return statistics.median(samples)
 
 
-def measure(project: Project, experiments: int, timeout: float) -> None:
-    baseline = BASELINE.read_text()
-    log = project.tmp / "timings.jsonl"
-    worker = project.worker("bench", "--timings", str(log))
-    # The baseline (experiment 1, queued by init) runs first; then the worker idles.
+@dataclass(frozen=True)
+class Pickup:
+    """The experiment submitted to an idle worker, and those queued right behind it."""
+
+    submitted_at: float  # when its submit was sent
+    answered_at: float  # when the submit was answered
+    pickup_id: int
+    queued_ids: list[int]
+
+
+def submit_when_idle(
+    project: Project, worker: WorkerProcess, log: Path, baseline: str, queued: int, timeout: float
+) -> Pickup:
+    """Let the baseline (experiment 1, queued by init) finish and the worker go idle in its long
+    poll; then submit one variant of `baseline` and queue `queued` more behind it."""
     wait_until(lambda: 1 in timings(log), timeout, "the baseline run")
     project.final(1, timeout=timeout)
     worker.wait_for_log("idle: waiting for queued experiments", timeout=timeout)
     time.sleep(1.0)  # well inside the long poll
-
     with project.agent() as agent:
         submitted_at = time.time()
         pickup_id = agent.submit("pickup", train_py=variant(baseline, 1))["id"]
         answered_at = time.time()
-        ids = [
-            agent.submit(f"queued {k}", train_py=variant(baseline, k))["id"]
-            for k in range(2, experiments + 2)
-        ]
+        ids = [agent.submit(f"queued {k}", train_py=variant(baseline, k))["id"] for k in range(2, queued + 2)]
+    return Pickup(submitted_at, answered_at, pickup_id, ids)
+
+
+def measure(project: Project, experiments: int, timeout: float) -> None:
+    log = project.tmp / "timings.jsonl"
+    worker = project.worker("bench", "--timings", str(log))
+    pickup = submit_when_idle(project, worker, log, BASELINE.read_text(), experiments, timeout)
+    pickup_id, ids, sent = pickup.pickup_id, pickup.queued_ids, pickup.submitted_at
     claimed = wait_until(lambda: timings(log).get(pickup_id), timeout, "the pickup experiment")["claimed_at"]
     reference = healthz_round_trip(project.url)
     for experiment_id in ids:
@@ -100,8 +114,8 @@ def measure(project: Project, experiments: int, timeout: float) -> None:
     rows = timings(log)
     order = [pickup_id, *ids]
     print(
-        f"\npickup latency: {1000 * (claimed - submitted_at):.0f} ms from sending the submit to the "
-        f"worker's claim (the submit itself answered after {1000 * (answered_at - submitted_at):.0f} ms); "
+        f"\npickup latency: {1000 * (claimed - sent):.0f} ms from sending the submit to the "
+        f"worker's claim (the submit itself answered after {1000 * (pickup.answered_at - sent):.0f} ms); "
         f"reference GET /healthz round trip {1000 * reference:.1f} ms; target < {TARGET_PICKUP_S:.0f} s"
     )
     print("\n  exp  cycle s  train s  score s  startup s  runner other s  worker s  status")

@@ -12,11 +12,13 @@ from typing import Any, Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-PresetName = Literal["h100", "cpu", "test"]
+PresetName = Literal["h100", "cpu", "test", "gpu-check"]
 DataSource = Literal["builtin", "local", "climbmix"]
 
 # Preset defaults. h100 mirrors the autoresearch project; cpu is a demo that learns something on
-# a 2-core laptop in about a minute; test runs an experiment in seconds for the test suite.
+# a 2-core laptop in about a minute; test runs an experiment in seconds for the test suite;
+# gpu-check is the h100 model and data shapes with a short budget and a small evaluation, for the
+# one-call check of the CUDA path on a lent GPU machine (bench/gpu_check.sh, docs/benchmarks.md).
 PRESETS: dict[str, dict[str, Any]] = {
     "h100": {
         "time_budget": 300.0,
@@ -51,6 +53,17 @@ PRESETS: dict[str, dict[str, Any]] = {
         "memory_limit_gb": 4.0,
         # A slice of the built-in corpus keeps `prepare` to a few seconds for the test suite.
         "corpus_max_bytes": 3_000_000,
+    },
+    "gpu-check": {
+        "time_budget": 60.0,
+        "seq_len": 2048,
+        "vocab_size": 8192,
+        # 8 rows: a few seconds to score on a GPU, and the --cpu dry run's scoring stays short.
+        "eval_tokens": 8 * 2048,
+        "eval_batch_rows": 8,
+        "compile_allowance": 120.0,
+        "train_tokens_max": 0,
+        "memory_limit_gb": 0.0,
     },
 }
 
