@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -10,7 +11,8 @@ import pytest
 
 SCRIPT = """
 import logging, sys, threading
-from worker.signals import StopControl
+from worker.signals import StopControl, block_stop_signals
+block_stop_signals()
 logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
 stop = StopControl(logging.getLogger("w"), stop_now_on_first=sys.argv[1] == "now")
 stop.install()
@@ -56,3 +58,61 @@ def test_stop_now_flag_cancels_on_first_signal() -> None:
     proc.send_signal(signal.SIGTERM)
     assert read_until(proc, "finish") == "finish True True"
     assert proc.wait(timeout=10) == 0
+
+
+def test_usr1_finishes_even_with_stop_now_and_a_later_sigterm_stops_now() -> None:
+    proc = start("now")
+    proc.send_signal(signal.SIGUSR1)
+    assert read_until(proc, "finish") == "finish False False"  # the run goes on
+    proc.send_signal(signal.SIGUSR1)  # Slurm may send it again: still only "finish"
+    proc.send_signal(signal.SIGTERM)
+    assert read_until(proc, "now") == "now True"
+    assert proc.wait(timeout=10) == 0
+
+
+CHILD = """
+import subprocess, sys, time
+from worker.signals import StopControl, block_stop_signals
+import logging
+block_stop_signals()
+stop = StopControl(logging.getLogger("w"))
+stop.install()
+# A shell that stays (it resets its signal mask), as a sandbox or train.py may start one.
+child = subprocess.Popen(["/bin/sh", "-c", "sleep 60; exit 0"])
+print(child.pid, flush=True)
+stop.finish.wait()
+print("finish", child.poll(), flush=True)
+child.kill()
+"""
+
+
+def test_processes_the_worker_starts_ignore_the_stop_signals_it_takes() -> None:
+    """As under Slurm, which signals every process of the job: only the worker reacts."""
+    proc = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline())
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+        os.kill(child, sig)
+    os.kill(proc.pid, signal.SIGUSR1)
+    assert proc.stdout.readline().strip() == "finish None"  # the worker finished; the child lives on
+    assert proc.wait(timeout=10) == 0
+
+
+LATE_BLOCK = """
+import logging, threading
+from worker.signals import StopControl, block_stop_signals
+started = threading.Event()
+threading.Thread(target=started.wait, daemon=True).start()
+block_stop_signals()
+try:
+    StopControl(logging.getLogger("w")).install()
+except RuntimeError as exc:
+    print(exc)
+started.set()
+"""
+
+
+def test_install_refuses_when_a_thread_would_drop_the_signals() -> None:
+    out = subprocess.run([sys.executable, "-c", LATE_BLOCK], capture_output=True, text=True, timeout=30)
+    assert "would drop the stop signals" in out.stdout  # names the early thread by its id
+    assert "block_stop_signals() before anything starts a thread" in out.stdout
