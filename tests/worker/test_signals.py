@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 
 import pytest
+
+from harness.runner.limits import descendants
 
 SCRIPT = """
 import logging, sys, threading
@@ -116,3 +119,34 @@ def test_install_refuses_when_a_thread_would_drop_the_signals() -> None:
     out = subprocess.run([sys.executable, "-c", LATE_BLOCK], capture_output=True, text=True, timeout=30)
     assert "would drop the stop signals" in out.stdout  # names the early thread by its id
     assert "block_stop_signals() before anything starts a thread" in out.stdout
+
+
+AS_PID_1 = """
+import logging, os, subprocess, sys
+from worker.signals import StopControl, block_stop_signals
+block_stop_signals()
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
+stop = StopControl(logging.getLogger("w"), stop_now_on_first=True)
+stop.install()
+print("pid", os.getpid(), flush=True)
+subprocess.run(["sh", "-c", "kill -USR1 1"], check=True)  # as a Kubernetes preStop hook does
+stop.finish.wait(10)
+print("finish", stop.finish.is_set(), stop.now.is_set(), flush=True)
+stop.now.wait()
+print("now", flush=True)
+"""
+
+
+def test_the_worker_takes_its_signals_as_pid_1_of_a_container() -> None:
+    """The kernel drops signals to a PID namespace's init unless it blocks or handles them."""
+    bwrap = shutil.which("bwrap")
+    assert bwrap, "bubblewrap is needed (apt-get install bubblewrap)"
+    argv = [bwrap, "--unshare-pid", "--as-pid-1", "--dev-bind", "/", "/", "--proc", "/proc"]
+    proc = subprocess.Popen([*argv, sys.executable, "-c", AS_PID_1], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "pid 1"
+    assert read_until(proc, "finish") == "finish True False"  # SIGUSR1 from inside the container
+    (worker,) = [pid for pid in descendants(proc.pid) if pid != proc.pid]
+    os.kill(worker, signal.SIGTERM)  # from outside, as the container runtime sends it
+    assert read_until(proc, "now") == "now"
+    assert proc.wait(timeout=10) == 0
