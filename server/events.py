@@ -120,14 +120,16 @@ class Broadcaster:
     def subscriber_count(self) -> int:
         return len(self._subscribers)
 
-    async def wait_for_queued(self, timeout: float) -> None:
-        """Return when an experiment is queued (and this waiter is the one woken) or after `timeout`."""
+    async def wait_for_queued(self, timeout: float) -> bool:
+        """True when an experiment is queued (and this waiter is the one woken); False after `timeout`."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._claim_waiters.append(waiter)
         try:
             await asyncio.wait_for(waiter, timeout)
         except TimeoutError:
-            return
+            return False
+        else:
+            return True
         finally:
             if waiter in self._claim_waiters:
                 self._claim_waiters.remove(waiter)

@@ -33,6 +33,7 @@ from server.crud.leases import expire_leases
 from server.crud.project import load_project
 from server.crud.tokens import sync_env_admin
 from server.events import Broadcaster
+from server.fleet import Fleet
 from server.harness_pin import configured_harness_id, pin
 from server.presence import Presence
 from server.research_repo import ResearchRepo
@@ -77,6 +78,7 @@ def build_context(settings: ServerSettings) -> AppContext:
         principals=TtlCache(settings.token_cache_seconds),
         totals=TotalsCache(),
         request_times=RequestTimes(),
+        fleet=Fleet(settings.lease_seconds, settings.fleet_progress_per_s),
     )
 
 

@@ -1,7 +1,9 @@
 """Keeping one lease alive while its experiment runs and until its result is acknowledged.
 
 A background thread heartbeats the lease every `heartbeat_seconds` and sends the progress
-events the runner reports, batched, at most about once a second. When the server says the
+events the runner reports, batched, every `progress_interval`: what the claim and each heartbeat
+answer say (`progress_seconds`, about a second for a small fleet, more for a large one, so that
+a fleet's progress stays within what the server handles: server/fleet.py). When the server says the
 lease is gone (409) or asks to cancel, it sets `cancel`, which the runner watches. While the
 server is unreachable it keeps trying: training goes on, and the lease survives a server
 restart that is shorter than the lease.
@@ -90,11 +92,14 @@ class LeaseKeeper:
     def _loop(self) -> None:
         backoff = Backoff(base=1.0, cap=max(1.0, self.heartbeat_seconds / 2))
         next_beat = time.monotonic() + self.heartbeat_seconds
+        next_progress = time.monotonic() + self.progress_interval
         while not self.lost:
-            timeout = max(0.0, min(self.progress_interval, next_beat - time.monotonic()))
+            timeout = max(0.0, min(next_progress, next_beat) - time.monotonic())
             if self._stop.wait(timeout):
                 return
-            self._send_progress()
+            if time.monotonic() >= next_progress:
+                self._send_progress()
+                next_progress = time.monotonic() + self.progress_interval
             if time.monotonic() >= next_beat and not self.lost:
                 ok = self._heartbeat()
                 if ok:
@@ -110,6 +115,7 @@ class LeaseKeeper:
             self._on_error("heartbeat", exc)
             return False
         self.expires_at = answer.get("lease_expires_at")
+        self.progress_interval = float(answer.get("progress_seconds", self.progress_interval))
         self._reachable()
         if answer.get("cancel"):
             self._cancel("the server asked to cancel this experiment", lost=False)

@@ -19,12 +19,9 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from tests.worker.processes import free_port
+from tests.worker.processes import free_port, wait_until
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 COMMANDS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo")
@@ -46,17 +43,6 @@ def check_prerequisites() -> None:
         raise SlurmUnavailable(
             "the Slurm tests start slurmd, which runs jobs as their users: run them as root"
         )
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 class SlurmCluster:
@@ -89,7 +75,7 @@ class SlurmCluster:
         self._write_config()
         self._daemon(["slurmctld", "-i"], "slurmctld.log")
         self._daemon(["slurmd", "-N", self.node], "slurmd.log")
-        wait_for(self._node_idle, 60, f"node {self.node} to be idle ({self.log_dir})")
+        wait_until(self._node_idle, 60, f"node {self.node} to be idle ({self.log_dir})")
         self.started = True
 
     def _start_munge(self) -> None:
@@ -165,7 +151,7 @@ class SlurmCluster:
         subprocess.run(["scancel", "--full", "--user", "root"], env=self.env, capture_output=True, timeout=30)
         jobs_left: AssertionError | None = None
         try:
-            wait_for(lambda: not self.jobs(), 90, "the jobs to end")
+            wait_until(lambda: not self.jobs(), 90, "the jobs to end")
         except AssertionError as exc:
             jobs_left = exc
         subprocess.run(["scontrol", "shutdown"], env=self.env, capture_output=True, timeout=30)
@@ -184,7 +170,7 @@ class SlurmCluster:
         except (OSError, ValueError):
             return  # it removed its pid file on the way out
         with contextlib.suppress(AssertionError):
-            wait_for(lambda: not Path(f"/proc/{pid}").exists(), 20, f"{pid_file.stem} to exit")
+            wait_until(lambda: not Path(f"/proc/{pid}").exists(), 20, f"{pid_file.stem} to exit")
             return
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -218,7 +204,7 @@ class SlurmCluster:
         return dict(re.findall(r"(\w+)=(\S*)", text))
 
     def wait_state(self, job_id: str, states: set[str], timeout: float) -> dict[str, str]:
-        return wait_for(
+        return wait_until(
             lambda: (job := self.job(job_id))["JobState"] in states and job,
             timeout,
             f"job {job_id} to be {' or '.join(sorted(states))}",

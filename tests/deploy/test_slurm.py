@@ -21,11 +21,11 @@ import pytest
 
 from harness.config import HarnessSettings
 from harness.prepared import PreparedPaths
-from tests.deploy.slurm_cluster import GPUS, SlurmCluster, wait_for
+from tests.deploy.slurm_cluster import GPUS, SlurmCluster
 from tests.kit.settings_catalog import REPO
 from tests.proc_scan import processes_mentioning
 from tests.worker.candidates import bigram
-from tests.worker.processes import InitialisedProject, Project, init_project, serve
+from tests.worker.processes import InitialisedProject, Project, init_project, serve, wait_until
 
 SCRIPT = REPO / "deploy" / "slurm" / "workers.sbatch"
 # Long enough that a signal surely lands while a run goes on (startup, training or scoring).
@@ -102,7 +102,7 @@ class Fleet:
             held = any(state == "active" for state, _name in self.leases(experiment_id))
             return held and bool(self.project.progress(experiment_id))
 
-        wait_for(going, 180, f"experiment {experiment_id} to run in job {job_id}")
+        wait_until(going, 180, f"experiment {experiment_id} to run in job {job_id}")
 
     def measured(self, experiment_id: int, job_id: str) -> dict[str, Any]:
         def done() -> dict[str, Any] | None:
@@ -112,10 +112,10 @@ class Fleet:
             assert self.slurm.job(job_id)["JobState"] in {"PENDING", "RUNNING"}, self.log(job_id)
             return None
 
-        return wait_for(done, 180, f"experiment {experiment_id} to be measured by job {job_id}")
+        return wait_until(done, 180, f"experiment {experiment_id} to be measured by job {job_id}")
 
     def queued_again(self, experiment_id: int) -> dict[str, Any]:
-        return wait_for(
+        return wait_until(
             lambda: (e := self.project.experiment(experiment_id))["status"] == "queued" and e,
             30,
             f"experiment {experiment_id} to be back in the queue",
@@ -149,7 +149,7 @@ def fleet(
     finally:
         for job_id in slurm.jobs():
             slurm.run("scancel", job_id)
-        wait_for(lambda: not slurm.jobs(), 90, "the test's jobs to end")
+        wait_until(lambda: not slurm.jobs(), 90, "the test's jobs to end")
         project.close()
 
 
@@ -178,7 +178,9 @@ def test_a_job_measures_submissions_survives_a_requeue_and_gives_its_run_back_on
 
     # One worker per GPU, named after the node's GPU that Slurm gave its task.
     gpu_workers = {f"{node}-gpu{index}" for index in range(GPUS)}
-    wait_for(lambda: fleet.worker_names() == gpu_workers, 180, f"the workers to register ({fleet.log(job)})")
+    wait_until(
+        lambda: fleet.worker_names() == gpu_workers, 180, f"the workers to register ({fleet.log(job)})"
+    )
     # The token came from the file: it is on no command line and not in Slurm's saved job state.
     token = project.worker_token
     assert not processes_mentioning(token)
@@ -222,7 +224,7 @@ def test_a_job_measures_submissions_survives_a_requeue_and_gives_its_run_back_on
     assert {state for state, _name in fleet.leases(last)} == {"released"}
     assert slurm.wait_state(job, {"CANCELLED"}, 90)
     assert "released: worker stopping now" in fleet.log(job)
-    wait_for(lambda: not processes_mentioning(str(fleet.node_data)), 30, "the job's processes to end")
+    wait_until(lambda: not processes_mentioning(str(fleet.node_data)), 30, "the job's processes to end")
     # Nothing lost: every result is recorded, none waits undelivered in a worker's spool.
     assert all(scored(project.experiment(e)["result"]) for e in (1, *submitted))
     assert not list(fleet.node_data.glob("workers/*/spool/pending/*"))

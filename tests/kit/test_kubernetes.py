@@ -84,6 +84,10 @@ def app_containers(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dic
     ]
 
 
+def worker_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return objects(docs, "Deployment")["autoresearch-worker"]["spec"]["template"]["spec"]
+
+
 def variables(docs: list[dict[str, Any]], container: dict[str, Any]) -> set[str]:
     """Every environment variable the container gets: `env` and the ConfigMaps of `envFrom`."""
     config_maps = objects(docs, "ConfigMap")
@@ -223,7 +227,7 @@ def test_services_ingress_and_disruption_budget_select_pods_that_exist(
 def test_workers_finish_or_release_their_run_before_they_are_killed(
     rendered: dict[str, list[dict[str, Any]]], overlay: str
 ) -> None:
-    spec = objects(rendered[overlay], "Deployment")["autoresearch-worker"]["spec"]["template"]["spec"]
+    spec = worker_pod(rendered[overlay])
     (container,) = spec["containers"]
     assert "--stop-now" in container["args"]  # SIGTERM releases the run at once
     command = container["lifecycle"]["preStop"]["exec"]["command"][-1]
@@ -238,7 +242,7 @@ def test_workers_finish_or_release_their_run_before_they_are_killed(
 def test_gpu_workers_get_one_gpu_each_and_a_sandbox_that_works(
     rendered: dict[str, list[dict[str, Any]]], overlay: str
 ) -> None:
-    spec = objects(rendered[overlay], "Deployment")["autoresearch-worker"]["spec"]["template"]["spec"]
+    spec = worker_pod(rendered[overlay])
     (container,) = spec["containers"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert container["args"][:3] == ["work", "--gpu", "0"]  # the one GPU the pod sees

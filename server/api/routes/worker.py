@@ -6,11 +6,14 @@ import time
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
+from starlette.concurrency import run_in_threadpool
 
 from server.api.deps import Ctx, WorkerToken
+from server.context import AppContext
 from server.crud import leases
 from server.crud.results import record_result
 from server.crud.workers import register
+from server.fleet import queue_not_empty
 from server.schemas import (
     ClaimIn,
     ClaimOut,
@@ -31,7 +34,8 @@ _HELD = {
     404: {"description": "no such lease for this token"},
     409: {"description": "lease no longer held"},
 }
-# Long polls wake at least this often, to see work queued by lease expiry or another process.
+# Long polls look at the queue at least this often (one look shared by all of them), to see work
+# queued without an event of this process, e.g. by another process.
 _POLL_S = 1.0
 
 # The lease endpoints are what a fleet calls most. They are `async` and send only the database
@@ -55,39 +59,64 @@ def register_worker(ctx: Ctx, worker: WorkerToken, body: RegisterIn) -> Register
     },
 )
 async def claim(ctx: Ctx, worker: WorkerToken, body: ClaimIn) -> ClaimOut | Response:
-    """Lease the next queued experiment; waits up to `wait_s` seconds for one (long poll)."""
+    """Lease the next queued experiment; waits up to `wait_s` seconds for one (long poll).
+
+    `progress_seconds`: how often to send progress, scaled to the fleet (server/fleet.py).
+    """
     deadline = time.monotonic() + min(body.wait_s, ctx.settings.claim_max_wait_s)
     while True:
         claimed = await ctx.in_worker_thread(leases.claim, ctx, worker, body.worker_id)
         if claimed is not None:
+            claimed.progress_seconds = ctx.fleet.lease_heard(claimed.lease_id)
             return claimed
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if not await _wait_for_work(ctx, deadline):
             return Response(status_code=204)
-        await ctx.bus.wait_for_queued(min(remaining, _POLL_S))
+
+
+async def _wait_for_work(ctx: AppContext, deadline: float) -> bool:
+    """Wait until something may be queued (True), or until `deadline` (False).
+
+    Woken by a "queued" event of this process, and once a second by the queue itself, looked at
+    once for all waiting claims (server/fleet.py).
+    """
+    while (remaining := deadline - time.monotonic()) > 0:
+        if await ctx.bus.wait_for_queued(min(remaining, _POLL_S)):
+            return True
+        if await ctx.fleet.anything_queued(lambda: ctx.in_worker_thread(queue_not_empty, ctx.db)):
+            return True
+    return False
 
 
 @router.post("/leases/{lease_id}/heartbeat", responses=_HELD)
 async def heartbeat(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId) -> HeartbeatOut:
-    """Renew the lease; `cancel` asks the worker to stop the run and release the lease."""
-    return await ctx.in_worker_thread(leases.heartbeat, ctx, worker, lease_id)
+    """Renew the lease; `cancel` asks the worker to stop the run and release the lease.
+
+    `progress_seconds`: how often to send progress, scaled to the fleet (server/fleet.py).
+    """
+    answer = await ctx.in_worker_thread(leases.heartbeat, ctx, worker, lease_id)
+    answer.progress_seconds = ctx.fleet.lease_heard(lease_id)
+    return answer
 
 
 @router.post("/leases/{lease_id}/progress", status_code=204, responses=_HELD)
 async def progress(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ProgressIn) -> Response:
     """Live progress samples of the run."""
     await ctx.in_worker_thread(leases.record_progress, ctx, worker, lease_id, body.events)
+    ctx.fleet.lease_heard(lease_id)
     return Response(status_code=204)
 
 
 @router.post("/leases/{lease_id}/result", responses=_HELD)
 async def result(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ResultIn) -> ResultOutcome:
     """Record the run's result and decide keep/revert; the same result_id again gets the same answer."""
-    return await ctx.in_worker_thread(record_result, ctx, worker, lease_id, body)
+    outcome = await ctx.in_worker_thread(record_result, ctx, worker, lease_id, body)
+    ctx.fleet.lease_ended(lease_id)
+    return outcome
 
 
 @router.post("/leases/{lease_id}/release", status_code=204, responses=_HELD)
-def release(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ReleaseIn) -> Response:
+async def release(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ReleaseIn) -> Response:
     """Give the experiment back to the queue; the attempt counts only with `count_attempt`."""
-    leases.release(ctx, worker, lease_id, body.reason, body.count_attempt)
+    await run_in_threadpool(leases.release, ctx, worker, lease_id, body.reason, body.count_attempt)
+    ctx.fleet.lease_ended(lease_id)
     return Response(status_code=204)

@@ -1,0 +1,32 @@
+"""A real worker sends its progress as often as the server says (server/fleet.py), not every second."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from tests.worker.processes import Project
+
+PROGRESS_ROUTE = "/api/v1/worker/leases/{lease_id}/progress"
+
+
+def progress_requests(project: Project) -> int:
+    """How many progress requests the server answered (its own request count, GET /metrics)."""
+    text = httpx.get(f"{project.url}/api/v1/metrics", timeout=10).text
+    pattern = rf'_count\{{method="POST",route="{re.escape(PROGRESS_ROUTE)}"\}} (\d+)'
+    found = re.search(pattern, text)
+    return int(found[1]) if found else 0
+
+
+# One running worker and 0.25 progress requests a second for the fleet: every 4 s.
+@pytest.mark.parametrize("project", [{"time_budget": 20, "fleet_progress_per_s": 0.25}], indirect=True)
+def test_the_worker_sends_progress_at_the_pace_the_server_sets(project: Project) -> None:
+    project.worker("paced")
+    finished = project.final(1)
+    assert finished["result"]["status"] in {"ok", "over_budget"}, finished["result"]
+    run_seconds = finished["run_seconds"]
+    sent = progress_requests(project)
+    assert 1 <= sent <= run_seconds / 4 + 2, f"{sent} progress requests in {run_seconds:.0f} s"
+    assert project.progress(1)  # the samples arrived, batched
