@@ -50,6 +50,7 @@ class Broadcaster:
     # experiment, one worker), not all: waking every idle worker makes them all queue for the
     # database's write lock for nothing.
     _claim_waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
+    queued_events: int = 0  # "queued" events delivered so far (server/fleet.py)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Attach to the server's event loop (at startup)."""
@@ -87,6 +88,7 @@ class Broadcaster:
                 else:
                     subscriber.queue.put_nowait(event)
             if event.type == "queued":
+                self.queued_events += 1
                 self._wake_one_claim()
 
     def _wake_one_claim(self) -> None:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
-from starlette.concurrency import run_in_threadpool
 
 from server.api.deps import Ctx, WorkerToken
 from server.context import AppContext
@@ -65,10 +65,11 @@ async def claim(ctx: Ctx, worker: WorkerToken, body: ClaimIn) -> ClaimOut | Resp
     """
     deadline = time.monotonic() + min(body.wait_s, ctx.settings.claim_max_wait_s)
     while True:
-        claimed = await ctx.in_worker_thread(leases.claim, ctx, worker, body.worker_id)
-        if claimed is not None:
-            claimed.progress_seconds = ctx.fleet.lease_heard(claimed.lease_id)
-            return claimed
+        if not ctx.fleet.known_empty(ctx.bus.queued_events):
+            claimed = await ctx.in_worker_thread(leases.claim, ctx, worker, body.worker_id)
+            if claimed is not None:
+                claimed.progress_seconds = ctx.fleet.progress_seconds()
+                return claimed
         if not await _wait_for_work(ctx, deadline):
             return Response(status_code=204)
 
@@ -79,10 +80,14 @@ async def _wait_for_work(ctx: AppContext, deadline: float) -> bool:
     Woken by a "queued" event of this process, and once a second by the queue itself, looked at
     once for all waiting claims (server/fleet.py).
     """
+
+    def look() -> Awaitable[bool]:
+        return ctx.in_worker_thread(queue_not_empty, ctx.db)
+
     while (remaining := deadline - time.monotonic()) > 0:
         if await ctx.bus.wait_for_queued(min(remaining, _POLL_S)):
             return True
-        if await ctx.fleet.anything_queued(lambda: ctx.in_worker_thread(queue_not_empty, ctx.db)):
+        if await ctx.fleet.anything_queued(look, ctx.bus.queued_events):
             return True
     return False
 
@@ -94,7 +99,7 @@ async def heartbeat(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId) -> Heartbe
     `progress_seconds`: how often to send progress, scaled to the fleet (server/fleet.py).
     """
     answer = await ctx.in_worker_thread(leases.heartbeat, ctx, worker, lease_id)
-    answer.progress_seconds = ctx.fleet.lease_heard(lease_id)
+    answer.progress_seconds = ctx.fleet.progress_seconds()
     return answer
 
 
@@ -102,21 +107,17 @@ async def heartbeat(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId) -> Heartbe
 async def progress(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ProgressIn) -> Response:
     """Live progress samples of the run."""
     await ctx.in_worker_thread(leases.record_progress, ctx, worker, lease_id, body.events)
-    ctx.fleet.lease_heard(lease_id)
     return Response(status_code=204)
 
 
 @router.post("/leases/{lease_id}/result", responses=_HELD)
 async def result(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ResultIn) -> ResultOutcome:
     """Record the run's result and decide keep/revert; the same result_id again gets the same answer."""
-    outcome = await ctx.in_worker_thread(record_result, ctx, worker, lease_id, body)
-    ctx.fleet.lease_ended(lease_id)
-    return outcome
+    return await ctx.in_worker_thread(record_result, ctx, worker, lease_id, body)
 
 
 @router.post("/leases/{lease_id}/release", status_code=204, responses=_HELD)
-async def release(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ReleaseIn) -> Response:
+def release(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId, body: ReleaseIn) -> Response:
     """Give the experiment back to the queue; the attempt counts only with `count_attempt`."""
-    await run_in_threadpool(leases.release, ctx, worker, lease_id, body.reason, body.count_attempt)
-    ctx.fleet.lease_ended(lease_id)
+    leases.release(ctx, worker, lease_id, body.reason, body.count_attempt)
     return Response(status_code=204)
