@@ -51,12 +51,16 @@ class LeanClient:
         return await self.request("GET", path, None, headers or {})
 
     async def request(self, method: str, path: str, body: Any, headers: dict[str, str]) -> Answer:
+        reused = self._streams is not None
         try:
             try:
                 return await self._exchange(method, path, body, headers)
-            except ConnectionClosed:
-                # The server closes a keep-alive connection that stayed idle (uvicorn: after 5 s)
-                # before it reads a request: send it again on a new one, as HTTP clients do.
+            except (ConnectionClosed, ConnectionResetError, BrokenPipeError):
+                # The server closes a keep-alive connection that stayed idle (uvicorn: after 5 s),
+                # and a request sent as it does so is not read: send it again on a new one, as
+                # HTTP clients do (a fresh connection that fails is an error).
+                if not reused:
+                    raise
                 await self.aclose()
                 return await self._exchange(method, path, body, headers)
         except (OSError, asyncio.IncompleteReadError, ValueError) as exc:

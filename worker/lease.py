@@ -14,13 +14,31 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import TypeVar
 
 from client import ApiError, Client
 from harness.result import ProgressEvent
 from worker.backoff import Backoff, describe, is_transient
 
+T = TypeVar("T")
+
 # Progress is a sample for humans watching; when the server is away, keep only the newest.
 MAX_BUFFERED_EVENTS = 100
+# Events sent in one progress call, spread evenly over the batch (the newest always among them).
+# The server's work grows with every event it stores: paced to one call in 20 s (a fleet of
+# 1000), an h100 run's 60 steps a call cost the server 8 times a call of 10 (docs/benchmarks.md,
+# "Fleet"). Ten a call still draws a run's loss curve with a point every two seconds.
+MAX_EVENTS_PER_CALL = 10
+
+
+def spread(events: list[T], most: int) -> list[T]:
+    """At most `most` (>= 1) of `events`, in order, evenly spread, the last one always kept."""
+    if len(events) <= most:
+        return events
+    if most == 1:
+        return events[-1:]
+    last = len(events) - 1
+    return [events[round(i * last / (most - 1))] for i in range(most)]
 
 
 class LeaseKeeper:
@@ -127,7 +145,7 @@ class LeaseKeeper:
         if not batch:
             return
         try:
-            self.client.progress(self.lease_id, batch)
+            self.client.progress(self.lease_id, spread(batch, MAX_EVENTS_PER_CALL))
         except Exception as exc:
             if is_transient(exc):
                 with self._events_lock:
