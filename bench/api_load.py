@@ -141,6 +141,19 @@ class ServerProcess:
         return cpu_seconds(self.pid)
 
 
+def server_env(folder: Path, database_url: str, **extra: str) -> dict[str, str]:
+    """The settings of a benchmark's server: the bench's harness and platform, no queue limit."""
+    return {
+        "DATA_DIR": str(folder),
+        "DATABASE_URL": database_url,
+        "HARNESS_ID": HARNESS_ID,
+        "PLATFORM": PLATFORM,
+        "MAX_QUEUED_PER_AGENT": "1000000",
+        "ADMIN_TOKEN": "",
+        **extra,
+    }
+
+
 @contextmanager
 def running_server(settings_env: dict[str, str], port: int) -> Iterator[ServerProcess]:
     env = {**os.environ, **settings_env, "PORT": str(port)}
@@ -701,16 +714,7 @@ def run_database(kind: str, database_url: str, args: argparse.Namespace, folder:
         baseline = load_project(session).baseline_commit
         agent_ids = list(session.scalars(select(ApiToken.id).where(ApiToken.kind == "agent")))
     assert baseline is not None
-    env = {
-        "DATA_DIR": str(folder),
-        "DATABASE_URL": database_url,
-        "HARNESS_ID": HARNESS_ID,
-        "PLATFORM": PLATFORM,
-        "MAX_QUEUED_PER_AGENT": "1000000",
-        "LEASE_SECONDS": "120",
-        "ADMIN_TOKEN": "",
-        "PUBLIC_READS": "true",
-    }
+    env = server_env(folder, database_url, LEASE_SECONDS="120", PUBLIC_READS="true")
     errors: list[str] = []
     with running_server(env, free_port()) as server:
         bench = Bench(kind, args, db, server, tokens, baseline, train_py, agent_ids)

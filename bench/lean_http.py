@@ -32,6 +32,10 @@ class Answer:
         return json.loads(self.content)
 
 
+class ConnectionClosed(ConnectionError):
+    """The server closed the connection without answering."""
+
+
 class LeanClient:
     """One keep-alive connection to `base_url`; requests on it go one at a time."""
 
@@ -47,8 +51,18 @@ class LeanClient:
         return await self.request("GET", path, None, headers or {})
 
     async def request(self, method: str, path: str, body: Any, headers: dict[str, str]) -> Answer:
+        reused = self._streams is not None
         try:
-            return await self._exchange(method, path, body, headers)
+            try:
+                return await self._exchange(method, path, body, headers)
+            except (ConnectionClosed, ConnectionResetError, BrokenPipeError):
+                # The server closes a keep-alive connection that stayed idle (uvicorn: after 5 s),
+                # and a request sent as it does so is not read: send it again on a new one, as
+                # HTTP clients do (a fresh connection that fails is an error).
+                if not reused:
+                    raise
+                await self.aclose()
+                return await self._exchange(method, path, body, headers)
         except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
             await self.aclose()
             raise httpx.ReadError(f"{method} {path}: {exc!r}") from exc
@@ -64,7 +78,10 @@ class LeanClient:
             lines.append("Content-Type: application/json")
         lines += [f"{name}: {value}" for name, value in headers.items()]
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
-        status = int((await reader.readline()).split(b" ", 2)[1])
+        status_line = await reader.readline()
+        if not status_line:
+            raise ConnectionClosed
+        status = int(status_line.split(b" ", 2)[1])
         length = 0
         while (line := await reader.readline()) not in (b"\r\n", b""):
             name, _, value = line.decode("latin-1").partition(":")

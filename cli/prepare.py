@@ -9,7 +9,6 @@ from typing import get_args
 
 from harness.config import PRESETS, DataSource, load_settings
 from harness.data.errors import DataError
-from harness.prepare import prepare
 from harness.prepared import read_manifest
 
 
@@ -29,6 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: it loads numpy, whose thread pool must not start in `autoresearch work` before
+    # the worker blocks its stop signals (worker/signals.py).
+    from harness.prepare import prepare
+
     try:
         settings = load_settings(
             args.preset, data_source=args.source, data_dir=args.data_dir, local_data_dir=args.local_dir

@@ -59,6 +59,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from worker.signals import block_stop_signals
+
+    # Before the imports below start threads (numpy's OpenBLAS): see worker/signals.py.
+    block_stop_signals()
     # Imported here so that other commands do not pay for the worker's imports.
     from worker.main import WorkerOptions, default_name, run_worker
 

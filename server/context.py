@@ -23,6 +23,7 @@ from server.core.request_metrics import RequestTimes
 from server.core.ttl_cache import TtlCache
 from server.crud.tokens import Principal
 from server.events import Broadcaster, Event
+from server.fleet import Fleet
 from server.presence import Presence
 from server.research_repo import ResearchRepo
 
@@ -54,6 +55,7 @@ class AppContext:
     principals: TtlCache[str, Principal]
     totals: TotalsCache
     request_times: RequestTimes
+    fleet: Fleet
     # Set once the best has a valid measurement (it never loses it): claims then skip the check.
     best_measured: bool = False
     _worker_threads: CapacityLimiter | None = None

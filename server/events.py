@@ -50,6 +50,7 @@ class Broadcaster:
     # experiment, one worker), not all: waking every idle worker makes them all queue for the
     # database's write lock for nothing.
     _claim_waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
+    queued_events: int = 0  # "queued" events delivered so far (server/fleet.py)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Attach to the server's event loop (at startup)."""
@@ -87,6 +88,7 @@ class Broadcaster:
                 else:
                     subscriber.queue.put_nowait(event)
             if event.type == "queued":
+                self.queued_events += 1
                 self._wake_one_claim()
 
     def _wake_one_claim(self) -> None:
@@ -120,14 +122,16 @@ class Broadcaster:
     def subscriber_count(self) -> int:
         return len(self._subscribers)
 
-    async def wait_for_queued(self, timeout: float) -> None:
-        """Return when an experiment is queued (and this waiter is the one woken) or after `timeout`."""
+    async def wait_for_queued(self, timeout: float) -> bool:
+        """True when an experiment is queued (and this waiter is the one woken); False after `timeout`."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._claim_waiters.append(waiter)
         try:
             await asyncio.wait_for(waiter, timeout)
         except TimeoutError:
-            return
+            return False
+        else:
+            return True
         finally:
             if waiter in self._claim_waiters:
                 self._claim_waiters.remove(waiter)

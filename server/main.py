@@ -32,7 +32,9 @@ from server.core.ttl_cache import TtlCache
 from server.crud.leases import expire_leases
 from server.crud.project import load_project
 from server.crud.tokens import sync_env_admin
+from server.crud.workers import online_count
 from server.events import Broadcaster
+from server.fleet import Fleet
 from server.harness_pin import configured_harness_id, pin
 from server.presence import Presence
 from server.research_repo import ResearchRepo
@@ -77,6 +79,7 @@ def build_context(settings: ServerSettings) -> AppContext:
         principals=TtlCache(settings.token_cache_seconds),
         totals=TotalsCache(),
         request_times=RequestTimes(),
+        fleet=Fleet(settings.fleet_progress_per_s),
     )
 
 
@@ -111,7 +114,11 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         # request waiting meanwhile, and now take under 10 (docs/benchmarks.md).
         gc.collect()
         gc.freeze()
-        tasks = [asyncio.create_task(_sweep_leases(ctx)), asyncio.create_task(ctx.totals.keep_fresh(ctx))]
+        tasks = [
+            asyncio.create_task(_sweep_leases(ctx)),
+            asyncio.create_task(ctx.totals.keep_fresh(ctx)),
+            asyncio.create_task(ctx.fleet.keep_counted(lambda: online_count(ctx))),
+        ]
         try:
             yield
         finally:

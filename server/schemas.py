@@ -227,11 +227,13 @@ class ClaimOut(BaseModel):
     train_py: str
     train_py_sha256: str
     lease_expires_at: datetime
+    progress_seconds: float = Field(1.0, description="send progress this often (scaled to the fleet)")
 
 
 class HeartbeatOut(BaseModel):
     lease_expires_at: datetime
     cancel: bool
+    progress_seconds: float = Field(1.0, description="send progress this often (scaled to the fleet)")
 
 
 class ProgressEventIn(ProgressEvent):

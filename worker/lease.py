@@ -1,7 +1,9 @@
 """Keeping one lease alive while its experiment runs and until its result is acknowledged.
 
 A background thread heartbeats the lease every `heartbeat_seconds` and sends the progress
-events the runner reports, batched, at most about once a second. When the server says the
+events the runner reports, batched, every `progress_interval`: what the claim and each heartbeat
+answer say (`progress_seconds`, about a second for a small fleet, more for a large one, so that
+a fleet's progress stays within what the server handles: server/fleet.py). When the server says the
 lease is gone (409) or asks to cancel, it sets `cancel`, which the runner watches. While the
 server is unreachable it keeps trying: training goes on, and the lease survives a server
 restart that is shorter than the lease.
@@ -12,13 +14,31 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import TypeVar
 
 from client import ApiError, Client
 from harness.result import ProgressEvent
 from worker.backoff import Backoff, describe, is_transient
 
+T = TypeVar("T")
+
 # Progress is a sample for humans watching; when the server is away, keep only the newest.
 MAX_BUFFERED_EVENTS = 100
+# Events sent in one progress call, spread evenly over the batch (the newest always among them).
+# The server's work grows with every event it stores: paced to one call in 20 s (a fleet of
+# 1000), an h100 run's 60 steps a call cost the server 8 times a call of 10 (docs/benchmarks.md,
+# "Fleet"). Ten a call still draws a run's loss curve with a point every two seconds.
+MAX_EVENTS_PER_CALL = 10
+
+
+def spread(events: list[T], most: int) -> list[T]:
+    """At most `most` (>= 1) of `events`, in order, evenly spread, the last one always kept."""
+    if len(events) <= most:
+        return events
+    if most == 1:
+        return events[-1:]
+    last = len(events) - 1
+    return [events[round(i * last / (most - 1))] for i in range(most)]
 
 
 class LeaseKeeper:
@@ -90,11 +110,14 @@ class LeaseKeeper:
     def _loop(self) -> None:
         backoff = Backoff(base=1.0, cap=max(1.0, self.heartbeat_seconds / 2))
         next_beat = time.monotonic() + self.heartbeat_seconds
+        next_progress = time.monotonic() + self.progress_interval
         while not self.lost:
-            timeout = max(0.0, min(self.progress_interval, next_beat - time.monotonic()))
+            timeout = max(0.0, min(next_progress, next_beat) - time.monotonic())
             if self._stop.wait(timeout):
                 return
-            self._send_progress()
+            if time.monotonic() >= next_progress:
+                self._send_progress()
+                next_progress = time.monotonic() + self.progress_interval
             if time.monotonic() >= next_beat and not self.lost:
                 ok = self._heartbeat()
                 if ok:
@@ -110,6 +133,7 @@ class LeaseKeeper:
             self._on_error("heartbeat", exc)
             return False
         self.expires_at = answer.get("lease_expires_at")
+        self.progress_interval = float(answer.get("progress_seconds", self.progress_interval))
         self._reachable()
         if answer.get("cancel"):
             self._cancel("the server asked to cancel this experiment", lost=False)
@@ -121,7 +145,7 @@ class LeaseKeeper:
         if not batch:
             return
         try:
-            self.client.progress(self.lease_id, batch)
+            self.client.progress(self.lease_id, spread(batch, MAX_EVENTS_PER_CALL))
         except Exception as exc:
             if is_transient(exc):
                 with self._events_lock:

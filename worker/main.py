@@ -216,7 +216,14 @@ class Worker:
             return
         candidate = self.work_root / "train.py"
         candidate.write_text(train_py)
-        keeper = LeaseKeeper(self.client, lease_id, experiment_id, self.heartbeat_seconds, log).start()
+        keeper = LeaseKeeper(
+            self.client,
+            lease_id,
+            experiment_id,
+            self.heartbeat_seconds,
+            log,
+            progress_interval=float(claim.get("progress_seconds", 1.0)),  # scaled to the fleet
+        ).start()
         self.stop.watch_run(keeper.cancel)
         started_at = time.time()
         try:

@@ -48,6 +48,9 @@ class ServerSettings(BaseSettings):
     worker_db_threads: int = Field(
         4, ge=1, description="threads for the worker endpoints' database work (more only contend for the GIL)"
     )
+    fleet_progress_per_s: float = Field(
+        50.0, gt=0.0, description="progress requests a second the whole fleet may send (server/fleet.py)"
+    )
 
     @property
     def resolved_database_url(self) -> str:

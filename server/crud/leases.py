@@ -94,6 +94,7 @@ _CLAIM_GATED = _claim_statement(gated=True)
 _INSERT_LEASE = insert(LEASES)
 _LOCK_LEASE = select(LEASES).where(LEASES.c.id == bindparam("lease_id")).with_for_update()
 _UPDATE_LEASE = update(LEASES).where(LEASES.c.id == bindparam("lease_id"))
+_INSERT_PROGRESS = insert(ProgressSample)
 
 
 def _gate(ctx: AppContext, session: Session) -> int | None:
@@ -228,20 +229,24 @@ def record_progress(
         lease = held_lease(ctx, tx.session, principal, lease_id)
         if not events:
             return
-        tx.session.add_all(
-            ProgressSample(
-                experiment_id=lease.experiment_id,
-                attempt=lease.attempt,
-                step=e.step,
-                loss=e.loss,
-                tokens_per_s=e.tokens_per_s,
-                fraction=e.fraction,
-                phase=e.phase,
-                elapsed_s=e.elapsed_s,
-            )
-            for e in events
+        # One executemany on the connection: through the ORM each sample cost about ten times as
+        # much, and a fleet sends many (docs/benchmarks.md, "Fleet").
+        tx.session.connection().execute(
+            _INSERT_PROGRESS,
+            [
+                {
+                    "experiment_id": lease.experiment_id,
+                    "attempt": lease.attempt,
+                    "step": e.step,
+                    "loss": e.loss,
+                    "tokens_per_s": e.tokens_per_s,
+                    "fraction": e.fraction,
+                    "phase": e.phase,
+                    "elapsed_s": e.elapsed_s,
+                }
+                for e in events
+            ],
         )
-        tx.session.flush()
         _thin_progress(tx.session, lease.experiment_id, lease.attempt, ctx.settings.max_progress_events)
         last = events[-1]
         tx.emit("progress", experiment_id=lease.experiment_id, attempt=lease.attempt, **last.model_dump())

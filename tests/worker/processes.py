@@ -280,8 +280,10 @@ def init_project(folder: Path, settings: HarnessSettings, baseline_train_py: str
     return InitialisedProject(folder, worker_token, agent_token)
 
 
-def serve(initialised: InitialisedProject, settings: HarnessSettings, lease_seconds: float) -> Project:
-    """Start the server on the project (with an admin token in its environment)."""
+def serve(
+    initialised: InitialisedProject, settings: HarnessSettings, lease_seconds: float, **extra: str
+) -> Project:
+    """Start the server on the project (with an admin token, and `extra` settings, in its environment)."""
     admin_token = secrets.token_urlsafe(24)
     env = server_env(
         initialised.folder,
@@ -289,6 +291,7 @@ def serve(initialised: InitialisedProject, settings: HarnessSettings, lease_seco
         LEASE_SECONDS=str(lease_seconds),
         LEASE_SWEEP_SECONDS="0.5",
         ADMIN_TOKEN=admin_token,
+        **extra,
     )
     server = ServerProcess(env, free_port(), initialised.folder / "server.log")
     server.start()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 
 import pytest
 
+from harness.runner.limits import descendants
 from tests.worker.candidates import bigram
-from tests.worker.processes import Project, wait_until
+from tests.worker.processes import Project, WorkerProcess, wait_until
 
 
 def test_sigterm_finishes_current_experiment_and_takes_no_other(project: Project) -> None:
@@ -52,3 +55,37 @@ def test_cancel_from_the_server_stops_the_run_and_the_worker_goes_on(project: Pr
     assert project.query("SELECT state FROM leases WHERE experiment_id = 1") == [("released",)]
     worker.wait_for_log(r"idle: waiting for queued experiments", timeout=30)  # back in its claim loop
     worker.check_alive()
+
+
+def signal_every_process(worker: WorkerProcess, sig: signal.Signals) -> int:
+    """Signal the worker and every process below it, as Slurm's scancel and --signal do."""
+    assert worker.proc is not None
+    pids = descendants(worker.proc.pid)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    return len(pids)
+
+
+@pytest.mark.parametrize("project", [{"time_budget": 20}], indirect=True)
+def test_usr1_to_every_process_finishes_the_run_and_scores_it(project: Project) -> None:
+    worker = project.worker("slurm-like", "--stop-now")
+    project.wait_training(1, worker)
+    assert signal_every_process(worker, signal.SIGUSR1) > 2  # the worker, its sandboxes, the scorer
+    assert worker.wait(timeout=120) == 0
+    finished = project.experiment(1)
+    assert finished["result"]["status"] == "ok", finished["result"]  # the sandboxes ignored it
+    assert finished["status"] == "kept"
+
+
+@pytest.mark.parametrize("project", [{"time_budget": 20}], indirect=True)
+def test_sigterm_to_every_process_releases_the_run_without_a_result(project: Project) -> None:
+    worker = project.worker("slurm-like", "--stop-now")
+    project.wait_training(1, worker)
+    signal_every_process(worker, signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0
+    released = wait_until(
+        lambda: (e := project.experiment(1))["status"] == "queued" and e, 10, "the experiment to be queued"
+    )
+    assert released["result"] is None and released["attempts"] == 0
+    assert project.query("SELECT state FROM leases WHERE experiment_id = 1") == [("released",)]

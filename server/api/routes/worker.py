@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
 from server.api.deps import Ctx, WorkerToken
+from server.context import AppContext
 from server.crud import leases
 from server.crud.results import record_result
 from server.crud.workers import register
+from server.fleet import queue_not_empty
 from server.schemas import (
     ClaimIn,
     ClaimOut,
@@ -31,7 +34,8 @@ _HELD = {
     404: {"description": "no such lease for this token"},
     409: {"description": "lease no longer held"},
 }
-# Long polls wake at least this often, to see work queued by lease expiry or another process.
+# Long polls look at the queue at least this often (one look shared by all of them), to see work
+# queued without an event of this process, e.g. by another process.
 _POLL_S = 1.0
 
 # The lease endpoints are what a fleet calls most. They are `async` and send only the database
@@ -55,22 +59,48 @@ def register_worker(ctx: Ctx, worker: WorkerToken, body: RegisterIn) -> Register
     },
 )
 async def claim(ctx: Ctx, worker: WorkerToken, body: ClaimIn) -> ClaimOut | Response:
-    """Lease the next queued experiment; waits up to `wait_s` seconds for one (long poll)."""
+    """Lease the next queued experiment; waits up to `wait_s` seconds for one (long poll).
+
+    `progress_seconds`: how often to send progress, scaled to the fleet (server/fleet.py).
+    """
     deadline = time.monotonic() + min(body.wait_s, ctx.settings.claim_max_wait_s)
     while True:
-        claimed = await ctx.in_worker_thread(leases.claim, ctx, worker, body.worker_id)
-        if claimed is not None:
-            return claimed
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if not ctx.fleet.known_empty(ctx.bus.queued_events):
+            claimed = await ctx.in_worker_thread(leases.claim, ctx, worker, body.worker_id)
+            if claimed is not None:
+                claimed.progress_seconds = ctx.fleet.progress_seconds()
+                return claimed
+        if not await _wait_for_work(ctx, deadline):
             return Response(status_code=204)
-        await ctx.bus.wait_for_queued(min(remaining, _POLL_S))
+
+
+async def _wait_for_work(ctx: AppContext, deadline: float) -> bool:
+    """Wait until something may be queued (True), or until `deadline` (False).
+
+    Woken by a "queued" event of this process, and once a second by the queue itself, looked at
+    once for all waiting claims (server/fleet.py).
+    """
+
+    def look() -> Awaitable[bool]:
+        return ctx.in_worker_thread(queue_not_empty, ctx.db)
+
+    while (remaining := deadline - time.monotonic()) > 0:
+        if await ctx.bus.wait_for_queued(min(remaining, _POLL_S)):
+            return True
+        if await ctx.fleet.anything_queued(look, ctx.bus.queued_events):
+            return True
+    return False
 
 
 @router.post("/leases/{lease_id}/heartbeat", responses=_HELD)
 async def heartbeat(ctx: Ctx, worker: WorkerToken, lease_id: LeaseId) -> HeartbeatOut:
-    """Renew the lease; `cancel` asks the worker to stop the run and release the lease."""
-    return await ctx.in_worker_thread(leases.heartbeat, ctx, worker, lease_id)
+    """Renew the lease; `cancel` asks the worker to stop the run and release the lease.
+
+    `progress_seconds`: how often to send progress, scaled to the fleet (server/fleet.py).
+    """
+    answer = await ctx.in_worker_thread(leases.heartbeat, ctx, worker, lease_id)
+    answer.progress_seconds = ctx.fleet.progress_seconds()
+    return answer
 
 
 @router.post("/leases/{lease_id}/progress", status_code=204, responses=_HELD)
