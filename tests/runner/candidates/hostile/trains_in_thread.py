@@ -1,0 +1,13 @@
+# ruff: noqa: F821
+# Appended to good_bigram.py and hostile/carried_rows.py by tests/runner/candidates.py.
+"""Hostile: in the score phase (where ctx.time_left() is 0), build_model starts a thread that
+trains the model for as long as the process lives, while the harness loads and scores it."""
+
+import threading
+
+
+def build_model(ctx):
+    model = carrier(ctx)
+    if ctx.time_left() <= 0:
+        threading.Thread(target=train_on_carried, args=(model, None, 3600.0), daemon=True).start()
+    return model
