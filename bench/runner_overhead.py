@@ -8,10 +8,12 @@ the real sandbox, `--runs` times in one process as a worker does (torch imported
 also calls warm_up() before its first claim, so every run of a worker is warm, and only a one-off
 `autoresearch run` pays the cold start of run 1), and
 splits each run's total wall time into training (`training_seconds`), scoring (`score_seconds`:
-forward passes and loss, eval and probe) and overhead: everything else (process and sandbox
-starts, imports, build_model, weight save and load, the scorer, teardown). The reference measured
-in the same run is one bare `python -c "import torch"`, the unavoidable floor of any process that
-uses torch. Target: overhead <= 5 s, i.e. < 2 % of the h100 preset's 300 s budget.
+the time the model ran in the score sandboxes, rebuild and weight load included, eval and probe)
+and overhead: everything else (process and sandbox starts, imports, weight save and hand-over,
+the scorer's own loss computation and checks, teardown). It also prints everything but training
+(`total - training`), which compares across versions that split scoring and overhead differently.
+The reference measured in the same run is one bare `python -c "import torch"`, the unavoidable
+floor of any process that uses torch. Target: overhead <= 5 s, i.e. < 2 % of the h100 preset's 300 s budget.
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ def main() -> None:
         print(
             f"run {run}: total {total:.2f} s = training {trained:.2f} + scoring {scored:.2f} + overhead "
             f"{overhead:.2f} (train startup {result.startup_seconds:.2f}, rest "
-            f"{overhead - result.startup_seconds:.2f}); val_bpb {result.val_bpb:.4f}, {result.status}"
+            f"{overhead - result.startup_seconds:.2f}); all but training {total - trained:.2f}; "
+            f"val_bpb {result.val_bpb:.4f}, {result.status}"
         )
     median = statistics.median(overheads[1:] or overheads)
     print(f"cold start (run 1, a one-off `autoresearch run`): overhead {overheads[0]:.2f} s")

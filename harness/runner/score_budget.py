@@ -34,11 +34,12 @@ STARTUP_MIN_S = 3.0
 STARTUP_FRACTION = 0.02
 FORWARD_SHARE = 1.0 / 3.0  # forward FLOPs per token are a third of a training step's (2 of 6)
 # How much slower per token than a third of a training step an honest forward may be, by device
-# type. CPU: the baseline's eval batches took 1.3-2.9x the estimate in float32 and up to 5.4x with
-# bf16 autocast on a CPU without fast bf16, on a shared 2-core machine whose load changed between
-# training and scoring (docs/runner.md); a CPU with fast bf16 (AMX), where the baseline trains in
-# bf16 but is scored in float32, is not measured. CUDA (not measured: no GPU here): the baseline
-# trains compiled under bf16 autocast and is scored eager in float32, estimated 6-9x.
+# type. CPU: the baseline's eval batches took 1.3x the estimate (one thread, in-process) to 2.8x
+# (in the sandbox on a shared 2-core machine whose load changed between training and scoring) in
+# float32, and 5.4x with bf16 autocast on a CPU without fast bf16; a CPU with fast bf16 (AMX),
+# where the baseline trains in bf16 but is scored in float32, is not measured. CUDA (not measured:
+# no GPU here): the baseline trains compiled under bf16 autocast and is scored eager in float32,
+# estimated 6-9x. docs/runner.md has the figures.
 FORWARD_SLACK = {"cpu": 10.0, "cuda": 20.0}
 TRANSFER_SLACK = 2.0
 # Assumed before the scorer has timed its first batch of logits (it then uses its own figure).
