@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Importing train.py, build_model and the weight load took 0.04-0.3 s for the baseline and the
-# test candidates on CPU, on a 2-core machine at load 8-12 (docs/runner.md); the rest is room for
+# test candidates on CPU, on a 2-core machine at load 5-12 (docs/runner.md); the rest is room for
 # a CUDA context and a loaded machine. It is also all the time a model that compiles in
 # build_model or in its first forward gets: compile in train().
 STARTUP_MIN_S = 3.0
