@@ -57,6 +57,11 @@ def variant(name: str, folder: Path) -> Path:
     return path
 
 
+def margin(measured: float, limit: float) -> str:
+    """How far under its limit a measured difference stayed."""
+    return "exactly 0" if measured == 0 else f"{limit / measured:.3g}x under its limit"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="test")
@@ -67,10 +72,11 @@ def main() -> None:
     settings = load_settings(args.preset, **({"data_dir": args.data_dir} if args.data_dir else {}))
     prepare(settings, progress=False)
     tolerance = tolerance_for("cpu")
+    lean_limit = LEAN_FRACTION * tolerance
     print(
         f"preset {args.preset}: budget {settings.time_budget:g} s, {settings.eval_tokens:,} eval tokens, "
         f"batch {settings.eval_batch_rows} rows; tolerance {tolerance:g} nats, lean limit "
-        f"{LEAN_FRACTION * tolerance:.3g}"
+        f"{lean_limit:.3g}"
     )
     with tempfile.TemporaryDirectory() as folder:
         for name in args.variants.split(","):
@@ -82,20 +88,27 @@ def main() -> None:
                 statuses[result.status] = statuses.get(result.status, 0) + 1
                 groups = GROUP.findall(result.log_tail)
                 processes = PROCESS.findall(result.log_tail)
-                worst = max([worst, *(float(g[2]) for g in groups)])
-                lean = max([lean, *(abs(float(g[3])) for g in groups)])
+                if not groups:
+                    print(f"{name} run {run}: {result.status} {result.error_class}, not scored", flush=True)
+                    continue
+                run_worst = max(float(g[2]) for g in groups)
+                run_lean = max(abs(float(g[3])) for g in groups)
+                worst, lean = max(worst, run_worst), max(lean, run_lean)
                 for label, used, _start, _batches, bound in processes:
                     share[label] = max(share[label], float(used) / float(bound))
                 timing = ", ".join(f"{p[0]} {p[1]} s (start {p[2]}) of {p[4]} s" for p in processes)
                 print(
                     f"{name} run {run}: {result.status} {result.error_class or ''} val_bpb {result.val_bpb}; "
-                    f"max difference {max((float(g[2]) for g in groups), default=float('nan')):.3g} nats; "
+                    f"{sum(int(g[1]) for g in groups)} positions, max |d| {run_worst:.3g} nats "
+                    f"(tolerance {tolerance:g}), max |mean d| {run_lean:.3g} (limit {lean_limit:.3g}); "
                     f"{timing}",
                     flush=True,
                 )
             print(
-                f"{name}: {args.runs} runs {statuses}; largest difference {worst:.3g} nats, largest |lean| "
-                f"{lean:.3g}; most of its bound used: eval {share['eval']:.0%}, probe {share['probe']:.0%}"
+                f"{name}: {args.runs} runs {statuses}; largest |d| {worst:.3g} nats "
+                f"({margin(worst, tolerance)}), "
+                f"largest |mean d| {lean:.3g} ({margin(lean, lean_limit)}); most of its bound used: "
+                f"eval {share['eval']:.0%}, probe {share['probe']:.0%}"
             )
     close_warm_sandbox()
 
