@@ -8,15 +8,19 @@ the real sandbox, `--runs` times in one process as a worker does (torch imported
 also calls warm_up() before its first claim, so every run of a worker is warm, and only a one-off
 `autoresearch run` pays the cold start of run 1), and
 splits each run's total wall time into training (`training_seconds`), scoring (`score_seconds`:
-forward passes and loss, eval and probe) and overhead: everything else (process and sandbox
-starts, imports, build_model, weight save and load, the scorer, teardown). The reference measured
-in the same run is one bare `python -c "import torch"`, the unavoidable floor of any process that
-uses torch. Target: overhead <= 5 s, i.e. < 2 % of the h100 preset's 300 s budget.
+the time the model ran in the score sandboxes, rebuild and weight load included, eval and probe)
+and overhead: everything else (process and sandbox starts, imports, weight save and hand-over,
+the scorer's own loss computation and checks, teardown). It also prints everything but training
+(`total - training`), which compares across versions that split scoring and overhead differently.
+The reference measured in the same run is one bare `python -c "import torch"`, the unavoidable
+floor of any process that uses torch. Target: overhead <= 5 s, i.e. < 2 % of the h100 preset's 300 s budget.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import statistics
 import subprocess
 import sys
@@ -25,6 +29,7 @@ from pathlib import Path
 
 import torch  # noqa: F401  (a worker process has it loaded before its first experiment)
 
+import harness
 from harness.config import load_settings
 from harness.prepare import prepare
 from harness.runner import run_experiment
@@ -32,6 +37,7 @@ from harness.runner import run_experiment
 BASELINE = Path(__file__).resolve().parents[1] / "harness" / "baseline" / "train.py"
 TARGET_S = 5.0
 H100_BUDGET_S = 300.0
+REPORT = "report: "  # the last line of a --report-json run, read by --before
 
 
 def torch_import_seconds() -> float:
@@ -40,23 +46,19 @@ def torch_import_seconds() -> float:
     return time.monotonic() - started
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="cpu")
-    parser.add_argument("--runs", type=int, default=3, help="the first is a cold start")
-    parser.add_argument("--budget", type=float, help="training seconds (default: the preset's)")
-    parser.add_argument("--train-py", type=Path, default=BASELINE)
-    args = parser.parse_args()
+def measure(args: argparse.Namespace) -> dict[str, object]:
+    """Run the candidate `args.runs` times with the harness this interpreter imports; print each run."""
     overrides = {"time_budget": args.budget} if args.budget else {}
     settings = load_settings(args.preset, **overrides)
     prepare(settings, progress=False)
     reference = torch_import_seconds()
     print(
         f"preset {args.preset}: budget {settings.time_budget:g} s, {settings.eval_tokens:,} eval tokens, "
-        f"seq_len {settings.seq_len}, vocab {settings.vocab_size}; candidate {args.train_py}"
+        f"seq_len {settings.seq_len}, vocab {settings.vocab_size}; candidate {args.train_py}; "
+        f"harness {Path(harness.__file__).parent}"
     )
     print(f"reference: python -c 'import torch' takes {reference:.2f} s")
-    overheads = []
+    overheads, rest, val_bpb = [], [], []
     for run in range(1, args.runs + 1):
         result = run_experiment(args.train_py, settings, keep_warm=run < args.runs)
         if result.status not in ("ok", "over_budget"):
@@ -64,10 +66,14 @@ def main() -> None:
         total, trained, scored = result.total_seconds, result.training_seconds, result.score_seconds
         overhead = total - trained - scored
         overheads.append(overhead)
+        rest.append(total - trained)
+        val_bpb.append(result.val_bpb)
         print(
             f"run {run}: total {total:.2f} s = training {trained:.2f} + scoring {scored:.2f} + overhead "
             f"{overhead:.2f} (train startup {result.startup_seconds:.2f}, rest "
-            f"{overhead - result.startup_seconds:.2f}); val_bpb {result.val_bpb:.4f}, {result.status}"
+            f"{overhead - result.startup_seconds:.2f}); all but training {total - trained:.2f}; "
+            f"val_bpb {result.val_bpb:.4f}, {result.status}",
+            flush=True,
         )
     median = statistics.median(overheads[1:] or overheads)
     print(f"cold start (run 1, a one-off `autoresearch run`): overhead {overheads[0]:.2f} s")
@@ -77,6 +83,84 @@ def main() -> None:
         f"{100 * median / H100_BUDGET_S:.2f} % of a {H100_BUDGET_S:.0f} s budget; "
         f"target <= {TARGET_S:.0f} s: {'met' if median <= TARGET_S else 'NOT met'}"
     )
+    return {"import_torch": reference, "overhead": overheads, "all_but_training": rest, "val_bpb": val_bpb}
+
+
+def measure_in_child(python: Path, args: argparse.Namespace, label: str) -> dict[str, object]:
+    """This script under another interpreter (so another checkout's harness); its lines prefixed."""
+    argv = [
+        str(python),
+        __file__,
+        "--preset",
+        args.preset,
+        "--runs",
+        str(args.runs),
+        "--train-py",
+        str(args.train_py),
+    ]
+    argv += ["--budget", str(args.budget)] if args.budget else []
+    with subprocess.Popen([*argv, "--report-json"], stdout=subprocess.PIPE, text=True) as child:
+        assert child.stdout is not None
+        report: dict[str, object] = {}
+        for line in child.stdout:
+            if line.startswith(REPORT):
+                report = json.loads(line.removeprefix(REPORT))
+            else:
+                print(f"[{label}] {line}", end="", flush=True)
+    if child.returncode != 0 or not report:
+        raise SystemExit(f"{label}: {python} {__file__} failed ({child.returncode})")
+    return report
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.mean(values):.4f} +- {statistics.stdev(values) if len(values) > 1 else 0.0:.4f}"
+
+
+def compare(args: argparse.Namespace) -> None:
+    """Before (the checkout args.before, with its own .venv) then after (this checkout), one run."""
+    python = args.before / ".venv" / "bin" / "python"
+    if not python.is_file():
+        raise SystemExit(f"{python} not found: --before needs a checkout with its own .venv (see --help)")
+    reports = {
+        label: measure_in_child(exe, args, label)
+        for label, exe in (("before", python), ("after", Path(sys.executable)))
+    }
+    before, after = reports["before"], reports["after"]
+    print(f"{'':32} {'before':>24} {'after':>24}")
+    print(f"{'import torch (s)':32} {before['import_torch']:>24.2f} {after['import_torch']:>24.2f}")
+    for key, text in (
+        ("all_but_training", "all but training, per run (s)"),
+        ("overhead", "overhead, per run (s)"),
+    ):
+        cells = [" / ".join(f"{value:.1f}" for value in report[key]) for report in (before, after)]
+        print(f"{text:32} {cells[0]:>24} {cells[1]:>24}")
+    print(f"{'val_bpb, mean +- sd':32} {spread(before['val_bpb']):>24} {spread(after['val_bpb']):>24}")
+    if len(before["val_bpb"]) > 1 and len(after["val_bpb"]) > 1:
+        shift = statistics.mean(after["val_bpb"]) - statistics.mean(before["val_bpb"])
+        error = math.sqrt(sum(statistics.variance(r["val_bpb"]) / len(r["val_bpb"]) for r in (before, after)))
+        print(f"val_bpb after - before: {shift:+.4f} +- {error:.4f} (1 standard error)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="cpu")
+    parser.add_argument("--runs", type=int, default=3, help="the first is a cold start")
+    parser.add_argument("--budget", type=float, help="training seconds (default: the preset's)")
+    parser.add_argument("--train-py", type=Path, default=BASELINE)
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="a checkout of the code to compare against, with its own .venv (editable install of that "
+        "checkout); measured first, then this checkout, in this one run on the same data",
+    )
+    parser.add_argument("--report-json", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.before:
+        compare(args)
+        return
+    report = measure(args)
+    if args.report_json:
+        print(REPORT + json.dumps(report))
 
 
 if __name__ == "__main__":

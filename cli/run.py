@@ -82,6 +82,8 @@ def summary(result: RunResult) -> str:
 
     add("val_bpb", result.val_bpb, ".6f")
     add("training_seconds", result.training_seconds, ".1f")
+    add("score_seconds", result.score_seconds, ".1f")
+    add("score_bound_s", result.score_bound_seconds, ".1f")
     add("total_seconds", result.total_seconds, ".1f")
     add("peak_vram_mb", result.peak_memory_mb, ".1f")
     add("mfu_percent", result.mfu_percent, ".2f")

@@ -59,35 +59,29 @@ def load_eval_rows(val_dir: Path) -> EvalRows:
     return EvalRows(inputs=inputs, targets=targets, target_bytes=target_bytes)
 
 
-def sum_nats_and_bytes(
-    logits: torch.Tensor, targets: torch.Tensor, target_bytes: torch.Tensor
-) -> tuple[float, int]:
-    """(sum of cross-entropy in nats, sum of bytes) over the targets with a nonzero byte length.
+def token_nats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of every target in nats, float64 [B, T] on the logits' device.
 
-    `logits` [B, T, V] (any float dtype, any device), `targets` and `target_bytes` [B, T]. A pure
-    function of its inputs; raises ValueError on shapes that disagree, targets outside the
-    vocabulary, or logits that make a loss non-finite (NaN or +inf anywhere in a scored row,
-    -inf at a target).
+    `logits` [B, T, V] (any float dtype, any device), `targets` [B, T]. A pure function of its
+    inputs: the value at one position depends only on that position's logits and target, so the
+    same logits give the same nats whatever else is in the batch. Raises ValueError on shapes that
+    disagree or targets outside the vocabulary.
     """
-    if logits.ndim != 3 or targets.shape != logits.shape[:2] or target_bytes.shape != targets.shape:
+    if logits.ndim != 3 or targets.shape != logits.shape[:2]:
         raise ValueError(
-            f"logits {tuple(logits.shape)} must be [B, T, V] with targets and target_bytes [B, T], "
-            f"got targets {tuple(targets.shape)} and target_bytes {tuple(target_bytes.shape)}"
+            f"logits {tuple(logits.shape)} must be [B, T, V] with targets [B, T], "
+            f"got targets {tuple(targets.shape)}"
         )
     if not logits.is_floating_point():
         raise ValueError(f"logits must be floating point, got {logits.dtype}")
     vocab = logits.shape[-1]
     targets = targets.to(logits.device, torch.int64)
-    target_bytes = target_bytes.to(logits.device, torch.int64)
     if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= vocab):
         raise ValueError(f"targets must lie in [0, {vocab}), the logits' vocabulary")
-    if target_bytes.numel() and int(target_bytes.min()) < 0:
-        raise ValueError("target_bytes must be non-negative")
     flat_logits = logits.reshape(-1, vocab)
     flat_targets = targets.reshape(-1)
-    counted = target_bytes.reshape(-1) > 0
+    nats = torch.empty(flat_targets.numel(), dtype=torch.float64, device=logits.device)
     chunk = max(1, CHUNK_ELEMENTS // max(1, vocab))
-    total_nats = 0.0
     for first in range(0, flat_targets.numel(), chunk):
         part = flat_logits[first : first + chunk]
         if part.dtype != torch.float64:
@@ -98,12 +92,32 @@ def sum_nats_and_bytes(
         terms.scatter_(1, top, 0.0)  # the max's own term, exactly 1, goes in through log1p
         rest = terms.sum(dim=1)
         picked = part.gather(1, flat_targets[first : first + chunk, None]).squeeze(1)
-        nats = peak.squeeze(1).double() + rest.double().log1p() - picked.double()
-        keep = counted[first : first + chunk]
-        if not bool(torch.isfinite(nats[keep]).all()):
-            raise ValueError("logits contain NaN or infinity")
-        total_nats += float(nats[keep].sum())
-    return total_nats, int(target_bytes.sum())
+        nats[first : first + chunk] = peak.squeeze(1).double() + rest.double().log1p() - picked.double()
+    return nats.view(targets.shape)
+
+
+def sum_nats_and_bytes(
+    logits: torch.Tensor, targets: torch.Tensor, target_bytes: torch.Tensor
+) -> tuple[float, int]:
+    """(sum of cross-entropy in nats, sum of bytes) over the targets with a nonzero byte length.
+
+    `logits` [B, T, V] (any float dtype, any device), `targets` and `target_bytes` [B, T]. A pure
+    function of its inputs; raises ValueError on shapes that disagree, targets outside the
+    vocabulary, or logits that make a loss non-finite (NaN or +inf anywhere in a scored row,
+    -inf at a target).
+    """
+    if target_bytes.shape != targets.shape:
+        raise ValueError(
+            f"target_bytes {tuple(target_bytes.shape)} must have the shape of targets {tuple(targets.shape)}"
+        )
+    nats = token_nats(logits, targets)
+    target_bytes = target_bytes.to(logits.device, torch.int64)
+    if target_bytes.numel() and int(target_bytes.min()) < 0:
+        raise ValueError("target_bytes must be non-negative")
+    counted = nats[target_bytes > 0]
+    if not bool(torch.isfinite(counted).all()):
+        raise ValueError("logits contain NaN or infinity")
+    return float(counted.sum()), int(target_bytes.sum())
 
 
 def bpb(total_nats: float, total_bytes: int) -> float:

@@ -18,7 +18,8 @@ ErrorClass = Literal[
     "timeout",  # past the hard deadline
     "killed",  # killed by a signal not otherwise explained
     "invalid_output",  # wrong logits shape/dtype, NaN logits
-    "non_causal",  # later tokens changed earlier logits
+    "non_causal",  # predictions depended on more than the weights and the row's prefix
+    "score_over_budget",  # the model ran longer in the score phase than its bound
     "over_budget",  # trained longer than budget + tolerance
     "sandbox_error",  # the sandbox could not start (infrastructure, not the candidate)
     "score_error",  # exception in the model's forward while scoring
@@ -46,7 +47,12 @@ class RunResult(BaseModel):
     val_bpb: float | None = None
     training_seconds: float | None = None
     startup_seconds: float | None = None  # train process startup not counted as training (<= allowance)
-    score_seconds: float | None = None  # forward passes and loss, incl. the causality probe
+    score_seconds: float | None = (
+        None  # the model's time in the score phase: rebuild and forwards, eval and probe
+    )
+    score_bound_seconds: float | None = (
+        None  # the most score_seconds may be (the sum of both processes' bounds)
+    )
     total_seconds: float | None = None
     peak_memory_mb: float | None = None
     tokens: int | None = None

@@ -5,6 +5,12 @@ first imports torch and waits (so the scorer can start it early), then on `go` i
 calls `build_model`, loads the saved weights (safetensors: tensors only) and answers `batch N`
 commands: it reads N rows of validation *inputs* from shared memory and writes the logits back.
 It never sees targets or byte lengths, and it computes no loss: the scorer does.
+
+The weights are loaded with `torch.nn.Module`'s own `load_state_dict` and the model put in eval
+mode with `torch.nn.Module.train`, never with the candidate's overrides of them. Everything else in
+this process is candidate code's to change (its modules' `_load_from_state_dict`, hooks, torch
+itself), so nothing here is a check: the scorer checks from outside, by timing this process and by
+comparing its predictions with a fresh process's (harness.runner.scorer).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import sys
 from typing import Any
 
 from harness.runner.limits import Limits, apply_rlimits
+
+CPU_SPARE_CORES = 1
 
 
 class InvalidOutputError(ValueError):
@@ -68,6 +76,10 @@ def main(config: dict[str, Any]) -> None:
     inputs = torch.from_numpy(np.frombuffer(inputs_map, dtype=np.int64).reshape(rows, seq_len))
     logits_out = torch.from_numpy(np.frombuffer(logits_map, dtype=np.float32).reshape(rows, seq_len, vocab))
     device = torch.device(config["device"])
+    if device.type == "cpu":
+        # Every core but one, as the baseline trains: torch's threads stall whenever another thread
+        # wants a core, and the forward passes are timed (docs/runner.md). build_model may change it.
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) - CPU_SPARE_CORES))
     reporter.send("ready")
     stream = commands(config["commands_fd"])
     if next(stream, {}).get("cmd") != "go":
@@ -82,8 +94,9 @@ def main(config: dict[str, Any]) -> None:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"build_model must return a torch.nn.Module, not {type(model).__name__}")
         where = "load_weights"
-        model.load_state_dict(safetensors.torch.load_file(config["weights"], device=str(device)))
-        model.eval()
+        weights = safetensors.torch.load_file(config["weights"], device=str(device))
+        torch.nn.Module.load_state_dict(model, weights, strict=True)
+        torch.nn.Module.train(model, False)
     except BaseException as exc:
         reporter.error(where, exc)
         finish(1)

@@ -1,4 +1,8 @@
-"""The scorer's handle on one model sandbox: start it, command it, read its logits, end it."""
+"""The scorer's handle on one model sandbox: start it, command it, time it, read its logits, end it.
+
+Both model processes are made alike (same fds, memfd names, buffer sizes and commands), so the
+eval and the probe differ to the model only in which rows they are shown and when.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from harness.runner.limits import Limits
 from harness.runner.messages import LineReader, text
 from harness.runner.output import OutputTail
 from harness.runner.sandbox import Bind, SandboxSpec, python_command, visible_path
+from harness.runner.train_phase import WEIGHTS_FILE
 
 
 class ModelFailure(Exception):
@@ -58,8 +63,8 @@ ERROR_CLASSES = {
 class ModelProcess:
     def __init__(self, job: ModelJob, label: str) -> None:
         self.label = label
-        self.inputs_fd = os.memfd_create(f"{label}-inputs")
-        self.logits_fd = os.memfd_create(f"{label}-logits")
+        self.inputs_fd = os.memfd_create("inputs")  # the name is visible inside: it must not say which
+        self.logits_fd = os.memfd_create("logits")
         os.ftruncate(self.inputs_fd, job.max_rows * job.seq_len * 8)
         os.ftruncate(self.logits_fd, job.max_rows * job.seq_len * job.vocab_size * 4)
         self.inputs = np.frombuffer(
@@ -80,7 +85,7 @@ class ModelProcess:
             spec = SandboxSpec(binds=binds, cwd=str(job.weights_dir))
         config = {
             "candidate": visible_path(spec, job.candidate, job.sandboxed),
-            "weights": os.path.join(visible_path(spec, job.weights_dir, job.sandboxed), "model.safetensors"),
+            "weights": os.path.join(visible_path(spec, job.weights_dir, job.sandboxed), WEIGHTS_FILE),
             "events_fd": events_w,
             "commands_fd": commands_r,
             "inputs_fd": self.inputs_fd,
@@ -123,9 +128,10 @@ class ModelProcess:
         except OSError as exc:  # the process has gone; the next wait reports why
             raise self.failure("the model process exited unexpectedly") from exc
 
-    def wait_for(self, event: str, deadline: float, batch: int | None = None) -> None:
+    def wait_for(self, event: str, deadline: float, late: ModelFailure, batch: int | None = None) -> None:
         """Block until the model sends `event` (for `batch`, if given); raise ModelFailure on an
-        error report, the process's death or the deadline. Stale or forged answers are skipped."""
+        error report, the process's death, or `late` at the deadline. Stale or forged answers are
+        skipped."""
         while True:
             while self.pending:
                 message = self.pending.pop(0)
@@ -144,9 +150,7 @@ class ModelProcess:
                     return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ModelFailure(
-                    "timeout", "timeout", f"score phase ({self.label}) ran past its time limit"
-                )
+                raise late
             ready, _, _ = select.select([self.events_r, self.pidfd], [], [], remaining)
             if self.events_r in ready:
                 data = os.read(self.events_r, 65536)
@@ -163,14 +167,24 @@ class ModelProcess:
             return ModelFailure("crash", "out_of_memory", f"score phase ({self.label}): out of memory")
         return ModelFailure("crash", "killed", f"score phase ({self.label}): {what} (exit status {code})")
 
-    def forward(self, rows: np.ndarray, deadline: float) -> np.ndarray:
-        """Logits [n, T, V] (float32, a private copy) for `rows` [n, T]."""
+    def start(self, deadline: float, late: ModelFailure) -> float:
+        """Send `go` (import train.py, build_model, load the weights) and wait until the model is
+        loaded; the seconds that took. Call once the process is `ready` (wait_for)."""
+        started = time.monotonic()
+        self.send(cmd="go")
+        self.wait_for("loaded", deadline, late)
+        return time.monotonic() - started
+
+    def forward(self, rows: np.ndarray, deadline: float, late: ModelFailure) -> tuple[np.ndarray, float]:
+        """The logits [n, T, V] for `rows` [n, T], as a view of the shared buffer (the model process
+        can still write to it: copy before use), and the seconds from command to answer."""
         count = rows.shape[0]
         self.inputs[:count] = rows
         self.batches += 1
+        started = time.monotonic()
         self.send(cmd="batch", rows=count, batch=self.batches)
-        self.wait_for("done", deadline, self.batches)
-        return self.logits[:count].copy()
+        self.wait_for("done", deadline, late, self.batches)
+        return self.logits[:count], time.monotonic() - started
 
     def log(self) -> str:
         return self.output.text(timeout=1.0)

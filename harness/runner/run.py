@@ -174,7 +174,7 @@ def score_if_trained(
         return verdict, {}
     elapsed = time.monotonic() - started
     pacer.offer(ProgressEvent(step=outcome.step or 0, fraction=1.0, phase="score", elapsed_s=elapsed))
-    scored = scorer.score(cancel, pacer)
+    scored = scorer.score(cancel, pacer, outcome.tokens, outcome.training_seconds)
     if scored["status"] == "ok":
         return None, scored
     return (scored["status"], scored.get("error_class", ""), scored.get("error_message", "")), scored
@@ -240,6 +240,10 @@ def harness_notes(sandboxed: bool, limits: Limits, device: str, settings: Harnes
     return f"[harness] {sandbox}; {cgroup}; {memory}; device {device}\n"
 
 
+def rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
+
+
 def build_result(
     verdict: Verdict | None,
     outcome: TrainOutcome,
@@ -266,7 +270,8 @@ def build_result(
         val_bpb=scored.get("val_bpb"),
         training_seconds=round(trained, 3),
         startup_seconds=round(outcome.lifetime - trained, 3),
-        score_seconds=scored.get("score_seconds"),
+        score_seconds=rounded(scored.get("score_seconds")),
+        score_bound_seconds=rounded(scored.get("score_bound_seconds")),
         total_seconds=round(total, 3),
         peak_memory_mb=round(peak / (1 << 20), 1) if peak else None,
         tokens=outcome.tokens,

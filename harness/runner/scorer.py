@@ -1,23 +1,29 @@
 """The trusted scorer: holds the validation targets and computes val_bpb from model logits.
 
 Run by the runner as `python -m harness.runner.scorer CONFIG_JSON`, outside any sandbox. It
-starts two model sandboxes at once (they import torch while training runs, then wait), and on
-`go` (a line on stdin, sent when the weights are ready):
+starts two model sandboxes at once (they import torch while training runs, then wait). On `go`
+(a JSON line on stdin, sent when the weights are ready, with the run's training tokens and
+seconds):
 
-1. the *eval* process gets every validation input row, batch by batch; the scorer applies
-   log-softmax and cross-entropy (`harness.evaluate.sum_nats_and_bytes`) and computes bpb;
-2. when the eval process is gone, the *probe* process gets a random subset of rows whose suffix
-   after a random cut is replaced by other real validation text. Its logits before the cut must
-   match the eval process's, otherwise the model looked ahead (or at other rows): `non_causal`.
+1. the *eval* process is shown every validation input row once, in a random order, then some of
+   them again (harness.runner.score_plan); the scorer applies log-softmax and cross-entropy to
+   each batch (harness.evaluate.token_nats) and sums the first showing of each row into val_bpb;
+2. when the eval process is gone, the *probe* process is shown one batch of variants of random
+   rows, their text replaced from a random cut on. It is fresh: it never coexists with the eval
+   process after `go` and shares nothing with it, so whatever the eval process learned or cached
+   it does not know;
+3. the repeats and the probe's prefixes must agree with the first showing to numerical noise
+   (harness.runner.agreement), or the run is `non_causal`;
+4. each model process must finish within its bound (harness.runner.score_budget), measured here
+   from outside, or the run is `score_over_budget`.
 
-The probe runs in a fresh process that never coexists with the eval process after `go`, so no
-state can be shared between them: a model cannot recognise a probe by having seen the original.
 The result is one JSON line on stdout.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import sys
 import time
@@ -28,154 +34,252 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.evaluate import bpb, load_eval_rows, sum_nats_and_bytes
+from harness.evaluate import EvalRows, bpb, load_eval_rows, token_nats
+from harness.runner import agreement
 from harness.runner.limits import Limits
 from harness.runner.model_process import ModelFailure, ModelJob, ModelProcess
-
-PROBE_ROWS = 16
-# Largest total-variation distance between the eval and probe next-token distributions at any
-# position before the cut. Honest models differ only by float noise (batching, bf16); a model
-# that reads the next token moves most of the probability mass.
-CAUSAL_TV_TOLERANCE = 0.05
+from harness.runner.score_budget import ProcessBudget, forward_seconds_per_token, process_budget
+from harness.runner.score_plan import Probe, plan_eval, plan_probes
+from harness.runner.train_phase import WEIGHTS_FILE
 
 
-@dataclass(frozen=True)
-class Probe:
-    row: int  # the evaluation row it is a variant of
-    cut: int  # positions [0, cut) must not change
-    tokens: np.ndarray  # [T] the row with its suffix from `cut` replaced
+class Transfer:
+    """The scorer's own time to take one batch of logits onto its device: the least seen so far
+    (a model process cannot make it smaller; a busy moment can only make one copy slower)."""
+
+    def __init__(self) -> None:
+        self.least: float | None = None
+
+    def observe(self, seconds: float) -> None:
+        self.least = seconds if self.least is None else min(self.least, seconds)
 
 
-def plan_probes(inputs: np.ndarray, count: int, rng: np.random.Generator) -> list[Probe]:
-    """Random rows, each with a random cut and a suffix of real text from another row."""
-    rows, seq_len = inputs.shape
-    if rows < 2 or seq_len < 2:
-        return []
-    probes = []
-    for row in rng.choice(rows, size=min(count, rows), replace=False).tolist():
-        cut = int(rng.integers(1, seq_len))
-        for _ in range(8):  # find a donor whose text differs right at the cut
-            donor = int(rng.integers(rows - 1))
-            donor += donor >= row
-            suffix = inputs[donor, 1 : 1 + seq_len - cut]  # skip the donor's BOS
-            if suffix[0] != inputs[row, cut]:
-                tokens = inputs[row].copy()
-                tokens[cut:] = suffix
-                probes.append(Probe(row=row, cut=cut, tokens=tokens))
-                break
-    return probes
+@dataclass
+class Clock:
+    """The time one model process has run, measured here, against its bound."""
 
+    budget: ProcessBudget
+    transfer: Transfer
+    outer_deadline: float  # the whole score phase's limit (a stuck scorer), status timeout
+    used: float = 0.0
+    startup: float = 0.0  # of `used`: from `go` to `loaded`
+    running_since: float | None = None  # when the measured step under way began
 
-def log_probs(logits: torch.Tensor) -> torch.Tensor:
-    return torch.log_softmax(logits.double(), dim=-1)
+    def bound(self) -> float:
+        return self.budget.bound(self.transfer.least)
 
-
-def max_tv_distance(expected: torch.Tensor, seen: torch.Tensor) -> float:
-    """Largest total-variation distance between two [positions, V] log-probability tables."""
-    return float(0.5 * (expected.exp() - seen.exp()).abs().sum(dim=-1).max())
-
-
-def received(logits: np.ndarray, device: torch.device, label: str) -> torch.Tensor:
-    """The model's logits on the scoring device (on CUDA the loss is computed on the GPU)."""
-    tensor = torch.from_numpy(logits).to(device)
-    if not bool(torch.isfinite(tensor).all()):
-        raise ModelFailure(
-            "invalid", "invalid_output", f"score phase ({label}): logits contain NaN or infinity"
+    def window(self) -> tuple[float, ModelFailure]:
+        """Begin a measured step: its deadline, and the failure it ends in when passed."""
+        self.running_since = time.monotonic()
+        over = self.running_since + self.bound() - self.used
+        if over < self.outer_deadline:
+            return over, self.over_budget(f"was still running at {self.bound():.2f} s")
+        label = self.budget.label
+        return self.outer_deadline, ModelFailure(
+            "timeout", "timeout", f"score phase ({label}) ran past its time limit"
         )
-    return tensor
+
+    def charge(self, seconds: float) -> None:
+        """End the measured step, which took `seconds`."""
+        self.settle(seconds)
+        if self.used > self.bound():
+            raise self.over_budget(f"ran {self.used:.2f} s")
+
+    def settle(self, seconds: float | None = None) -> None:
+        """End the step under way (if any): `seconds`, or up to now for one cut short."""
+        if self.running_since is not None:
+            self.used += time.monotonic() - self.running_since if seconds is None else seconds
+        self.running_since = None
+
+    def over_budget(self, what: str) -> ModelFailure:
+        return ModelFailure(
+            "invalid",
+            "score_over_budget",
+            f"score phase ({self.budget.label}): the model {what}, past its bound of "
+            f"{self.budget.explain(self.transfer.least)}. The bound follows from this run's own "
+            "training throughput (a forward pass costs about a third of a training step); the score "
+            "phase may only rebuild the model, load its weights and run forward passes: no training, "
+            "no torch.compile (compile in train())",
+        )
 
 
-def evaluate(
-    model: ModelProcess,
-    rows: Any,
-    batch_rows: int,
-    probes: list[Probe],
-    device: torch.device,
-    deadline: float,
-) -> tuple[float, dict[int, torch.Tensor]]:
-    """val_bpb over all rows, and the eval log-probabilities before the cut of each probed row."""
-    inputs = rows.inputs.numpy()
-    probed = {probe.row: probe.cut for probe in probes}
-    kept: dict[int, torch.Tensor] = {}
-    total_nats, total_bytes = 0.0, 0
-    for first in range(0, rows.num_rows, batch_rows):
-        logits = received(model.forward(inputs[first : first + batch_rows], deadline), device, model.label)
-        part = slice(first, first + batch_rows)
-        nats, nbytes = sum_nats_and_bytes(logits, rows.targets[part], rows.target_bytes[part])
-        total_nats += nats
-        total_bytes += nbytes
-        for offset in range(logits.shape[0]):
-            if first + offset in probed:
-                kept[first + offset] = log_probs(logits[offset, : probed[first + offset]])
-    return bpb(total_nats, total_bytes), kept
+@dataclass
+class Scoring:
+    """The validation rows and what the scorer has learned of the model so far."""
+
+    rows: EvalRows
+    batch_rows: int
+    device: torch.device
+    transfer: Transfer
+
+    def take(
+        self, model: ModelProcess, clock: Clock, tokens: np.ndarray, targets: torch.Tensor
+    ) -> np.ndarray:
+        """Run one batch in `model`, timed against `clock`; the nats of `targets` [n, T] (float64)."""
+        deadline, late = clock.window()
+        view, seconds = model.forward(tokens, deadline, late)
+        started = time.monotonic()
+        logits = torch.from_numpy(view.copy()).to(self.device)  # a private copy: the model can still write
+        self.transfer.observe(time.monotonic() - started)
+        clock.charge(seconds)
+        if not bool(torch.isfinite(logits).all()):
+            raise ModelFailure(
+                "invalid", "invalid_output", f"score phase ({model.label}): logits contain NaN or infinity"
+            )
+        return token_nats(logits, targets).cpu().numpy()
+
+    def evaluate(
+        self, model: ModelProcess, clock: Clock, order: np.ndarray, keep: set[int], repeats: agreement.Group
+    ) -> tuple[float, dict[int, np.ndarray]]:
+        """val_bpb from the first showing of every row, the nats of the first showing of the rows in
+        `keep`, and the repeats compared with their first showing (into `repeats`)."""
+        inputs = self.rows.inputs.numpy()
+        counted = (self.rows.target_bytes > 0).numpy()
+        row_nats = np.zeros(self.rows.num_rows)
+        first: dict[int, np.ndarray] = {}
+        seen = np.zeros(self.rows.num_rows, dtype=bool)
+        for start in range(0, len(order), self.batch_rows):
+            batch = order[start : start + self.batch_rows]
+            nats = self.take(model, clock, inputs[batch], self.rows.targets[batch])
+            for offset, row in enumerate(batch.tolist()):
+                if seen[row]:
+                    repeats.add(first[row], nats[offset], row)
+                    continue
+                seen[row] = True
+                row_nats[row] = nats[offset][counted[row]].sum()
+                if row in keep:
+                    first[row] = nats[offset]
+        # math.fsum: the exact sum, so the score does not depend on the order rows were shown in.
+        return bpb(math.fsum(row_nats.tolist()), int(self.rows.target_bytes.sum())), first
+
+    def probe(
+        self,
+        model: ModelProcess,
+        clock: Clock,
+        probes: list[Probe],
+        first: dict[int, np.ndarray],
+        prefix: agreement.Group,
+        cut: agreement.Group,
+    ) -> None:
+        """Score the probe batch and compare it with the eval's first showing: the positions before
+        each cut's last one (`prefix`), and that last one, whose next token differs (`cut`)."""
+        tokens = np.stack([probe.tokens for probe in probes])
+        targets = self.rows.targets[[probe.row for probe in probes]]  # the original rows' targets
+        nats = self.take(model, clock, tokens, targets)
+        for offset, probe in enumerate(probes):
+            expected = first[probe.row]
+            prefix.add(expected[: probe.cut - 1], nats[offset, : probe.cut - 1], probe.row)
+            cut.add(
+                expected[probe.cut - 1 : probe.cut],
+                nats[offset, probe.cut - 1 : probe.cut],
+                probe.row,
+                probe.cut - 1,
+            )
 
 
-def probe_causality(
-    model: ModelProcess,
-    probes: list[Probe],
-    expected: dict[int, torch.Tensor],
-    batch_rows: int,
-    device: torch.device,
-    deadline: float,
-) -> float:
-    """The largest distance seen; raises ModelFailure(non_causal) above the tolerance."""
-    worst = 0.0
-    for first in range(0, len(probes), batch_rows):
-        batch = probes[first : first + batch_rows]
-        tokens = np.stack([probe.tokens for probe in batch])
-        logits = received(model.forward(tokens, deadline), device, model.label)
-        for offset, probe in enumerate(batch):
-            distance = max_tv_distance(expected[probe.row], log_probs(logits[offset, : probe.cut]))
-            worst = max(worst, distance)
-            if distance > CAUSAL_TV_TOLERANCE:
-                raise ModelFailure(
-                    "invalid",
-                    "non_causal",
-                    f"non-causal model: changing the tokens from position {probe.cut} on changed the "
-                    f"predictions before it (total variation {distance:.3f} > {CAUSAL_TV_TOLERANCE}); "
-                    "logits at position t may depend only on tokens 0..t of the same row",
-                )
-    return worst
+def start_model(model: ModelProcess, clock: Clock) -> None:
+    """Wait for the model process to be ready (harness code only: not timed), then time its start."""
+    stuck = ModelFailure(
+        "timeout", "timeout", f"score phase ({model.label}): the sandbox did not start in time"
+    )
+    model.wait_for("ready", clock.outer_deadline, stuck)
+    deadline, late = clock.window()
+    clock.startup = model.start(deadline, late)
+    clock.charge(clock.startup)
+
+
+def weights_identity(path: Path) -> tuple[int, ...]:
+    """What changes if the weights file is replaced or written to."""
+    info = path.stat()
+    return info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
+def clocks_for(
+    order: np.ndarray, probes: list[Probe], scoring: Scoring, go: dict[str, Any], settings: dict[str, Any]
+) -> list[Clock]:
+    """The eval process's clock and, when there are probes, the probe process's."""
+    rows, batch_rows = scoring.rows, scoring.batch_rows
+    seq_len = int(rows.inputs.shape[1])
+    per_token = forward_seconds_per_token(
+        settings["device"],
+        settings["time_budget"],
+        go["training_seconds"],
+        go["train_tokens"],
+        rows.num_rows * seq_len,
+    )
+    outer_deadline = time.monotonic() + settings["timeout"]
+    batches = [("eval", len(order) // batch_rows)] + ([("probe", 1)] if probes else [])
+    return [
+        Clock(
+            process_budget(
+                label,
+                count,
+                batch_rows * seq_len,
+                batch_rows * seq_len * settings["vocab_size"] * 4,
+                settings["time_budget"],
+                per_token,
+            ),
+            scoring.transfer,
+            outer_deadline,
+        )
+        for label, count in batches
+    ]
 
 
 def score(
     eval_model: ModelProcess,
     probe_model: ModelProcess,
-    rows: Any,
-    batch_rows: int,
-    device: torch.device,
-    timeout: float,
+    scoring: Scoring,
+    weights: Path,
+    go: dict[str, Any],
+    settings: dict[str, Any],
 ) -> dict[str, Any]:
-    """Evaluate, then probe in the other process, once the runner says `go`.
-
-    `score_seconds` is the scoring work itself: forward passes and loss, in both processes; model
-    rebuilding, weight loading and process ends are overhead.
-    """
-    if sys.stdin.readline().strip() != "go":
-        return {"status": "aborted"}
-    deadline = time.monotonic() + timeout
-    probes = plan_probes(rows.inputs.numpy(), PROBE_ROWS, np.random.default_rng(secrets.randbits(64)))
+    """Evaluate, then probe in the other process; `go` carries the run's training throughput."""
+    rows = scoring.rows
+    rng = np.random.default_rng(secrets.randbits(64))
+    order = plan_eval(rows.num_rows, scoring.batch_rows, rng)
+    probes = plan_probes(rows.inputs.numpy(), scoring.batch_rows, rng)
+    clocks = clocks_for(order, probes, scoring, go, settings)
+    groups = [agreement.Group("repeat"), agreement.Group("probe"), agreement.Group("cut")]
+    tolerance = agreement.tolerance_for(str(scoring.device))
+    result: dict[str, Any] = {"status": "ok"}
     try:
-        eval_model.send(cmd="go")
-        eval_model.wait_for("loaded", deadline)
-        started = time.monotonic()
-        val_bpb, expected = evaluate(eval_model, rows, batch_rows, probes, device, deadline)
-        scoring = time.monotonic() - started
+        identity = weights_identity(weights)
+        start_model(eval_model, clocks[0])
+        repeated = np.flatnonzero(np.bincount(order, minlength=rows.num_rows) > 1)
+        keep = {int(row) for row in repeated} | {probe.row for probe in probes}
+        val_bpb, first = scoring.evaluate(eval_model, clocks[0], order, keep, groups[0])
         eval_model.close()
-        probe_model.send(cmd="go")
-        probe_model.wait_for("loaded", deadline)
-        started = time.monotonic()
-        worst = probe_causality(probe_model, probes, expected, batch_rows, device, deadline)
-        scoring += time.monotonic() - started
+        message = agreement.judge(groups[:1], tolerance)
+        if message is None and probes:
+            if weights_identity(weights) != identity:
+                raise ModelFailure("invalid", "invalid_output", "the weights file changed while scoring")
+            start_model(probe_model, clocks[1])
+            scoring.probe(probe_model, clocks[1], probes, first, groups[1], groups[2])
+            message = agreement.judge(groups, tolerance)
+        if message is not None:
+            result = {"status": "invalid", "error_class": "non_causal", "error_message": message}
+        else:
+            result["val_bpb"] = val_bpb
     except ModelFailure as failure:
-        return {"status": failure.status, "error_class": failure.error_class, "error_message": str(failure)}
-    return {
-        "status": "ok",
-        "val_bpb": val_bpb,
-        "probe_rows": len(probes),
-        "probe_max_tv": worst,
-        "score_seconds": scoring,
-    }
+        for clock in clocks:
+            clock.settle()
+        result = {"status": failure.status, "error_class": failure.error_class, "error_message": str(failure)}
+    result["score_seconds"] = sum(clock.used for clock in clocks)
+    result["score_bound_seconds"] = sum(clock.bound() for clock in clocks)
+    result["log"] = timing_note(clocks, go) + agreement.summary(groups, tolerance) + "\n"
+    return result
+
+
+def timing_note(clocks: list[Clock], go: dict[str, Any]) -> str:
+    tokens, seconds = go["train_tokens"], go["training_seconds"]
+    rate = f"{tokens / seconds:.0f} tokens/s" if tokens and seconds > 0 else "no tokens reported"
+    parts = [
+        f"{clock.budget.label} ran {clock.used:.2f} s (start {clock.startup:.2f} s, batches "
+        f"{clock.used - clock.startup:.2f} s) of {clock.budget.explain(clock.transfer.least)}"
+        for clock in clocks
+    ]
+    return f"[harness] score phase (training {rate}): " + "; ".join(parts) + "\n[harness] "
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
@@ -196,12 +300,16 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     )
     models = [ModelProcess(job, "eval"), ModelProcess(job, "probe")]
     try:
-        device = torch.device(config["device"])
-        result = score(models[0], models[1], rows, batch_rows, device, config["timeout"])
+        line = sys.stdin.readline()
+        if not line.strip():
+            return {"status": "aborted"}
+        scoring = Scoring(rows, batch_rows, torch.device(config["device"]), Transfer())
+        weights = Path(config["weights_dir"]) / WEIGHTS_FILE
+        result = score(models[0], models[1], scoring, weights, json.loads(line), config)
     finally:
         for model in models:
             model.close()
-    result["log"] = "".join(
+    result["log"] = result.get("log", "") + "".join(
         f"[harness] score phase ({model.label}) output:\n{log}" for model in models if (log := model.log())
     )
     return result

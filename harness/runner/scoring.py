@@ -83,12 +83,16 @@ class Scorer:
             start_new_session=True,
         )
 
-    def score(self, cancel: threading.Event, pacer: ProgressPacer) -> dict[str, Any]:
-        """Send `go` and wait for the scorer's verdict (a dict with at least `status`)."""
+    def score(
+        self, cancel: threading.Event, pacer: ProgressPacer, train_tokens: int | None, training_seconds: float
+    ) -> dict[str, Any]:
+        """Send `go` with the run's training throughput (the score phase's bound follows from it)
+        and wait for the scorer's verdict (a dict with at least `status`)."""
         assert self.popen.stdin is not None
         raise_priority(descendants(self.popen.pid))
+        go = json.dumps({"train_tokens": train_tokens, "training_seconds": training_seconds})
         with contextlib.suppress(BrokenPipeError):  # a scorer that died early is reported below
-            self.popen.stdin.write(b"go\n")
+            self.popen.stdin.write(go.encode() + b"\n")
             self.popen.stdin.flush()
         deadline = time.monotonic() + self.job.timeout + SCORER_MARGIN_S
         while True:

@@ -1,9 +1,9 @@
 """Candidate train.py files for the runner tests, composed from the files in candidates/.
 
 `good_bigram.py` is a complete honest candidate. The files in `hostile/` and `broken/` are
-appended to it: they replace `build_model` and/or `train`, and may call the honest versions as
-`honest_build_model` and `honest_train`. `HOSTILE_ARGS` carries test-specific values (ports,
-host paths, markers) into the candidate.
+appended to it, in the order given: they replace `build_model` and/or `train`, and may call the
+honest versions as `honest_build_model` and `honest_train` (and what an earlier part defined).
+`HOSTILE_ARGS` carries test-specific values (ports, host paths, markers) into the candidate.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ FOLDER = Path(__file__).resolve().parent / "candidates"
 GOOD = FOLDER / "good_bigram.py"
 
 
-def compose(folder: Path, part: str, **args: Any) -> Path:
-    """Write good_bigram.py + `part` (e.g. "hostile/fake_val_bpb.py") as `folder`/train.py."""
+def compose(folder: Path, *parts: str, **args: Any) -> Path:
+    """Write good_bigram.py + `parts` (e.g. "hostile/fake_val_bpb.py") as `folder`/train.py."""
     text = "\n".join(
         [
             f"HOSTILE_ARGS = {args!r}",
             GOOD.read_text(),
             "honest_build_model, honest_train = build_model, train",
-            (FOLDER / part).read_text(),
+            *((FOLDER / part).read_text() for part in parts),
         ]
     )
     path = folder / "train.py"

@@ -4,9 +4,14 @@
 """Hostile: looks for the validation data, the data manifest, the repo and secrets, and cheats if found."""
 
 import os
+import sys
+
+# Bound the same in every sandbox: walked in the train sandbox; the score sandboxes skip them, as
+# their walk counts against the score phase's time bound.
+SHARED_TREES = ("/usr", sys.base_prefix, sys.prefix)
 
 
-def snoop():
+def snoop(scoring):
     found = []
     for path in HOSTILE_ARGS["paths"]:
         try:
@@ -17,7 +22,8 @@ def snoop():
         except OSError as exc:
             print("HIDDEN", path, type(exc).__name__)
     for root, dirs, names in os.walk("/"):
-        dirs[:] = [d for d in dirs if os.path.join(root, d) not in ("/proc", "/sys", "/dev")]
+        skipped = ("/proc", "/sys", "/dev", *(SHARED_TREES if scoring else ()))
+        dirs[:] = [d for d in dirs if os.path.join(root, d) not in skipped]
         for name in names:
             if name in ("targets.npy", "target_bytes.npy"):
                 found.append(os.path.join(root, name))
@@ -47,7 +53,7 @@ class TargetLookup(torch.nn.Module):
 
 
 def build_model(ctx):
-    found = snoop()
+    found = snoop(scoring=ctx.time_left() <= 0)
     targets = [path for path in found if path.endswith("targets.npy")]
     if targets:
         import numpy as np

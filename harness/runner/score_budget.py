@@ -1,0 +1,110 @@
+"""How long the candidate's model may run in the score phase: the bound behind `score_over_budget`.
+
+The model is candidate code, so it runs in the score sandboxes too, and whatever it computes
+there beyond its forward passes (training on rows it carried inside its weights, say) would be
+free. Each model process (eval, probe) is therefore timed from outside, by the scorer: from `go`
+to `loaded` (import train.py, build_model, the harness's weight load) and from each batch command
+to its answer. The sum may not exceed the process's bound:
+
+    bound = startup + batches x (forward + TRANSFER_SLACK x transfer)
+    startup = max(STARTUP_MIN_S, STARTUP_FRACTION x budget)
+    forward = FORWARD_SLACK[device] x FORWARD_SHARE x rows x seq_len x training_seconds / tokens
+
+`forward` comes from the run's own training throughput: a forward pass costs about a third of
+a training step (FORWARD_SHARE). `transfer` is the scorer's own time to take one batch of logits
+out of shared memory onto its device, the least it has seen in this run: the model process pays
+a copy of the same size to put them there. Only what happens between the measured points is
+unmeasured: the scorer's own work between batches, when a model has already answered.
+
+Why the probe's bound is what matters: training that changes the eval's counted outputs must be
+repeated by the probe (a fresh process) before its only batch, or the two disagree (see
+harness.runner.agreement). What a candidate can hide is the probe's bound less what an honest
+probe needs; docs/runner.md has the figure for each preset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Importing train.py, build_model and the weight load took 0.04-0.3 s for the baseline and the
+# test candidates on CPU, on a 2-core machine at load 5-12 (docs/runner.md); the rest is room for
+# a CUDA context and a loaded machine. It is also all the time a model that compiles in
+# build_model or in its first forward gets: compile in train().
+STARTUP_MIN_S = 3.0
+STARTUP_FRACTION = 0.02
+FORWARD_SHARE = 1.0 / 3.0  # forward FLOPs per token are a third of a training step's (2 of 6)
+# How much slower per token than a third of a training step an honest forward may be, by device
+# type. CPU: the baseline's eval batches took 1.3x the estimate (one thread, in-process) to 2.8x
+# (in the sandbox on a shared 2-core machine whose load changed between training and scoring) in
+# float32, and 5.4x with bf16 autocast on a CPU without fast bf16; a CPU with fast bf16 (AMX),
+# where the baseline trains in bf16 but is scored in float32, is not measured. CUDA (not measured:
+# no GPU here): the baseline trains compiled under bf16 autocast and is scored eager in float32,
+# estimated 6-9x. docs/runner.md has the figures.
+FORWARD_SLACK = {"cpu": 10.0, "cuda": 20.0}
+TRANSFER_SLACK = 2.0
+# Assumed before the scorer has timed its first batch of logits (it then uses its own figure).
+FIRST_TRANSFER_BYTES_PER_S = 1e9
+# The forward term of all evaluation rows together is at most the time budget, whatever
+# throughput the run reported (few tokens reported would otherwise mean a large bound).
+FORWARD_CAP_FRACTION = 1.0
+
+
+@dataclass(frozen=True)
+class ProcessBudget:
+    """The bound of one model process, before the transfer term is known."""
+
+    label: str  # eval or probe
+    batches: int
+    startup_s: float
+    forward_s: float  # per batch, slack included
+    logits_bytes: int  # per batch
+
+    def bound(self, transfer_s: float | None) -> float:
+        """Seconds this process may run, given the scorer's measured transfer per batch (None: not
+        measured yet, assume FIRST_TRANSFER_BYTES_PER_S)."""
+        transfer = self.logits_bytes / FIRST_TRANSFER_BYTES_PER_S if transfer_s is None else transfer_s
+        return self.startup_s + self.batches * (self.forward_s + TRANSFER_SLACK * transfer)
+
+    def explain(self, transfer_s: float | None) -> str:
+        transfer = self.logits_bytes / FIRST_TRANSFER_BYTES_PER_S if transfer_s is None else transfer_s
+        batches = f"{self.batches} batch" + ("" if self.batches == 1 else "es")
+        return (
+            f"{self.bound(transfer_s):.2f} s = startup {self.startup_s:.2f} s + {batches} x "
+            f"(forward {self.forward_s:.4f} s + logits transfer {TRANSFER_SLACK:g} x {transfer:.4f} s)"
+        )
+
+
+def startup_allowance(time_budget: float) -> float:
+    return max(STARTUP_MIN_S, STARTUP_FRACTION * time_budget)
+
+
+def forward_seconds_per_token(
+    device: str, time_budget: float, training_seconds: float, train_tokens: int | None, eval_tokens: int
+) -> float:
+    """The bound's forward seconds per token on `device`, slack included.
+
+    0 when the run reported no training tokens: its model trained on nothing, and startup and
+    transfer are what it may spend.
+    """
+    if not train_tokens or training_seconds <= 0:
+        return 0.0
+    slack = FORWARD_SLACK["cuda" if device.startswith("cuda") else "cpu"]
+    estimate = slack * FORWARD_SHARE * training_seconds / train_tokens
+    return min(estimate, FORWARD_CAP_FRACTION * time_budget / max(1, eval_tokens))
+
+
+def process_budget(
+    label: str,
+    batches: int,
+    batch_tokens: int,
+    logits_bytes: int,
+    time_budget: float,
+    per_token_s: float,
+) -> ProcessBudget:
+    return ProcessBudget(
+        label=label,
+        batches=batches,
+        startup_s=startup_allowance(time_budget),
+        forward_s=per_token_s * batch_tokens,
+        logits_bytes=logits_bytes,
+    )

@@ -1,0 +1,59 @@
+"""The score phase's time bound (harness.runner.score_budget): properties for any run."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.runner import score_budget
+from harness.runner.score_budget import forward_seconds_per_token, process_budget, startup_allowance
+
+budgets = st.floats(min_value=0.1, max_value=1e4)
+seconds = st.floats(min_value=0.01, max_value=1e4)
+tokens = st.integers(min_value=1, max_value=10**12)
+
+
+@given(
+    device=st.sampled_from(["cpu", "cuda", "cuda:3"]),
+    budget=budgets,
+    trained=seconds,
+    train_tokens=tokens,
+    eval_tokens=tokens,
+)
+def test_forward_estimate_is_a_third_of_a_training_step_with_slack_and_capped(
+    device, budget, trained, train_tokens, eval_tokens
+) -> None:
+    per_token = forward_seconds_per_token(device, budget, trained, train_tokens, eval_tokens)
+    slack = score_budget.FORWARD_SLACK[device[:4]] * score_budget.FORWARD_SHARE
+    assert 0 < per_token <= slack * trained / train_tokens * (1 + 1e-12)
+    # However few tokens a run reports, all evaluation rows' forward passes fit in the cap.
+    assert per_token * eval_tokens <= score_budget.FORWARD_CAP_FRACTION * budget * (1 + 1e-12)
+
+
+@given(budget=budgets, trained=seconds, train_tokens=tokens)
+def test_a_faster_training_run_gets_a_tighter_bound(budget, trained, train_tokens) -> None:
+    slow = forward_seconds_per_token("cpu", budget, trained, train_tokens, 1000)
+    fast = forward_seconds_per_token("cpu", budget, trained, 2 * train_tokens, 1000)
+    assert fast <= slow
+
+
+@pytest.mark.parametrize("train_tokens", [None, 0])
+def test_a_run_that_reported_no_training_tokens_gets_no_forward_time(train_tokens) -> None:
+    assert forward_seconds_per_token("cuda", 300.0, 300.0, train_tokens, 10**6) == 0.0
+
+
+@given(budget=budgets, batches=st.integers(0, 1000), transfer=st.none() | seconds)
+def test_bound_is_startup_plus_each_batch(budget, batches, transfer) -> None:
+    budget_of = process_budget("probe", batches, 64 * 2048, 64 * 2048 * 8192 * 4, budget, 1e-6)
+    bound = budget_of.bound(transfer)
+    assert budget_of.startup_s == startup_allowance(budget) >= score_budget.STARTUP_MIN_S
+    assert bound >= budget_of.startup_s
+    one_more = process_budget("probe", batches + 1, 64 * 2048, 64 * 2048 * 8192 * 4, budget, 1e-6)
+    assert one_more.bound(transfer) > bound
+    assert f"{bound:.2f} s" in budget_of.explain(transfer)
+
+
+def test_startup_allowance_by_preset() -> None:
+    assert startup_allowance(300.0) == 6.0  # h100
+    assert startup_allowance(60.0) == startup_allowance(3.0) == score_budget.STARTUP_MIN_S  # cpu, test
