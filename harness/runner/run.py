@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.config import HarnessSettings
 from harness.data.errors import DataError
+from harness.data.rows import open_training_tokens
 from harness.prepared import prepared_paths, read_manifest
 from harness.result import ProgressEvent, RunResult
 from harness.runner import timing
@@ -61,6 +62,7 @@ def run_experiment(
     manifest = read_manifest(settings)
     paths = prepared_paths(settings)
     check_eval_files(paths.val_dir)
+    open_training_tokens(paths.train_dir, int(manifest["bos_id"]), settings.train_tokens_max)  # fail early
     device = resolve_device(device)
     name = device_name(device)
     key, job = train_job(settings, manifest, device, sandboxed, work_root)
@@ -94,6 +96,8 @@ def run_experiment(
                 run = prepare_run(key, job, work_root, idle=False)
                 spawned_at = run.sandbox.go() or time.monotonic()
             outcome = run_train_phase(run.sandbox, spawned_at, pacer, cancel, started)
+            if run.sandbox.feeder.failure is not None:  # the harness's fault, not the candidate's
+                raise DataError(f"{paths.train_dir}: {run.sandbox.feeder.failure}")
             if keep_warm:
                 keep_spare(prepare_run(key, job, work_root, idle=True))
             verdict, scored = score_if_trained(outcome, settings, run.run_dir, scorer, pacer, cancel, started)
