@@ -23,7 +23,7 @@ from harness.runner.devices import device_name, mfu_percent, peak_flops, resolve
 from harness.runner.limits import Cgroup, Limits, default_limits, tree_memory_bytes
 from harness.runner.output import ProgressPacer
 from harness.runner.prepared_run import discard, keep_spare, prepare_run, take_spare
-from harness.runner.sandbox import check_bwrap
+from harness.runner.sandbox import check_bwrap, system_roots
 from harness.runner.scoring import ScoreJob, Scorer
 from harness.runner.train_phase import CANDIDATE_FILE, WEIGHTS_FILE, TrainJob, TrainOutcome, run_train_phase
 
@@ -62,6 +62,7 @@ def run_experiment(
     manifest = read_manifest(settings)
     paths = prepared_paths(settings)
     check_eval_files(paths.val_dir)
+    check_data_hidden(settings)
     open_training_tokens(paths.train_dir, int(manifest["bos_id"]), settings.train_tokens_max)  # fail early
     device = resolve_device(device)
     name = device_name(device)
@@ -154,6 +155,21 @@ def train_job(
         limits=default_limits(settings.memory_limit_gb, ""),
     )
     return key, job
+
+
+def check_data_hidden(settings: HarnessSettings) -> None:
+    """Data inside a folder every sandbox sees whole would be readable by train.py."""
+    folders = {"DATA_DIR": settings.data_dir, "LOCAL_DATA_DIR": settings.local_data_dir}
+    for setting, folder in folders.items():
+        if folder is None:
+            continue
+        real = folder.resolve()
+        for root in system_roots():
+            if real.is_relative_to(root.resolve()) or real.is_relative_to(root):
+                raise DataError(
+                    f"{setting}={folder} lies inside {root}, which every sandbox sees; move the data "
+                    "out of the system and Python folders and run `autoresearch prepare` again"
+                )
 
 
 def check_eval_files(val_dir: Path) -> None:

@@ -100,6 +100,13 @@ def python_roots() -> list[Path]:
     return sorted(roots | {root.resolve() for root in roots})
 
 
+def system_roots() -> list[Path]:
+    """The host folders every sandbox sees whole: /usr, root folders that are not links to it,
+    the GPU driver folders, the Python installation, the virtualenv and the harness package."""
+    roots = [Path("/usr"), *(Path("/") / name for name in ROOT_LINKS), *map(Path, CUDA_DIRS)]
+    return [root for root in roots if root.is_dir() and not root.is_symlink()] + python_roots()
+
+
 def other_standard_libraries(roots: Sequence[Path], own: Path) -> list[Path]:
     """Python standard libraries under `roots` other than `own` (compared by their real paths).
 
@@ -140,8 +147,7 @@ def hidden_args() -> tuple[str, ...]:
             args += ["--ro-bind", str(HELD_OUT_STUB / "__init__.py"), str(path)]
             for compiled in sorted((path.parent / "__pycache__").glob(f"{path.stem}.*.pyc")):
                 args += ["--ro-bind", "/dev/null", str(compiled)]
-    roots = [Path("/usr"), *python_roots()]
-    for library in other_standard_libraries(roots, own):
+    for library in other_standard_libraries(system_roots(), own):
         args += ["--tmpfs", str(library), "--remount-ro", str(library)]
     return tuple(args)
 
