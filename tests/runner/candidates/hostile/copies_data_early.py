@@ -34,9 +34,10 @@ def train(model, ctx):
         return loss.item()
 
     started = time.monotonic()
-    while time.monotonic() - started < HOSTILE_ARGS["silent_s"]:
-        for inputs, targets in BUFFER:
-            step(inputs, targets)
+    count = 0
+    while time.monotonic() - started < HOSTILE_ARGS["silent_s"]:  # checked every step
+        step(*BUFFER[count % len(BUFFER)])
+        count += 1
     batches = ctx.loader(BATCH_SIZE)
     count = 0
     while True:
