@@ -34,6 +34,7 @@ class FeedClient:
         # Loaders dropped by their consumer, to close at the next request: a generator finalizer
         # may run in a thread that holds the lock, so it must not talk to the feeder itself.
         self.dropped: list[int] = []
+        self.sent = 0  # the id of the last request: answers with another id are not ours
 
     def request(self, **message: Any) -> tuple[dict[str, Any], list[int]]:
         with self.lock:
@@ -56,9 +57,16 @@ class FeedClient:
         return reply, fds
 
     def _exchange(self, message: dict[str, Any]) -> tuple[bytes, list[int]]:
-        self.sock.send(json.dumps(message).encode())
-        data, fds, _, _ = socket.recv_fds(self.sock, MAX_REPLY_BYTES, 1)
-        return data, fds
+        """Send one request and return its answer; answers to messages train.py wrote to this
+        socket itself (it can write to any fd) are dropped, so they cannot shift ours."""
+        self.sent += 1
+        self.sock.send(json.dumps({**message, "id": self.sent}).encode())
+        while True:
+            data, fds, _, _ = socket.recv_fds(self.sock, MAX_REPLY_BYTES, 1)
+            if not data or json.loads(data).get("id") == self.sent:
+                return data, fds
+            for fd in fds:
+                os.close(fd)
 
     def pairs(self, batch_size: int, pin_memory: bool) -> Iterator[torch.Tensor]:
         """Endless [2, B, T] int64 CPU tensors, copied out of the feeder's shared buffer."""

@@ -12,7 +12,8 @@ fields are checked; the shared memory of one run is capped; the feeder only ever
 shared buffers (it never reads back what the sandbox may write there), and each buffer is sealed
 against shrinking, so the sandbox cannot make the feeder fault on a truncated mapping.
 
-Protocol (SOCK_SEQPACKET, one JSON object per message, one answer per request):
+Protocol (SOCK_SEQPACKET, one JSON object per message, one answer per message, each answer
+carrying the request's optional integer "id", or null):
 
     {"op": "open", "batch_size": B}  -> {"ok": true, "loader": L, "slots": S, "rows": B,
                                          "row_len": T + 1, "dtype": "uint16"} + the buffer's fd
@@ -180,8 +181,16 @@ class Feeder:
             min(waiting, key=lambda loader: len(loader.ready)).fill_one()
 
     def _answer(self, data: bytes) -> tuple[dict[str, Any], int | None]:
+        """The reply to one message, carrying the request's `id` (None when it has none), so that
+        the client can skip answers to messages it did not send (a candidate may write to any fd)."""
         try:
-            request = parse_request(data)
+            reply, fd = self._reply(parse_request(data))
+        except RequestError as exc:
+            reply, fd = {"ok": False, "error": str(exc)}, None
+        return {**reply, "id": request_id(data)}, fd
+
+    def _reply(self, request: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+        try:
             if request["op"] == "open":
                 return self._open(request["batch_size"])
             loader = self.loaders.get(request["loader"])
@@ -192,8 +201,6 @@ class Feeder:
             loader.close()
             del self.loaders[request["loader"]]
             return {"ok": True}, None
-        except RequestError as exc:
-            return {"ok": False, "error": str(exc)}, None
         except DataError as exc:
             self.failure = str(exc)
             raise
@@ -252,3 +259,12 @@ def parse_request(data: bytes) -> dict[str, Any]:
     if isinstance(value, bool) or not isinstance(value, int) or value < (1 if key == "batch_size" else 0):
         raise RequestError(f"{key} must be a {'positive' if key == 'batch_size' else 'non-negative'} integer")
     return request
+
+
+def request_id(data: bytes) -> int | None:
+    """The message's integer "id", also when the rest of it is refused; None if it has none."""
+    with contextlib.suppress(ValueError, RecursionError):
+        message = json.loads(data) if len(data) <= MAX_REQUEST_BYTES else None
+        if isinstance(message, dict) and type(message.get("id")) is int:
+            return message["id"]
+    return None

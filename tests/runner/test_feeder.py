@@ -83,6 +83,29 @@ def test_startup_ends_at_the_first_request_not_at_creating_a_loader(
     assert len(noted) == 1
 
 
+def test_messages_train_py_writes_to_the_socket_do_not_shift_the_loaders_answers(
+    job: FeedJob, feeder_and_socket: tuple[Feeder, socket.socket]
+) -> None:
+    """A candidate can write to any fd (tests/runner/candidates/hostile/fake_val_bpb.py forges on
+    all of them): the answers to its own messages, refusals or not, are not taken for ours."""
+    _, sock = feeder_and_socket
+    client = FeedClient(os.dup(sock.fileno()), on_first_request=lambda: None)
+    batches = client.batches(3, CPU)
+    local = packed_batches(job.train_dir, 3, job.seq_len, job.bos_id, CPU, job.seed, job.max_tokens)
+    first = next(batches)
+    for forged in (
+        b'{"ev": "done"}\n{"ev": "stats"}\n',
+        b'{"op": "open", "batch_size": 2}',
+        b'{"op": "next", "loader": 5}',
+    ):
+        sock.send(forged)  # from the same process, as train.py would
+    time.sleep(0.2)  # the feeder has answered them all before our next request
+    fed = [first, *(next(batches) for _ in range(5))]
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(fed, (next(local) for _ in range(6)), strict=True))
+    with pytest.raises(RuntimeError, match="batch_size must be a positive integer"):
+        next(client.batches(-1, CPU))  # a refusal of our own request still reaches us
+
+
 def test_hostile_requests_get_precise_refusals_and_change_nothing(
     feeder_and_socket: tuple[Feeder, socket.socket],
 ) -> None:
@@ -110,9 +133,9 @@ def test_hostile_requests_get_precise_refusals_and_change_nothing(
         assert reply["ok"], reply
         opened.append(fds[0])
     reply, _ = ask(sock, b'{"op": "open", "batch_size": 2}')
-    assert reply == {"ok": False, "error": f"at most {MAX_LOADERS} loaders can be open at once"}
+    assert reply == {"ok": False, "error": f"at most {MAX_LOADERS} loaders can be open at once", "id": None}
     reply, _ = ask(sock, b'{"op": "close", "loader": 0}')
-    assert reply == {"ok": True}
+    assert reply == {"ok": True, "id": None}
     reply, _ = ask(sock, b'{"op": "next", "loader": 1}')  # the others still serve
     assert reply["ok"] and 0 <= reply["slot"] < SLOTS
     for fd in opened:
