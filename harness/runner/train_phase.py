@@ -28,8 +28,8 @@ from harness.runner.train_entry import DIVERGED_LOSS
 CANDIDATE_FILE = "train.py"
 RSS_SAMPLE_S = 0.25  # peak RSS and OOM kills are polled this often
 WEIGHTS_FILE = "model.safetensors"
-# A train sandbox that has not started its interpreter and imported torch by then is broken (a
-# cold start takes 3-5 s on the idle development machine, 10-20 s when it is busy).
+# A train sandbox that has not started its interpreter and imported torch by then is broken: far
+# longer than any cold start measured on a busy machine (docs/benchmarks.md, "Runner overhead").
 READY_TIMEOUT_S = 300.0
 
 
