@@ -10,17 +10,27 @@ order (the script checks that the batches are identical), on one thread each:
   document (the nanochat-style loader);
 - harness: prepared token files (memory-mapped) packed by harness.loader.pair_batches.
 
-It prints tokens/s of each and the ratio, and the crop fraction of each. Then it runs
-packed_batches (with its background prefetch thread) under a consumer that takes as long per
-batch as an H100 needs for the baseline model (about 1.7 M tokens/s, waiting with the GIL
-released, as a CUDA step does) and prints how long the consumer waits for each batch. Data: the
-built-in corpus prepared with the given vocabulary under var/bench-data (prepared on first use).
+Then the path a train sandbox uses: the trusted feeder (harness.runner.feeder, a thread of this
+process) packs into shared memory, and a separate process (as the sandbox is) draws batches
+through harness.runner.feed_client (its prefetch thread turns slots into int64 pairs). It prints
+tokens/s of each and the ratios, and the crop fraction. Last, the feeder path under a consumer
+that takes as long per batch as an H100 needs for the baseline model (about 1.7 M tokens/s,
+waiting with the GIL released, as a CUDA step does): how long the consumer waits for each batch,
+against the in-process loader (harness.loader.packed_batches, its own prefetch thread) measured
+the same way in the same run.
+Data: the built-in corpus prepared with the given vocabulary under var/bench-data (prepared on
+first use).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import socket
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,11 +41,14 @@ from torch import Tensor
 
 from harness.config import load_settings
 from harness.data.packing import BUFFER_DOCS, PackStats
+from harness.data.rows import epoch_spans
 from harness.data.shards import iter_texts
 from harness.data.sources import train_shards
 from harness.data.tokens import TokenFile, open_token_dir
-from harness.loader import epoch_spans, packed_batches, pair_batches
+from harness.loader import packed_batches, pair_batches
 from harness.prepare import prepare
+from harness.runner.feed_client import FeedClient
+from harness.runner.feeder import Feeder, FeedJob
 from harness.tokenizer import Tokenizer, load_tokenizer
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "var" / "bench-data"
@@ -120,6 +133,36 @@ def consumer_waits(batches: Iterator[Batch], count: int, step: float) -> list[fl
     return waits
 
 
+def digest(inputs: list[Tensor]) -> str:
+    return hashlib.sha256(b"".join(tensor.numpy().tobytes() for tensor in inputs)).hexdigest()
+
+
+def client(fd: int, batch_size: int, batches: int, repeats: int) -> None:
+    """The sandbox side, in its own process: draw batches through the feeder and report as JSON."""
+    torch.set_num_threads(1)
+    feed = FeedClient(fd, on_first_request=lambda: None)
+    cpu = torch.device("cpu")
+    seconds, inputs = timed(lambda: feed.batches(batch_size, cpu), batches, repeats)
+    step = batch_size * inputs[0].shape[1] / H100_TOKENS_PER_S
+    waits = consumer_waits(feed.batches(batch_size, cpu), batches, step)
+    print(json.dumps({"seconds": seconds, "digest": digest(inputs), "waits": waits, "step": step}))
+
+
+def through_feeder(job: FeedJob, args: argparse.Namespace, repeats: int) -> dict:
+    """Run `client` in a child process against a feeder in this one."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    feeder = Feeder(job, ours)
+    feeder.start()
+    command = [sys.executable, __file__, "--client", str(theirs.fileno()), str(args.batch_size)]
+    command += [str(args.batches), str(repeats)]
+    try:
+        done = subprocess.run(command, pass_fds=[theirs.fileno()], capture_output=True, text=True, check=True)
+    finally:
+        theirs.close()
+        feeder.close()
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -129,7 +172,11 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--client", nargs=4, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.client:
+        client(*args.client)
+        return
     torch.set_num_threads(1)
 
     settings = load_settings(
@@ -171,30 +218,36 @@ def main() -> None:
         max(args.repeats, 5),
     )
     identical = all(torch.equal(a, b) for a, b in zip(ref_inputs, our_inputs, strict=True))
+    runs_ref, runs_our = args.repeats, max(args.repeats, 5)
+    fed = through_feeder(FeedJob(paths.train_dir, args.seq_len, tokenizer.bos_id, seed, 0), args, runs_our)
     total = args.batches * tokens_per_batch
-    ref_rate, our_rate = total / ref_seconds, total / our_seconds
-    runs_ref = args.repeats
-    runs_our = max(args.repeats, 5)
-    print(f"reference (tiktoken on the fly, list scan): {ref_rate / 1e6:8.2f} M tokens/s")
+    ref_rate, our_rate, fed_rate = total / ref_seconds, total / our_seconds, total / fed["seconds"]
+    print(f"reference (tiktoken on the fly, list scan):  {ref_rate / 1e6:8.2f} M tokens/s")
     print(f"harness pair_batches (token files):          {our_rate / 1e6:8.2f} M tokens/s")
-    print(f"speedup: {our_rate / ref_rate:.1f}x")
+    print(f"feeder -> shared memory -> other process:    {fed_rate / 1e6:8.2f} M tokens/s")
+    print(f"speedup: {our_rate / ref_rate:.1f}x in-process, {fed_rate / ref_rate:.1f}x through the feeder")
     print(
         f"crop fraction (dropped / taken tokens): reference {ref_stats.dropped_tokens / runs_ref:,.0f} / "
         f"{ref_stats.taken_tokens / runs_ref:,.0f} = {ref_stats.crop_fraction:.4f}, harness "
         f"{our_stats.dropped_tokens / runs_our:,.0f} / {our_stats.taken_tokens / runs_our:,.0f} = "
         f"{our_stats.crop_fraction:.4f}"
     )
-    print(f"identical batches: {identical}")
-    step = tokens_per_batch / H100_TOKENS_PER_S
-    prefetching = packed_batches(
+    same = fed["digest"] == digest(our_inputs)
+    print(f"identical batches: {identical} (reference and harness), {same} (through the feeder)")
+    step = fed["step"]
+    in_process = packed_batches(
         paths.train_dir, args.batch_size, args.seq_len, tokenizer.bos_id, torch.device("cpu"), seed
     )
-    waits = consumer_waits(prefetching, args.batches, step)
-    print(
-        f"packed_batches with prefetch, consumer step {step * 1e3:.1f} ms (H100 pace): wait per batch "
-        f"median {statistics.median(waits) * 1e6:.0f} us, max {max(waits) * 1e6:.0f} us "
-        f"(after the first batch; {sum(waits) / (step * len(waits)) * 100:.2f}% of step time)"
-    )
+    paths_waits = {
+        "in-process packed_batches (reference)": consumer_waits(in_process, args.batches, step),
+        "feeder path": fed["waits"],
+    }
+    for name, waits in paths_waits.items():
+        print(
+            f"{name} with prefetch, consumer step {step * 1e3:.1f} ms (H100 pace): wait per batch "
+            f"median {statistics.median(waits) * 1e6:.0f} us, max {max(waits) * 1e6:.0f} us "
+            f"(after the first batch; {sum(waits) / (step * len(waits)) * 100:.2f}% of step time)"
+        )
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
-"""The training data loader: prepared token files to packed (inputs, targets) batches.
+"""The training loader, torch side: packed token rows to (inputs, targets) batches on a device.
 
-This is what `ctx.loader(batch_size)` returns inside the sandbox. It reads only the training
-token folder (read-only; one pread per document) and never tokenizes text. Documents are visited in a
-fresh seeded permutation each epoch and packed best-fit (harness.data.packing). A background
-thread prepares the next batches while the model trains; on CUDA they are built in pinned memory
-and copied with non_blocking=True.
+Inside the train sandbox, `ctx.loader(batch_size)` gets its rows from the trusted feeder over shared
+memory (harness.runner.feed_client); the token files are not visible there. `packed_batches` is
+the same loader in-process, for trusted code (benchmarks, tests). Both turn rows into int64
+(inputs, targets) pairs in a background thread that keeps a few batches ready; on CUDA the pairs
+are built in pinned memory and copied with non_blocking=True, so the copy overlaps the GPU's work.
 """
 
 from __future__ import annotations
@@ -18,39 +18,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.data.errors import DataError
-from harness.data.packing import BUFFER_DOCS, PackStats, best_fit_batches
-from harness.data.tokens import TokenFile, open_token_dir
+from harness.data.packing import PackStats
+from harness.data.rows import open_training_tokens, row_batches
+from harness.data.tokens import TokenFile
 
 PREFETCH_BATCHES = 4
-SPAN_CHUNK = 4096
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
-def epoch_spans(offsets: np.ndarray, num_docs: int, seed: int) -> Iterator[tuple[int, int]]:
-    """(start, length) of the first `num_docs` documents, in a new seeded order every epoch, forever."""
-    epoch = 0
-    while True:
-        order = np.random.default_rng((seed, epoch)).permutation(num_docs)
-        for first in range(0, num_docs, SPAN_CHUNK):
-            chosen = order[first : first + SPAN_CHUNK]
-            starts = offsets[chosen]
-            yield from zip(starts.tolist(), (offsets[chosen + 1] - starts).tolist(), strict=True)
-        epoch += 1
-
-
-def usable_docs(token_file: TokenFile, max_tokens: int) -> int:
-    """How many leading documents fit in `max_tokens` (0 = all of them)."""
-    if max_tokens <= 0:
-        return token_file.num_docs
-    count = int(np.searchsorted(token_file.offsets, max_tokens, side="right")) - 1
-    if count < 1:
-        raise DataError(
-            f"TRAIN_TOKENS_MAX={max_tokens} is smaller than the first training document "
-            f"({int(token_file.offsets[1])} tokens); raise it or set it to 0 (all tokens)"
-        )
-    return count
+def pair_from_rows(rows: np.ndarray, pin_memory: bool = False) -> torch.Tensor:
+    """An int64 [2, B, T] tensor from token rows [B, T + 1]: [0] the inputs, [1] the targets."""
+    batch_size, row_len = rows.shape
+    pair = torch.empty((2, batch_size, row_len - 1), dtype=torch.int64, pin_memory=pin_memory)
+    view = pair.numpy()
+    view[0] = rows[:, :-1]
+    view[1] = rows[:, 1:]
+    return pair
 
 
 def pair_batches(
@@ -63,16 +47,8 @@ def pair_batches(
     stats: PackStats | None = None,
 ) -> Iterator[torch.Tensor]:
     """Endless CPU int64 tensors [2, B, T]: [0] the inputs, [1] the targets (inputs shifted by one)."""
-    spans = epoch_spans(token_file.offsets, usable_docs(token_file, max_tokens), seed)
-    packed = best_fit_batches(
-        token_file.read_into, token_file.tokens.dtype, spans, seq_len + 1, batch_size, BUFFER_DOCS, stats
-    )
-    for rows in packed:
-        pair = torch.empty((2, batch_size, seq_len), dtype=torch.int64, pin_memory=pin_memory)
-        view = pair.numpy()
-        view[0] = rows[:, :-1]
-        view[1] = rows[:, 1:]
-        yield pair
+    for rows in row_batches(token_file, batch_size, seq_len, seed, max_tokens, stats):
+        yield pair_from_rows(rows, pin_memory)
 
 
 # Producer threads still running, so that they can be stopped before the interpreter shuts down:
@@ -133,6 +109,17 @@ def prefetched(source: Iterator[torch.Tensor], depth: int) -> Iterator[torch.Ten
         stop.set()  # the thread ends after the item in hand (and leaves _producers then)
 
 
+def on_device(pairs: Iterator[torch.Tensor], device: torch.device) -> Iterator[Batch]:
+    """(inputs, targets) on `device` from [2, B, T] CPU pairs (pinned on CUDA), prefetched.
+
+    The prefetch thread starts at the first next(), not before: creating a loader asks for nothing.
+    """
+    on_cuda = device.type == "cuda"
+    for pair in prefetched(pairs, PREFETCH_BATCHES):
+        moved = pair.to(device, non_blocking=on_cuda)
+        yield moved[0], moved[1]
+
+
 def packed_batches(
     train_dir: Path,
     batch_size: int,
@@ -142,22 +129,14 @@ def packed_batches(
     seed: int,
     max_tokens: int = 0,
 ) -> Iterator[Batch]:
-    """Endless (inputs, targets) int64 [batch_size, seq_len] batches on `device`.
+    """Endless (inputs, targets) int64 [batch_size, seq_len] batches on `device`, in-process.
 
     Every row starts with BOS, holds whole documents placed best-fit (one cropped only when none
     fits), and targets are the inputs shifted by one token.
     """
     if batch_size < 1 or seq_len < 1:
         raise ValueError(f"batch_size ({batch_size}) and seq_len ({seq_len}) must be positive")
-    token_file = open_token_dir(Path(train_dir))
-    if token_file.bos_id != bos_id:
-        raise DataError(
-            f"{train_dir}: tokens were prepared with BOS id {token_file.bos_id}, not {bos_id}; "
-            "the tokenizer changed, run `autoresearch prepare` again"
-        )
+    token_file = open_training_tokens(Path(train_dir), bos_id, max_tokens)
     device = torch.device(device)
-    on_cuda = device.type == "cuda"
-    source = pair_batches(token_file, batch_size, seq_len, seed, max_tokens, pin_memory=on_cuda)
-    for pair in prefetched(source, PREFETCH_BATCHES):
-        moved = pair.to(device, non_blocking=on_cuda)
-        yield moved[0], moved[1]
+    pairs = pair_batches(token_file, batch_size, seq_len, seed, max_tokens, pin_memory=device.type == "cuda")
+    yield from on_device(pairs, device)

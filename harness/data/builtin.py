@@ -3,12 +3,16 @@
 Every machine that runs the harness has them, so the demo and the test suite need no network.
 The corpus is deterministic for a given Python version: the same files (sorted by path, with the
 parts that distributions package separately or generate at build time left out), split into
-documents the same way, shuffled with a fixed seed, and the same files held out for validation.
+documents the same way, shuffled with a fixed seed, and the same modules held out for validation.
+
+Every sandbox sees this standard library (its interpreter runs on it), so the validation text
+must be hidden there (harness.runner.sandbox): it is a fixed set of modules that nothing a
+sandbox runs imports, neither torch, NumPy, the harness nor train.py's usual imports, so hiding
+them breaks nothing (tests/harness/test_builtin.py checks every installed package's imports).
 """
 
 from __future__ import annotations
 
-import hashlib
 import random
 import sysconfig
 from collections.abc import Iterator
@@ -37,8 +41,32 @@ EXCLUDED_DIRS = frozenset(
     }
 )
 EXCLUDED_PREFIXES = ("_sysconfigdata", "config-")
-# One file in VAL_EVERY (by a hash of its path) is held out as the validation shard.
-VAL_EVERY = 8
+# The validation shard: modules (top-level .py files or packages) that no installed package, the
+# harness, the baseline or another standard module outside the tests imports: mostly the
+# "dead batteries" of PEP 594, deprecated since 3.11. About 390 KB of source on Python 3.11;
+# versions that removed some of them (3.12, 3.13) hold out the ones they still have.
+VALIDATION_MODULES = (
+    "aifc",
+    "asynchat",
+    "asyncore",
+    "cgitb",
+    "chunk",
+    "crypt",
+    "imaplib",
+    "imghdr",
+    "mailbox",
+    "mailcap",
+    "nntplib",
+    "pipes",
+    "poplib",
+    "smtpd",
+    "sndhdr",
+    "sunau",
+    "telnetlib",
+    "uu",
+    "wsgiref",
+    "xdrlib",
+)
 # Documents are runs of whole top-level blocks (or methods) of about this many characters.
 DOC_TARGET_CHARS = 600
 SHUFFLE_SEED = 0
@@ -62,8 +90,18 @@ def stdlib_files(root: Path) -> list[Path]:
 
 
 def is_validation(relpath: str) -> bool:
-    """Whether a file belongs to the pinned validation shard (a stable hash of its path)."""
-    return hashlib.sha256(relpath.encode()).digest()[0] % VAL_EVERY == 0
+    """Whether a file (path relative to the standard library) belongs to the validation shard."""
+    return relpath.split("/")[0].removesuffix(".py") in VALIDATION_MODULES
+
+
+def validation_paths(root: Path) -> list[Path]:
+    """The held-out modules present under the standard library `root`: files and package folders."""
+    found = []
+    for name in VALIDATION_MODULES:
+        for path in (root / f"{name}.py", root / name):
+            if path.exists():
+                found.append(path)
+    return found
 
 
 def split_source(relpath: str, text: str, target_chars: int = DOC_TARGET_CHARS) -> list[str]:

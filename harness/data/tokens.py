@@ -3,8 +3,9 @@
 `tokens.bin` is every document's tokens back to back, each document starting with BOS, as raw
 uint16 (uint32 when the vocabulary does not fit). `docs.npy` holds int64 offsets: document i is
 tokens[offsets[i]:offsets[i+1]]. `meta.json` records the dtype and BOS id. The folder is built
-under a temporary name and renamed when complete, and it is opened read-only, so it works on a
-read-only mount, which is how the sandboxed training process sees it.
+under a temporary name and renamed when complete, and it is opened read-only (a read-only mount
+works). Only trusted code reads it: the sandboxed training process gets batches from the
+harness's feeder (harness.runner.feeder), never the files.
 
 Readers get both a read-only memory map of the tokens and `read_into`, which copies one
 document straight into its row with a single pread. The loader uses the latter: it visits

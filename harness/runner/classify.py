@@ -59,13 +59,12 @@ def train_failure(outcome: TrainOutcome, settings: HarnessSettings) -> Verdict |
             f"out of memory{memory_limit(settings)}: a sandbox process was killed",
         )
     if outcome.timed_out:
-        deadline = timing.train_deadline(settings.time_budget, settings.compile_allowance)
         return (
             "timeout",
             "timeout",
-            f"killed at the hard deadline, {deadline:.1f} s after start (budget {settings.time_budget:g} s "
-            f"+ startup allowance {settings.compile_allowance:g} s + grace); train() must return once "
-            "ctx.time_left() <= 0",
+            f"killed at the hard deadline, {outcome.deadline_after:.1f} s after start (startup, at most "
+            f"the allowance of {settings.compile_allowance:g} s, + budget {settings.time_budget:g} s + "
+            "grace); train() must return once ctx.time_left() <= 0",
         )
     if error.get("kind") == "oom":
         return (

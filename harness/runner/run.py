@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.config import HarnessSettings
 from harness.data.errors import DataError
+from harness.data.rows import open_training_tokens
 from harness.prepared import prepared_paths, read_manifest
 from harness.result import ProgressEvent, RunResult
 from harness.runner import timing
@@ -22,7 +23,7 @@ from harness.runner.devices import device_name, mfu_percent, peak_flops, resolve
 from harness.runner.limits import Cgroup, Limits, default_limits, tree_memory_bytes
 from harness.runner.output import ProgressPacer
 from harness.runner.prepared_run import discard, keep_spare, prepare_run, take_spare
-from harness.runner.sandbox import check_bwrap
+from harness.runner.sandbox import check_bwrap, system_roots
 from harness.runner.scoring import ScoreJob, Scorer
 from harness.runner.train_phase import CANDIDATE_FILE, WEIGHTS_FILE, TrainJob, TrainOutcome, run_train_phase
 
@@ -61,6 +62,8 @@ def run_experiment(
     manifest = read_manifest(settings)
     paths = prepared_paths(settings)
     check_eval_files(paths.val_dir)
+    check_data_hidden(settings)
+    open_training_tokens(paths.train_dir, int(manifest["bos_id"]), settings.train_tokens_max)  # fail early
     device = resolve_device(device)
     name = device_name(device)
     key, job = train_job(settings, manifest, device, sandboxed, work_root)
@@ -94,6 +97,8 @@ def run_experiment(
                 run = prepare_run(key, job, work_root, idle=False)
                 spawned_at = run.sandbox.go() or time.monotonic()
             outcome = run_train_phase(run.sandbox, spawned_at, pacer, cancel, started)
+            if run.sandbox.feeder.failure is not None:  # the harness's fault, not the candidate's
+                raise DataError(f"{paths.train_dir}: {run.sandbox.feeder.failure}")
             if keep_warm:
                 keep_spare(prepare_run(key, job, work_root, idle=True))
             verdict, scored = score_if_trained(outcome, settings, run.run_dir, scorer, pacer, cancel, started)
@@ -150,6 +155,21 @@ def train_job(
         limits=default_limits(settings.memory_limit_gb, ""),
     )
     return key, job
+
+
+def check_data_hidden(settings: HarnessSettings) -> None:
+    """Data inside a folder every sandbox sees whole would be readable by train.py."""
+    folders = {"DATA_DIR": settings.data_dir, "LOCAL_DATA_DIR": settings.local_data_dir}
+    for setting, folder in folders.items():
+        if folder is None:
+            continue
+        real = folder.resolve()
+        for root in system_roots():
+            if real.is_relative_to(root.resolve()) or real.is_relative_to(root):
+                raise DataError(
+                    f"{setting}={folder} lies inside {root}, which every sandbox sees; move the data "
+                    "out of the system and Python folders and run `autoresearch prepare` again"
+                )
 
 
 def check_eval_files(val_dir: Path) -> None:

@@ -2,17 +2,24 @@
 
 A sandbox gets new user, PID, network, IPC, UTS and cgroup namespaces, no capabilities, a
 read-only view of the system (`/usr`), the Python installation and the harness package, an
-empty size-limited `/tmp`, and exactly the extra paths its phase binds (the candidate file, the
-training tokens, its own work dir). Nothing else of the host is visible: not the repository, not
-the prepared validation data, not the server's database or configuration, and no environment
-variables beyond the few set here (so no credentials). `--die-with-parent` and the PID namespace
-make every process inside die with the sandbox.
+empty size-limited `/tmp`, and exactly the extra paths its phase binds (the candidate file, its
+own work dir, the weights). Nothing else of the host is visible: not the repository, not the
+prepared data (training batches come from the harness's feeder), not the server's database or
+configuration, and no environment variables beyond the few set here (so no credentials).
+`--die-with-parent` and the PID namespace make every process inside die with the sandbox.
+
+No validation text is visible either. The built-in corpus holds out whole modules of the
+interpreter's own standard library (harness.data.builtin.VALIDATION_MODULES): in every sandbox
+they are replaced by a stub that refuses to import, with their compiled `__pycache__` files
+emptied, and every other Python standard library found under the visible system folders (another
+installation of the same or a nearby version holds the same text) is hidden whole.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import harness
+from harness.data.builtin import stdlib_root, validation_paths
 
 # Files under /etc that programs inside need (dynamic linker cache, user names for getpass,
 # time zone, `cc` alternatives for torch.compile). /etc as a whole is not shown.
@@ -37,6 +45,9 @@ ETC_FILES = (
 ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 CUDA_DIRS = ("/usr/local/cuda", "/usr/local/nvidia")
 TMP_BYTES = 1 << 30  # the sandbox's private /tmp (tmpfs, charged to its memory)
+HELD_OUT_STUB = Path(__file__).resolve().parent / "held_out"  # a package whose import fails
+# A folder with one of these names holding `os.py` (or a sourceless `os.pyc`) is a standard library.
+STDLIB_NAME = re.compile(r"(python|pypy)\d")
 
 
 class SandboxUnavailableError(RuntimeError):
@@ -89,6 +100,58 @@ def python_roots() -> list[Path]:
     return sorted(roots | {root.resolve() for root in roots})
 
 
+def system_roots() -> list[Path]:
+    """The host folders every sandbox sees whole: /usr, root folders that are not links to it,
+    the GPU driver folders, the Python installation, the virtualenv and the harness package."""
+    roots = [Path("/usr"), *(Path("/") / name for name in ROOT_LINKS), *map(Path, CUDA_DIRS)]
+    return [root for root in roots if root.is_dir() and not root.is_symlink()] + python_roots()
+
+
+def other_standard_libraries(roots: Sequence[Path], own: Path) -> list[Path]:
+    """Python standard libraries under `roots` other than `own` (compared by their real paths).
+
+    The folders are walked, not the files read (about a second for /usr and a virtualenv);
+    symlinks are not followed, and a standard library found is not descended into.
+    """
+    found: list[Path] = []
+    stack = [str(root) for root in roots]
+    own_real = os.path.realpath(own)
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = list(listing)
+        except OSError:
+            continue
+        names = {entry.name for entry in entries}
+        if STDLIB_NAME.match(os.path.basename(folder)) and names & {"os.py", "os.pyc"}:
+            if os.path.realpath(folder) != own_real:
+                found.append(Path(folder))
+            continue
+        stack.extend(entry.path for entry in entries if entry.is_dir(follow_symlinks=False))
+    return sorted(found)
+
+
+@functools.cache
+def hidden_args() -> tuple[str, ...]:
+    """bwrap arguments (after the system and Python binds) that hide all validation text of the
+    built-in corpus: the held-out modules of this interpreter's standard library, at each path it
+    is bound under, and every other standard library under the visible system folders."""
+    own = stdlib_root()
+    args: list[str] = []
+    for alias in sorted({own, own.resolve()}):
+        for path in validation_paths(alias):
+            if path.is_dir():
+                args += ["--ro-bind", str(HELD_OUT_STUB), str(path)]
+                continue
+            args += ["--ro-bind", str(HELD_OUT_STUB / "__init__.py"), str(path)]
+            for compiled in sorted((path.parent / "__pycache__").glob(f"{path.stem}.*.pyc")):
+                args += ["--ro-bind", "/dev/null", str(compiled)]
+    for library in other_standard_libraries(system_roots(), own):
+        args += ["--tmpfs", str(library), "--remount-ro", str(library)]
+    return tuple(args)
+
+
 def system_args() -> list[str]:
     args = ["--ro-bind", "/usr", "/usr"]
     for name in ROOT_LINKS:
@@ -138,6 +201,7 @@ def bwrap_argv(spec: SandboxSpec, command: Sequence[str]) -> list[str]:
         argv += ["--ro-bind", str(root), str(root)]
     if spec.cuda:
         argv += cuda_args()
+    argv += hidden_args()  # last of the system binds: no later bind may show what it hides
     for bind in spec.binds:
         argv += ["--bind" if bind.writable else "--ro-bind", str(bind.host), bind.dest]
     argv += ["--chdir", spec.cwd, "--clearenv"]

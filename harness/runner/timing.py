@@ -1,10 +1,13 @@
 """Time accounting for one experiment, done by the harness from its own clock.
 
-The train process's life is measured by the parent (spawn to exit). Startup (interpreter, imports,
-data loader, `build_model`, compilation, the first step) is not training time, up to the preset's
-`compile_allowance`; the end of startup is the first `ctx.log` call the parent receives. The
-candidate can only choose when that first call comes, so the most it can gain is the allowance,
-the same for every candidate. Everything after it, including saving the weights, is training.
+The clock starts at `go`, once the train sandbox has started its interpreter and imported torch,
+and stops when the train process exits. Startup (importing train.py, `build_model`, compiling
+on dummy inputs) is not training time, up to the preset's `compile_allowance`. Startup ends at
+the first of: the feeder receiving the first request for training data, the runner receiving
+the first `ctx.log`. Training data reaches the sandbox only through that feeder, so a candidate
+cannot train on the corpus before its clock runs; what it can do before, with no data, is worth
+at most the allowance, the same for every candidate (docs/runner.md says what that leaves).
+Everything after, including saving the weights, is training.
 """
 
 from __future__ import annotations
@@ -22,19 +25,20 @@ DEADLINE_GRACE_FRACTION = 0.05
 SCORE_TIMEOUT_MIN_S = 300.0
 
 
-def startup_credit(first_step_after: float | None, lifetime: float, allowance: float) -> float:
+def startup_credit(started_after: float | None, lifetime: float, allowance: float) -> float:
     """Seconds of the train process's `lifetime` that are startup, not training.
 
-    `first_step_after` is when the first progress report arrived, in seconds after spawn (None
-    when none arrived); without one the whole life so far counts as startup, up to the allowance.
+    `started_after` is when startup ended (the first data request or progress report), in seconds
+    after `go` (None while it has not); until then the whole life so far counts as startup, up to
+    the allowance.
     """
-    until = lifetime if first_step_after is None else min(first_step_after, lifetime)
+    until = lifetime if started_after is None else min(started_after, lifetime)
     return min(max(until, 0.0), allowance)
 
 
-def training_seconds(first_step_after: float | None, lifetime: float, allowance: float) -> float:
+def training_seconds(started_after: float | None, lifetime: float, allowance: float) -> float:
     """Training time of a train process that lived `lifetime` seconds."""
-    return max(0.0, lifetime - startup_credit(first_step_after, lifetime, allowance))
+    return max(0.0, lifetime - startup_credit(started_after, lifetime, allowance))
 
 
 def over_budget_tolerance(budget: float) -> float:
@@ -45,10 +49,11 @@ def is_over_budget(trained: float, budget: float) -> bool:
     return trained > budget + over_budget_tolerance(budget)
 
 
-def train_deadline(budget: float, allowance: float) -> float:
-    """Seconds after spawn at which the train process is killed (status `timeout`)."""
+def train_deadline(budget: float, startup: float) -> float:
+    """Seconds after `go` at which the train process is killed (status `timeout`), given its credited
+    startup (startup_credit; the whole allowance while startup has not ended)."""
     grace = max(DEADLINE_GRACE_MIN_S, DEADLINE_GRACE_FRACTION * budget)
-    return allowance + budget + over_budget_tolerance(budget) + grace
+    return startup + budget + over_budget_tolerance(budget) + grace
 
 
 def score_timeout(budget: float, allowance: float) -> float:

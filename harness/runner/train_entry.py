@@ -2,8 +2,8 @@
 
 Run as `python -m harness.runner.train_entry CONFIG_JSON` by harness.runner.train_phase. Limits
 are applied before train.py is imported. The weights are saved as safetensors (tensors only,
-nothing executable). Progress goes to the harness as messages; their arrival time, not their
-content, is what the harness's time accounting uses.
+nothing executable). Progress goes to the harness as messages, training data comes from the
+harness's feeder; the harness's time accounting uses when they arrive there, not their content.
 """
 
 from __future__ import annotations
@@ -36,19 +36,23 @@ class Progress:
         self.spawned_at = spawned_at
         self.budget = budget
         self.allowance = allowance
-        self.first_step_after: float | None = None
+        self.started_after: float | None = None  # the end of startup: first data request or ctx.log
         self.last_sent = 0.0
         self.steps = 0  # ctx.log calls: the contract is one per step
         self.tokens = 0
 
+    def start(self) -> None:
+        """Startup ends (if it has not already): the first batch was requested, or ctx.log called."""
+        if self.started_after is None:
+            self.started_after = time.monotonic() - self.spawned_at
+
     def time_left(self) -> float:
         lifetime = time.monotonic() - self.spawned_at
-        return self.budget - training_seconds(self.first_step_after, lifetime, self.allowance)
+        return self.budget - training_seconds(self.started_after, lifetime, self.allowance)
 
     def log(self, step: int, loss: float, **extra: float) -> None:
         now = time.monotonic()
-        if self.first_step_after is None:
-            self.first_step_after = now - self.spawned_at
+        self.start()
         self.steps += 1
         loss = float(loss)
         diverged = math.isnan(loss) or math.isinf(loss) or loss > DIVERGED_LOSS
@@ -90,11 +94,12 @@ def main(config: dict[str, Any]) -> None:
         import torch._dynamo  # every torch.optim optimizer imports it: seconds, better before `go`
 
         from harness.context import TrainContext
-        from harness.loader import packed_batches
+        from harness.runner.feed_client import FeedClient
     except BaseException as exc:  # the harness itself failed: report and stop
         reporter.error("harness", exc)
         finish(1)
 
+    reporter.send("ready")  # the experiment's clock starts only now, at `go`
     with os.fdopen(config["go_fd"], "rb") as go:  # started ahead of time: wait for the experiment
         line = go.readline()
     if not line:
@@ -103,19 +108,10 @@ def main(config: dict[str, Any]) -> None:
     progress = Progress(reporter, spawned_at, config["time_budget"], config["allowance"])
     device = torch.device(config["device"])
     torch.manual_seed(config["seed"])
+    feed = FeedClient(config["feed_fd"], on_first_request=progress.start)
 
     def batches(batch_size: int) -> Iterator[Any]:
-        return progress.counted(
-            packed_batches(
-                config["train_dir"],
-                batch_size,
-                config["seq_len"],
-                config["bos_id"],
-                device,
-                config["seed"],
-                config["train_tokens_max"],
-            )
-        )
+        return progress.counted(feed.batches(batch_size, device))
 
     ctx = TrainContext(
         device=device,

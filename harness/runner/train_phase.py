@@ -1,4 +1,4 @@
-"""The train phase, harness side: start the train sandbox, watch it, time it, end it."""
+"""The train phase, harness side: start the train sandbox, feed it, watch it, time it, end it."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import math
 import os
 import select
+import socket
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -16,16 +17,20 @@ from typing import Any
 from harness.config import HarnessSettings
 from harness.result import ProgressEvent
 from harness.runner import timing
-from harness.runner.launch import Launched, launch
+from harness.runner.feeder import Feeder, FeedJob
+from harness.runner.launch import launch
 from harness.runner.limits import Limits, idle_nice, raise_priority
 from harness.runner.messages import LineReader, count, number, text
 from harness.runner.output import OutputTail, ProgressPacer
-from harness.runner.sandbox import Bind, SandboxSpec, python_command, visible_path
+from harness.runner.sandbox import Bind, SandboxSpec, SandboxUnavailableError, python_command, visible_path
 from harness.runner.train_entry import DIVERGED_LOSS
 
 CANDIDATE_FILE = "train.py"
 RSS_SAMPLE_S = 0.25  # peak RSS and OOM kills are polled this often
 WEIGHTS_FILE = "model.safetensors"
+# A train sandbox that has not started its interpreter and imported torch by then is broken: far
+# longer than any cold start measured on a busy machine (docs/benchmarks.md, "Runner overhead").
+READY_TIMEOUT_S = 300.0
 
 
 @dataclass
@@ -35,7 +40,9 @@ class TrainOutcome:
 
     returncode: int | None = None
     lifetime: float = 0.0
-    first_step_after: float | None = None
+    first_step_after: float | None = None  # the first progress message (ctx.log) arrived
+    first_data_after: float | None = None  # the feeder got the first request for training data
+    deadline_after: float = 0.0  # when the harness would kill it (seconds after `go`)
     training_seconds: float = 0.0
     timed_out: bool = False
     cancelled: bool = False
@@ -52,12 +59,18 @@ class TrainOutcome:
     tokens_per_s: float | None = None  # (claimed)
     log: str = ""
 
+    @property
+    def started_after(self) -> float | None:
+        """The end of startup: the first data request or the first ctx.log, whichever came first."""
+        ends = [after for after in (self.first_step_after, self.first_data_after) if after is not None]
+        return min(ends, default=None)
+
 
 @dataclass(frozen=True)
 class TrainJob:
     candidate_dir: Path  # gets the harness's own copy of train.py (as CANDIDATE_FILE) before `go`
     work_dir: Path  # empty, the only writable host folder
-    train_dir: Path  # prepared training tokens
+    train_dir: Path  # prepared training tokens: read by the feeder, never visible in the sandbox
     settings: HarnessSettings
     bos_id: int
     device: str
@@ -69,7 +82,6 @@ class TrainJob:
 def train_spec(job: TrainJob) -> SandboxSpec:
     binds = (
         Bind(job.candidate_dir, "/sandbox/candidate"),
-        Bind(job.train_dir, "/sandbox/data/train"),
         Bind(job.work_dir, "/sandbox/work", writable=True),
     )
     spec = SandboxSpec(binds=binds, cwd="/sandbox/work", cuda=job.device.startswith("cuda"))
@@ -77,9 +89,10 @@ def train_spec(job: TrainJob) -> SandboxSpec:
 
 
 class TrainSandbox:
-    """A started train sandbox. Its harness entry starts the interpreter and imports torch, then
-    waits for `go` before it imports train.py (which need not exist before), so it can be started
-    ahead of time, at idle priority, while the previous experiment is scored."""
+    """A started train sandbox. Its harness entry starts the interpreter and imports torch, says
+    `ready`, then waits for `go` before it imports train.py (which need not exist before), so it
+    can be started ahead of time, at idle priority, while the previous experiment is scored. Its
+    training data comes from a feeder (harness.runner.feeder) that serves from `go` on."""
 
     def __init__(self, job: TrainJob, idle: bool) -> None:
         self.job = job
@@ -88,13 +101,14 @@ class TrainSandbox:
         events_r, events_w = os.pipe()
         log_r, log_w = os.pipe()
         go_r, go_w = os.pipe()
+        feed, feed_sandbox = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         candidate_dir = visible_path(spec, job.candidate_dir, job.sandboxed)
         config = {
             "candidate": os.path.join(candidate_dir, CANDIDATE_FILE),
-            "train_dir": visible_path(spec, job.train_dir, job.sandboxed),
             "weights": os.path.join(visible_path(spec, job.work_dir, job.sandboxed), WEIGHTS_FILE),
             "events_fd": events_w,
             "go_fd": go_r,
+            "feed_fd": feed_sandbox.fileno(),
             "device": job.device,
             "vocab_size": settings.vocab_size,
             "seq_len": settings.seq_len,
@@ -103,7 +117,6 @@ class TrainSandbox:
             "seed": settings.seed,
             "bos_id": job.bos_id,
             "peak_flops": job.peak_flops,
-            "train_tokens_max": settings.train_tokens_max,
             "limits": asdict(job.limits),
         }
         try:
@@ -112,15 +125,25 @@ class TrainSandbox:
                 spec,
                 sandboxed=job.sandboxed,
                 limits=job.limits,
-                pass_fds=(events_w, go_r),
+                pass_fds=(events_w, go_r, feed_sandbox.fileno()),
                 stdout=log_w,
                 stderr=log_w,
                 nice=idle_nice() if idle else 0,
             )
+        except BaseException:
+            feed.close()
+            raise
         finally:
             for fd in (events_w, log_w, go_r):
                 os.close(fd)
+            feed_sandbox.close()
+        self.feeder = Feeder(
+            FeedJob(job.train_dir, settings.seq_len, job.bos_id, settings.seed, settings.train_tokens_max),
+            feed,
+        )
         self.events_r = events_r
+        self.reader = LineReader()
+        self.early: list[dict[str, Any]] = []  # messages that came with or before `ready`
         self.go_w = go_w
         self.fds = [events_r, go_w]
         self.output = OutputTail(log_r)
@@ -129,19 +152,49 @@ class TrainSandbox:
         return self.launched.popen.poll() is None
 
     def go(self) -> float | None:
-        """Start the experiment; its clock starts now. None if the sandbox had already died."""
+        """Start the experiment once the sandbox is ready; its clock starts now. None if the sandbox
+        died before it was ready (its messages are kept for the watch)."""
         raise_priority(self.launched.pids())
+        if not self.wait_ready():
+            return None
         spawned_at = time.monotonic()
+        self.feeder.start()
         try:
             os.write(self.go_w, json.dumps({"spawned_at": spawned_at}).encode() + b"\n")
         except BrokenPipeError:
             return None
         return spawned_at
 
+    def wait_ready(self) -> bool:
+        """Wait until the entry has started and imported torch (harness code only, so its `ready`
+        can be believed); False if it exited first."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            for message in self.early:
+                if message["ev"] == "ready":
+                    self.early.remove(message)
+                    return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.close()
+                raise SandboxUnavailableError(
+                    f"the train sandbox did not start (interpreter and `import torch`) within "
+                    f"{READY_TIMEOUT_S:g} s; the machine is overloaded or its Python installation is broken"
+                )
+            ready, _, _ = select.select([self.events_r], [], [], min(remaining, 1.0))
+            if ready:
+                data = os.read(self.events_r, 65536)
+                if not data:
+                    return False
+                self.early.extend(self.reader.feed(data))
+            elif not self.alive():
+                return False
+
     def close(self) -> None:
-        """Kill the sandbox and close its pipes; safe to repeat (a closed fd number can be reused
-        by the next sandbox, so it must never be closed twice)."""
+        """Kill the sandbox, stop its feeder and close its pipes; safe to repeat (a closed fd
+        number can be reused by the next sandbox, so it must never be closed twice)."""
         self.launched.close()
+        self.feeder.close()
         fds, self.fds = self.fds, []
         for fd in fds:
             with contextlib.suppress(OSError):
@@ -154,20 +207,18 @@ def run_train_phase(
     """Watch a sandbox that was just sent `go` at `spawned_at` until it is done; then end it."""
     outcome = TrainOutcome()
     try:
-        watch(sandbox.launched, sandbox.events_r, sandbox.job, outcome, pacer, cancel, spawned_at, started_at)
+        watch(sandbox, outcome, pacer, cancel, spawned_at, started_at)
     finally:
         sandbox.close()
     outcome.log = sandbox.output.text()
     outcome.training_seconds = timing.training_seconds(
-        outcome.first_step_after, outcome.lifetime, sandbox.job.settings.compile_allowance
+        outcome.started_after, outcome.lifetime, sandbox.job.settings.compile_allowance
     )
     return outcome
 
 
 def watch(
-    process: Launched,
-    events_r: int,
-    job: TrainJob,
+    sandbox: TrainSandbox,
     outcome: TrainOutcome,
     pacer: ProgressPacer,
     cancel: threading.Event,
@@ -175,15 +226,20 @@ def watch(
     started_at: float,
 ) -> None:
     """Follow the train process until it exits or must be killed; fill in `outcome`."""
-    settings = job.settings
-    deadline = spawned_at + timing.train_deadline(settings.time_budget, settings.compile_allowance)
+    process, events_r, settings = sandbox.launched, sandbox.events_r, sandbox.job.settings
     pidfd = os.pidfd_open(process.popen.pid)
-    reader = LineReader()
     next_sample = 0.0
     events_open = True
+    for message in sandbox.early:
+        handle(message, 0.0, outcome)
     try:
         while True:
             now = time.monotonic()
+            note_first_request(sandbox, outcome, spawned_at)
+            allowance = settings.compile_allowance
+            credit = timing.startup_credit(outcome.started_after, now - spawned_at, allowance)
+            outcome.deadline_after = timing.train_deadline(settings.time_budget, credit)
+            deadline = spawned_at + outcome.deadline_after
             if now >= next_sample:
                 outcome.peak_rss_bytes = max(outcome.peak_rss_bytes, process.peak_rss_bytes())
                 # One process killed at the memory limit is enough: fail fast, not at the deadline.
@@ -195,12 +251,13 @@ def watch(
             if events_r in ready:
                 data = os.read(events_r, 65536)
                 events_open = bool(data)
-                for message in reader.feed(data):
+                for message in sandbox.reader.feed(data):
                     handle(message, received - spawned_at, outcome)
             if pidfd in ready:
                 outcome.lifetime = received - spawned_at
                 outcome.returncode = process.popen.wait()
-                drain(events_r, reader, outcome, received - spawned_at)
+                drain(events_r, sandbox.reader, outcome, received - spawned_at)
+                note_first_request(sandbox, outcome, spawned_at)
                 break
             stop = outcome.diverged_loss is not None or outcome.oom_killed or cancel.is_set()
             if stop or received >= deadline:
@@ -209,11 +266,19 @@ def watch(
                 outcome.lifetime = received - spawned_at
                 process.kill()
                 outcome.returncode = process.popen.returncode
+                note_first_request(sandbox, outcome, spawned_at)
                 break
-            report(outcome, job, received, spawned_at, started_at, pacer)
+            report(outcome, settings, received, spawned_at, started_at, pacer)
     finally:
         os.close(pidfd)
         outcome.oom_killed = process.oom_killed()
+
+
+def note_first_request(sandbox: TrainSandbox, outcome: TrainOutcome, spawned_at: float) -> None:
+    """Copy the feeder's time of the first data request (its own clock) into the outcome."""
+    requested_at = sandbox.feeder.first_request_at
+    if outcome.first_data_after is None and requested_at is not None:
+        outcome.first_data_after = requested_at - spawned_at
 
 
 def drain(events_r: int, reader: LineReader, outcome: TrainOutcome, at: float) -> None:
@@ -258,23 +323,21 @@ def handle(message: dict[str, Any], after: float, outcome: TrainOutcome) -> None
 
 def report(
     outcome: TrainOutcome,
-    job: TrainJob,
+    settings: HarnessSettings,
     now: float,
     spawned_at: float,
     started_at: float,
     pacer: ProgressPacer,
 ) -> None:
-    budget = job.settings.time_budget
-    trained = timing.training_seconds(
-        outcome.first_step_after, now - spawned_at, job.settings.compile_allowance
-    )
+    budget = settings.time_budget
+    trained = timing.training_seconds(outcome.started_after, now - spawned_at, settings.compile_allowance)
     pacer.offer(
         ProgressEvent(
             step=outcome.step or 0,
             loss=outcome.loss,
             tokens_per_s=outcome.tokens_per_s,
             fraction=min(1.0, trained / budget) if budget > 0 else 0.0,
-            phase="train" if outcome.first_step_after is not None else "startup",
+            phase="train" if outcome.started_after is not None else "startup",
             elapsed_s=now - started_at,
         )
     )

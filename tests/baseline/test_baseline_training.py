@@ -96,3 +96,39 @@ def test_an_unknown_device_type_is_named_in_the_error(train_py: ModuleType) -> N
     del train_py.DEVICE_SETTINGS["cpu"]
     with pytest.raises(ValueError, match="no DEVICE_SETTINGS entry for device type 'cpu'"):
         train_py.build_model(make_ctx(VirtualClock(1.0, 1.0), []))
+
+
+def test_a_compiled_model_compiles_on_dummy_tokens_before_asking_for_data(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Startup (free up to the harness's allowance) ends at the first batch requested: the first
+    compiled call must come before it, on a batch of the training shape, and change nothing."""
+    module = load_baseline(compile=True, device_batch=2, total_batch_tokens=2 * SEQ_LEN)
+    clock = VirtualClock(budget=4.0, per_batch=1.0)
+    ctx = make_ctx(clock, [])
+    model = module.build_model(ctx)
+    initial = {name: value.clone() for name, value in model.state_dict().items()}
+    calls: list[dict[str, object]] = []
+
+    def recording_compile(target: torch.nn.Module) -> object:
+        def forward(idx: torch.Tensor) -> torch.Tensor:
+            calls.append(
+                {
+                    "drawn": clock.drawn,
+                    "shape": tuple(idx.shape),
+                    "dummy": bool((idx == 0).all()),
+                    "untouched": all(torch.equal(v, initial[k]) for k, v in model.state_dict().items()),
+                    "no_grads": all(p.grad is None for p in model.parameters()),
+                }
+            )
+            return target(idx)
+
+        return forward
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    module.train(model, ctx)
+    clean = {"shape": (2, SEQ_LEN), "untouched": True, "no_grads": True}
+    assert calls[0] == {"drawn": 0, "dummy": True, **clean}  # before any batch: dummy tokens
+    # The warm-up's backward left no gradients and moved no weight into the first real step.
+    assert calls[1] == {"drawn": 1, "dummy": False, **clean}
+    assert len(calls) == clock.drawn + 1

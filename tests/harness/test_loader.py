@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import shutil
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,12 +13,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.config import HarnessSettings
 from harness.data.errors import DataError
 from harness.data.packing import array_reader
 from harness.data.tokens import TokenFile, write_token_dir
 from harness.loader import packed_batches, pair_batches, prefetched
-from harness.prepared import PreparedPaths, read_manifest
 
 BOS = 7
 
@@ -122,46 +117,3 @@ def test_truncated_token_file_is_a_clear_error(tmp_path: Path) -> None:
         handle.truncate(4)
     with pytest.raises(DataError, match=r"tokens\.bin.*incomplete or corrupt"):
         next(packed_batches(train, 1, 4, bos_id=0, device=torch.device("cpu"), seed=0))
-
-
-SANDBOXED_READ = """
-import sys, torch
-from pathlib import Path
-from harness.loader import packed_batches
-train = Path(sys.argv[1])
-try:
-    (train / "probe").write_text("x")
-    print("WRITABLE")
-except OSError:
-    pass
-batches = packed_batches(train, 4, int(sys.argv[2]), int(sys.argv[3]), torch.device("cpu"), seed=0)
-for _ in range(5):
-    inputs, targets = next(batches)
-    assert bool((inputs[:, 0] == int(sys.argv[3])).all())
-print("visible:", sorted(p.name for p in train.parent.iterdir()))
-print("OK", inputs.shape[0] * inputs.shape[1])
-"""
-
-
-def test_loader_works_from_a_read_only_mount_of_train_alone(
-    test_data: tuple[HarnessSettings, PreparedPaths],
-) -> None:
-    """Like the sandbox: only train/ is visible, mounted read-only (bubblewrap), elsewhere hidden."""
-    settings, paths = test_data
-    bos = read_manifest(settings)["bos_id"]
-    root = paths.root.resolve()
-    command = [
-        shutil.which("bwrap") or "bwrap",
-        "--ro-bind", "/", "/",
-        "--dev", "/dev",
-        "--proc", "/proc",
-        "--tmpfs", str(root),  # hide the whole prepared folder...
-        "--tmpfs", "/mnt",
-        "--ro-bind", str(paths.train_dir.resolve()), "/mnt/train",  # ...except train/, read-only
-        sys.executable, "-c", SANDBOXED_READ, "/mnt/train", str(settings.seq_len), str(bos),
-    ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-    assert result.returncode == 0, result.stderr
-    assert "WRITABLE" not in result.stdout
-    assert "visible: ['train']" in result.stdout
-    assert f"OK {4 * settings.seq_len}" in result.stdout

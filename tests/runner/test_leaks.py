@@ -1,0 +1,283 @@
+"""No byte of validation text is readable in any sandbox, for every data source.
+
+Each source is prepared with a canary planted in some validation documents and another at the
+start of every training document; climbmix is downloaded from a local HTTP server standing in
+for the dataset host (there is no internet here). Then a hostile candidate
+(candidates/hostile/walks_sandbox.py) reads everything it can in the train, eval and probe
+sandboxes: every file of the visible tree, every process's memory, open files and /proc
+entries, /dev/shm and /tmp. It looks for the validation canaries and for the evaluation rows,
+as text and as token ids, by hashes of 32-byte windows (tests/runner/leak_hash.py) that do not
+occur in the training text, and must find none. The same walk must find the training canary,
+which the test writes into the candidate's own source, in every sandbox, and the training
+canary's tokens in memory and /dev/shm once the train sandbox has taken some batches: so the
+walk sees what is there, and the test can fail.
+
+What a sandbox's file tree holds does not depend on the data source: the system folders and the
+Python installation are bound the same way for every run, and nothing of the data folders is
+(run_experiment refuses data inside them). So the whole tree, about 9 GB here, is read in the
+three sandboxes of one run, against the patterns of all three sources; the runs of the other
+sources read all the rest (memory, /proc, /dev/shm, /tmp, /sandbox, /etc, ...) in their three
+sandboxes, against their own. That keeps the test to minutes on a busy 2-core machine.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from harness.config import CLIMBMIX_VAL_SHARD, HarnessSettings, load_settings
+from harness.data import builtin
+from harness.data.builtin import corpus_documents, stdlib_root
+from harness.data.climbmix import shard_name
+from harness.data.errors import DataError
+from harness.data.shards import iter_texts
+from harness.data.sources import train_shards
+from harness.data.tokens import open_token_dir
+from harness.prepare import prepare
+from harness.prepared import PreparedPaths
+from harness.runner import run as runner
+from harness.runner.sandbox import system_roots
+from harness.tokenizer import load_tokenizer
+from tests.harness.test_climbmix_download import Behaviour, ShardServer
+from tests.runner.candidates import compose
+from tests.runner.leak_hash import FIRST_BITS, first_buckets, hash_words, window_words
+
+LEAK_HASH = Path(__file__).resolve().parent / "leak_hash.py"
+LABELS = ("validation text", "validation tokens", "training canary")
+TOKEN_DTYPES = (np.int64, np.int32, np.uint16)
+# A finding is at least this many consecutive windows at 16-byte steps: a common stretch of at
+# least 32 + 3 * 16 = 80 bytes of text (about 20 tokens), or of 10 token ids stored as int64.
+MIN_RUN = 4
+# Walks and model builds take a while on a busy 2-core machine; none of it may cost the budget.
+ALLOWANCE_S = 900.0
+SOURCES = ("builtin", "local", "climbmix")
+
+
+def canary(kind: str) -> str:
+    """Lines that occur nowhere else: planted at the start of documents of one split."""
+    return "".join(f"# {kind} canary {uuid.uuid4().hex}{uuid.uuid4().hex}\n" for _ in range(3))
+
+
+def with_canary(docs: list[str], lines: str, every: int) -> list[str]:
+    """`lines` at the start of one document in `every` (evaluation rows begin with documents, and
+    the validation text should not be mostly canary)."""
+    return [lines + doc if index % every == 0 else doc for index, doc in enumerate(docs)]
+
+
+def text_words(text: bytes) -> list[np.ndarray]:
+    """uint64 words of `text` at every byte offset: every 32-byte window lies in one of them."""
+    return list(window_words(text))
+
+
+def token_words(tokens: np.ndarray) -> list[np.ndarray]:
+    """uint64 words of a token sequence as it would sit in memory or a file, in each dtype, at
+    each token boundary."""
+    parts = []
+    for dtype in TOKEN_DTYPES:
+        data = tokens.astype(dtype).tobytes()
+        for offset in range(0, 8, np.dtype(dtype).itemsize):
+            count = (len(data) - offset) // 8
+            if count >= 4:
+                parts.append(np.frombuffer(data, dtype=np.uint64, count=count, offset=offset))
+    return parts
+
+
+def hashes_of(words: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate([hash_words(part) for part in words] or [np.empty(0, dtype=np.uint64)])
+
+
+def first_table(words: list[np.ndarray]) -> str:
+    """The walker's table of first words (a bitmap of buckets, no text), base64."""
+    table = np.zeros(1 << FIRST_BITS, dtype=bool)
+    for part in words:
+        table[first_buckets(part[:-3])] = True
+    return base64.b64encode(np.packbits(table).tobytes()).decode()
+
+
+def eval_rows(paths: PreparedPaths) -> np.ndarray:
+    """The evaluation rows, [N, T + 1] tokens, as the scorer holds them."""
+    inputs = np.load(paths.val_dir / "inputs.npy")
+    targets = np.load(paths.val_dir / "targets.npy")
+    return np.concatenate([inputs, targets[:, -1:]], axis=1)
+
+
+Patterns = tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]  # words of each label
+
+
+def source_patterns(paths: PreparedPaths, val_canary: str, train_canary: str) -> Patterns:
+    """Words of what must not be found (validation text, validation token ids) and of the
+    training canary, for one prepared source."""
+    tokenizer = load_tokenizer(paths.tokenizer_dir)
+    rows = eval_rows(paths)
+    text = text_words(val_canary.encode())
+    for row in rows:  # the text of each document piece between BOS tokens
+        for piece in np.split(row, np.flatnonzero(row == tokenizer.bos_id)):
+            text += text_words(tokenizer.decode(piece[piece != tokenizer.bos_id]).encode())
+    tokens = [words for row in rows for words in token_words(row)]
+    canary_tokens = np.array(tokenizer.encode(train_canary)[:-2])  # its end may merge with what follows
+    return text, tokens, text_words(train_canary.encode()) + token_words(canary_tokens)
+
+
+def training_hashes(paths: PreparedPaths) -> np.ndarray:
+    """Every window of the training text and tokens: legitimately visible, never a finding."""
+    training = [hashes_of(text_words(doc.encode())) for doc in iter_texts(train_shards(paths.raw_dir))]
+    training.append(hashes_of(token_words(open_token_dir(paths.train_dir).tokens)))
+    return np.unique(np.concatenate(training))
+
+
+def walker_args(patterns: list[Patterns], trained: np.ndarray, skip: list[str]) -> dict[str, Any]:
+    """HOSTILE_ARGS of the walker: hashes and labels only, no text."""
+    words = [[part for pattern in patterns for part in pattern[label]] for label in range(3)]
+    parts = (
+        np.setdiff1d(hashes_of(words[0]), trained),
+        np.setdiff1d(hashes_of(words[1]), trained),
+        np.unique(hashes_of(words[2])),
+    )
+    assert len(parts[0]) > 1000 and len(parts[1]) > 1000 and len(parts[2]) > 50
+    hashes = np.concatenate(parts)
+    labels = np.concatenate([np.full(len(part), label, dtype=np.uint8) for label, part in enumerate(parts)])
+    order = np.argsort(hashes, kind="stable")
+    return {
+        "hashes": base64.b64encode(hashes[order].tobytes()).decode(),
+        "labels": base64.b64encode(labels[order].tobytes()).decode(),
+        "first_table": first_table(words[0] + words[1] + words[2]),
+        "label_names": list(LABELS),
+        "min_run": MIN_RUN,
+        "skip": skip,
+    }
+
+
+def prepare_builtin(data_dir: Path, val_canary: str, train_canary: str, monkeypatch: pytest.MonkeyPatch):
+    original = builtin.corpus_documents
+
+    def planted(root: Path) -> tuple[list[str], list[str]]:
+        train, val = original(root)
+        return with_canary(train, train_canary, 1), with_canary(val, val_canary, 8)
+
+    monkeypatch.setattr(builtin, "corpus_documents", planted)
+    settings = load_settings("test", data_source="builtin", data_dir=data_dir)
+    return settings, prepare(settings, progress=False)
+
+
+def jsonl(path: Path, docs: list[str]) -> None:
+    path.write_text("".join(json.dumps({"text": doc}) + "\n" for doc in docs))
+
+
+def prepare_local(data_dir: Path, val_canary: str, train_canary: str, folder: Path):
+    """Training text from the standard library, validation text from its held-out modules."""
+    train, val = corpus_documents(stdlib_root())
+    folder.mkdir()
+    jsonl(folder / "a_train.jsonl", with_canary(train[:2000], train_canary, 1))
+    jsonl(folder / "z_val.jsonl", with_canary(val, val_canary, 8))
+    settings = load_settings("test", data_source="local", data_dir=data_dir, local_data_dir=folder)
+    return settings, prepare(settings, progress=False)
+
+
+def prepare_climbmix(data_dir: Path, val_canary: str, train_canary: str, folder: Path):
+    train, val = corpus_documents(stdlib_root())
+    folder.mkdir()
+    files = {}
+    shards = {
+        shard_name(0): with_canary(train[:2000], train_canary, 1),
+        shard_name(CLIMBMIX_VAL_SHARD): with_canary(val, val_canary, 8),
+    }
+    for name, docs in shards.items():
+        pq.write_table(pa.table({"text": docs}), folder / name, row_group_size=256)
+        files[name] = (folder / name).read_bytes()
+    server = ShardServer(files, Behaviour())
+    try:
+        source = {"data_source": "climbmix", "climbmix_url": server.url, "climbmix_train_shards": 1}
+        settings = load_settings("test", data_dir=data_dir, **source)
+        return settings, prepare(settings, progress=False)
+    finally:
+        server.close()
+
+
+Prepared = tuple[HarnessSettings, PreparedPaths, str, str]  # settings, paths, the two canaries
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Prepared]:
+    """The three sources, prepared with their canaries."""
+    prepared = {}
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for source in SOURCES:
+            folder = tmp_path_factory.mktemp(source)
+            val_canary, train_canary = canary("validation"), canary("training")
+            if source == "builtin":
+                made = prepare_builtin(folder / "data", val_canary, train_canary, monkeypatch)
+            elif source == "local":
+                made = prepare_local(folder / "data", val_canary, train_canary, folder / "local")
+            else:
+                made = prepare_climbmix(folder / "data", val_canary, train_canary, folder / "shards")
+            prepared[source] = (*made, val_canary, train_canary)
+    return prepared
+
+
+def walks(log: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in re.findall(r"^LEAKWALK (.*)$", log, re.MULTILINE)]
+
+
+@pytest.mark.timeout(1800)  # reading the whole tree three times takes minutes on a busy machine
+@pytest.mark.parametrize("source", SOURCES)
+def test_no_sandbox_can_read_validation_text(
+    planted: dict[str, Prepared], source: str, run_candidate, tmp_path: Path
+) -> None:
+    settings, _, _, train_canary = planted[source]
+    whole_tree = source == "builtin"  # then against every source's validation text
+    searched = [planted[name] for name in (SOURCES if whole_tree else (source,))]
+    patterns = [source_patterns(found[1], found[2], found[3]) for found in searched]
+    trained = np.unique(np.concatenate([training_hashes(found[1]) for found in searched]))
+    skip = [] if whole_tree else sorted({str(root) for root in system_roots()} | {"/usr"})
+    candidate = compose(
+        tmp_path,
+        "hostile/walks_sandbox.py",
+        include=(LEAK_HASH,),
+        comment=train_canary,  # the walk must find this file, and the canary in it
+        **walker_args(patterns, trained, skip),
+    )
+    assert all(found[2] not in candidate.read_text() for found in planted.values())
+    chosen = {**settings.model_dump(), "time_budget": 1.0, "compile_allowance": ALLOWANCE_S}
+    result = run_candidate(candidate, **chosen)
+    # Its second walk, after taking data, counts as training: over budget, and scored all the same.
+    assert result.status in ("ok", "over_budget"), (result.error_class, result.error_message, result.log_tail)
+    assert result.val_bpb is not None
+    reports = walks(result.log_tail)
+    assert sorted(report["walk"] for report in reports) == ["score", "score", "train", "train-after-data"]
+    for report in reports:
+        findings = report["findings"]
+        assert findings["validation text"] == [] and findings["validation tokens"] == [], report
+        found_in = [name for name, _ in findings["training canary"]]
+        if report["walk"] == "train-after-data":  # the batches it holds, and its copy in /dev/shm
+            assert any(name.startswith("/proc/") and "/mem " in name for name in found_in), report
+            assert "/dev/shm/batch.bin" in found_in, report
+        else:  # the tree it was given: its own source among the rest
+            assert "/sandbox/candidate/train.py" in found_in, report
+            if whole_tree:
+                assert report["files"] > 10_000 and report["bytes"] > 1e9, report
+
+
+@pytest.mark.parametrize("setting", ["data_dir", "local_data_dir"])
+def test_data_inside_a_folder_every_sandbox_sees_is_refused(
+    test_data: tuple[HarnessSettings, PreparedPaths],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    setting: str,
+) -> None:
+    """A DATA_DIR (or LOCAL_DATA_DIR) in, say, the virtualenv would be readable by train.py."""
+    settings, paths = test_data
+    visible = paths.root.parents[1] if setting == "data_dir" else tmp_path
+    monkeypatch.setattr(runner, "system_roots", lambda: [Path("/usr"), visible])
+    chosen = settings.model_copy(update={"local_data_dir": tmp_path / "corpus"})
+    refusal = f"{setting.upper()}=.* lies inside {visible}, which every sandbox sees"
+    with pytest.raises(DataError, match=refusal):
+        runner.run_experiment(Path(__file__), chosen)
