@@ -15,7 +15,7 @@ from typing import Any
 
 from agent.mutation import mutate_constants
 from client import ApiError, Client
-from client.api import FINAL_STATUSES
+from client.states import FINAL_STATUSES
 
 HYPOTHESIS = "random-search control: one or two hyperparameter constants moved at random"
 

@@ -24,6 +24,9 @@ from harness.runner.sandbox import Bind, SandboxSpec, python_command, visible_pa
 from harness.runner.train_entry import DIVERGED_LOSS
 
 CANDIDATE_FILE = "train.py"
+# The order of the training documents is the same for every run of a harness (this constant is
+# harness source, so part of the harness id); what differs from run to run is ctx.seed.
+DATA_ORDER_SEED = 1337
 RSS_SAMPLE_S = 0.25  # peak RSS and OOM kills are polled this often
 WEIGHTS_FILE = "model.safetensors"
 
@@ -100,7 +103,7 @@ class TrainSandbox:
             "seq_len": settings.seq_len,
             "time_budget": settings.time_budget,
             "allowance": settings.compile_allowance,
-            "seed": settings.seed,
+            "data_order_seed": DATA_ORDER_SEED,
             "bos_id": job.bos_id,
             "peak_flops": job.peak_flops,
             "train_tokens_max": settings.train_tokens_max,
@@ -128,12 +131,14 @@ class TrainSandbox:
     def alive(self) -> bool:
         return self.launched.popen.poll() is None
 
-    def go(self) -> float | None:
-        """Start the experiment; its clock starts now. None if the sandbox had already died."""
+    def go(self, seed: int) -> float | None:
+        """Start the experiment with `seed` as its ctx.seed; its clock starts now. None if the
+        sandbox had already died. (The seed comes with `go`, not the config: a sandbox is started
+        before anyone knows which run it will serve.)"""
         raise_priority(self.launched.pids())
         spawned_at = time.monotonic()
         try:
-            os.write(self.go_w, json.dumps({"spawned_at": spawned_at}).encode() + b"\n")
+            os.write(self.go_w, json.dumps({"spawned_at": spawned_at, "seed": seed}).encode() + b"\n")
         except BrokenPipeError:
             return None
         return spawned_at

@@ -20,6 +20,8 @@ TABLES = {
     "progress_events",
     "idempotency_keys",
     "imported_results",
+    "runs",
+    "noise_estimates",
 }
 
 
@@ -33,7 +35,7 @@ def _tables(url: str) -> set[str]:
 
 def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     upgrade(database_url)
-    assert current_revision(database_url) == "0003"
+    assert current_revision(database_url) == "0004"
     assert _tables(database_url) == TABLES
     downgrade(database_url, "base")
     assert current_revision(database_url) is None

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from client import Client
-from client.api import FINAL_STATUSES
+from client.states import FINAL_STATUSES
 from harness.config import HarnessSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
