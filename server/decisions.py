@@ -180,11 +180,12 @@ def _apply(
     decision, reason, rebased_to = Decision(verdict.action.value), verdict.reason, None
     if verdict.action is Action.KEEP:
         assert isinstance(project, Project)
-        _advance_best(ctx, tx, project, experiment)
-    elif verdict.action is Action.REBASE:
-        assert isinstance(project, Project)
-        decision, reason, rebased_to = _rebase(ctx, tx, project, experiment, verdict.reason)
-    cancel_queued_runs(tx.session, experiment.id, utcnow())
+        _advance_best(ctx, tx, project, experiment)  # its runs go on: it is the best now
+    else:
+        if verdict.action is Action.REBASE:
+            assert isinstance(project, Project)
+            decision, reason, rebased_to = _rebase(ctx, tx, project, experiment, verdict.reason)
+        cancel_queued_runs(tx.session, experiment.id, utcnow())
     comparison = verdict.comparison
     tx.emit(
         _EVENT[decision],
@@ -267,7 +268,7 @@ def _advance_best(ctx: AppContext, tx: Tx, project: Project, experiment: Row[Any
     project.updated_at = now
     if previous_id is not None and previous_id != experiment.id:
         cancel_queued_runs(tx.session, previous_id, now)  # repeats of a best that is no longer it
-    if ctx.settings.decision_rule is Rule.NOISE_AWARE:
+    if ctx.settings.decision_rule == Rule.NOISE_AWARE:
         missing = ctx.settings.noise_runs - run_count(tx.session, experiment.id)
         queue_runs(tx.session, experiment.id, RunKind.REPEAT, experiment.queued_at, max(0, missing))
     if previous != experiment.commit_sha:
@@ -281,12 +282,15 @@ def _last_experiment_id(session: Session) -> int:
 
 
 def best_repeats_due(ctx: AppContext, session: Session, project: Project, last_experiment_id: int) -> int:
-    """Repeats of the best to queue now: it is brought to NOISE_RUNS runs, and gets one more for
-    every BEST_RERUN_EVERY experiments submitted since it became the best (a best that stays
-    long is compared with many candidates, so its value should be the most precise)."""
+    """Repeats of the best to queue now: once measured, it is brought to NOISE_RUNS runs, and gets
+    one more for every BEST_RERUN_EVERY experiments submitted since it became the best (a best
+    that stays long is compared with many candidates, so its value should be the most precise)."""
     settings = ctx.settings
-    if settings.decision_rule is not Rule.NOISE_AWARE or project.best_experiment_id is None:
+    if settings.decision_rule != Rule.NOISE_AWARE or project.best_experiment_id is None:
         return 0
+    best = session.get(Experiment, project.best_experiment_id)
+    if best is None or best.valid_runs == 0:
+        return 0  # not measured yet: its repeats follow its first valid run
     target = settings.noise_runs
     if settings.best_rerun_every:
         target += (last_experiment_id - (project.best_since_experiment_id or 0)) // settings.best_rerun_every

@@ -132,11 +132,12 @@ def fmt_effect(comparison: Comparison) -> str:
     runs = f"({comparison.runs} vs {comparison.reference_runs} runs)"
     if comparison.se is None or comparison.p_value is None:
         return f"{effect} {runs}"
-    return f"{effect} ± {comparison.se:.4f} {runs}, p = {fmt_p(comparison.p_value)}"
+    return f"{effect} ± {comparison.se:.4f} {runs}, p {fmt_p(comparison.p_value)}"
 
 
 def fmt_p(p: float) -> str:
-    return f"{p:.3f}" if p >= 0.001 else "< 0.001"
+    """`= 0.002`, or `< 0.001` for smaller ones."""
+    return f"= {p:.3f}" if p >= 0.001 else "< 0.001"
 
 
 def judge(snapshot: Snapshot) -> Verdict:
@@ -149,7 +150,7 @@ def judge(snapshot: Snapshot) -> Verdict:
     if snapshot.reference.mean is None:
         what = "the best" if snapshot.reference_is_best else "its base"
         return _positive(snapshot, f"{what} has no valid run: any valid result replaces it")
-    if snapshot.settings.rule is Rule.GREEDY:
+    if snapshot.settings.rule == Rule.GREEDY:
         return _greedy(snapshot)
     return _noise_aware(snapshot)
 

@@ -94,13 +94,11 @@ def queue_due_repeats(ctx: AppContext) -> None:
         project = load_project(tx.session, lock=True)
         if project.best_experiment_id is None:
             return
-        best = tx.session.get(Experiment, project.best_experiment_id)
-        assert best is not None
-        if best.valid_runs == 0:
-            return  # not measured yet: its repeats follow its first valid run
         last = int(tx.session.scalar(select(func.max(Experiment.id))) or 0)
         due = best_repeats_due(ctx, tx.session, project, last)
         if due:
+            best = tx.session.get(Experiment, project.best_experiment_id)
+            assert best is not None
             log.info("queueing %d repeat(s) of the best, experiment %d", due, best.id)
             queue_runs(tx.session, best.id, RunKind.REPEAT, best.queued_at, due)
 

@@ -122,7 +122,7 @@ def _gate(ctx: AppContext, session: Session) -> int | None:
         return None
     best = session.get(Experiment, best_id)
     assert best is not None
-    if ctx.settings.decision_rule is Rule.NOISE_AWARE:
+    if ctx.settings.decision_rule == Rule.NOISE_AWARE:
         estimate = noise_crud.noise(session, project.platform, project.harness_id)
         measured = estimate is not None and estimate.df >= ctx.settings.noise_runs - 1
     else:

@@ -27,7 +27,7 @@ def signed(value: float | None, decimals: int = 6) -> str:
 
 def pvalue(value: float | None) -> str:
     """A p-value as decisions state it: 3 decimals, or < 0.001."""
-    return "—" if value is None else fmt_p(value)
+    return "—" if value is None else fmt_p(value).removeprefix("= ")
 
 
 def utc(moment: datetime | None) -> str:
