@@ -89,7 +89,6 @@ class Platform:
     def true_value(self, train_py: str) -> float:
         return BASELINE_BPB + sum(self.effects.get(line + "\n", 0.0) for line in train_py.splitlines())
 
-
     def draw(self, train_py: str) -> float:
         if self.noise == "gaussian":
             error = self.rng.standard_normal()
@@ -128,7 +127,8 @@ def simulate(rule: str, noise_kind: str, submissions: int, workers: int, seed: i
     """One project, from its baseline until `submissions` submissions are decided."""
     started = time.perf_counter()
     # In memory where the machine has it: the figures are about decisions, not disk syncs.
-    folder = Path(tempfile.mkdtemp(prefix="bench-decisions-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+    memory = "/dev/shm" if Path("/dev/shm").is_dir() else None
+    folder = Path(tempfile.mkdtemp(prefix="bench-decisions-", dir=memory))
     try:
         project = _project(folder, rule, workers, submissions)
         try:
@@ -276,8 +276,8 @@ def report(name: str, outcomes: list[Outcome]) -> dict[str, float]:
     figures = worst(outcomes)
     print(
         f"  {name} worst of {len(outcomes)}: null kept {figures['null']:.1%}, "
-        f"1-sigma {figures['1 sigma']:.1%}, 2-sigma {figures['2 sigma']:.1%}, 3-sigma {figures['3 sigma']:.1%}, "
-        f"runs per submission {figures['runs per submission']:.2f}",
+        f"1-sigma {figures['1 sigma']:.1%}, 2-sigma {figures['2 sigma']:.1%}, "
+        f"3-sigma {figures['3 sigma']:.1%}, runs per submission {figures['runs per submission']:.2f}",
         flush=True,
     )
     return figures

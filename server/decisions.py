@@ -143,6 +143,7 @@ def _snapshot(
         reference=reference,
         reference_is_best=reference_commit == project.best_commit,
         is_baseline=is_baseline,
+        reapplied=experiment.rebased_from_id is not None,
         noise=noise_crud.noise(session, project.platform, project.harness_id),
     )
 

@@ -12,6 +12,8 @@ The noise-aware rule (docs/api.md, "Decisions"), for a candidate measured agains
 - effect = candidate mean - reference mean, se = sigma * sqrt(1/n + 1/n_ref), t = effect / se,
   p = P(T_df <= t): the one-sided p-value that the candidate is not better.
 - One run (the screening run): it earns a confirmation run when t < -SCREEN_MARGIN, else revert.
+  A change re-applied onto a new best passed that screen on its old base: its first run on the
+  new best earns a confirmation run when it is ahead at all (t < 0).
 - Several runs: keep when p < ALPHA and effect < -MIN_DELTA (MIN_DELTA is the smallest effect
   worth keeping, on top of significance). Otherwise revert when the effect is significant but
   smaller than MIN_DELTA, when the candidate has MAX_RUNS runs, or when it is no longer promising
@@ -93,6 +95,7 @@ class Snapshot:
     reference: Sample  # the best's runs, or its base's when the best moved on
     reference_is_best: bool
     is_baseline: bool  # the project's first best (no base): measured, not judged
+    reapplied: bool  # a change re-applied onto a new best: it passed its screen on its old base
     noise: Noise | None  # pooled over experiments with several runs, the candidate included
 
 
@@ -261,6 +264,13 @@ def _noise_aware(snapshot: Snapshot) -> Verdict:
             )
         return Verdict(Action.REVERT, f"no noise estimate after {runs} runs: not judged", comparison)
     stated = fmt_effect(comparison)
+    if runs == 1 and snapshot.reapplied:
+        # Screened already, on its old base: its first run here only has to be ahead at all.
+        if t < 0:
+            return _promising(snapshot, f"{stated}: re-applied change ahead of the best", comparison)
+        return Verdict(
+            Action.REVERT, f"{stated}: re-applied change not ahead of the best: reverted", comparison
+        )
     if runs == 1:
         if t < -settings.screen_margin:
             return _promising(

@@ -171,7 +171,7 @@ def build_chart(points: Sequence[Finished], sigma: float | None = None) -> Chart
     discarded: list[str] = []
     kept: list[KeptMark] = []
     best_steps: list[str] = []
-    band: list[tuple[float, float, float]] = []  # (x where a best starts, its top y, its bottom y)
+    band: list[tuple[float, float, float] | None] = []  # per best: (its x, top y, bottom y) or None
     clipped = 0
     for x, (id_, is_kept, score, description, runs) in zip(x_of, points, strict=True):
         if score is None:
@@ -188,15 +188,16 @@ def build_chart(points: Sequence[Finished], sigma: float | None = None) -> Chart
         kept.append(KeptMark(id_, x, y, score, description))
         # The best holds until the next keep: a horizontal run, then a drop to the new best.
         best_steps.append(f"H{x:.1f}V{y:.1f}" if best_steps else f"M{x:.1f} {y:.1f}")
-        if sigma is not None and runs > 0:
-            half = sigma / math.sqrt(runs) * scale
-            band.append((x, max(plot_top, y - half), min(plot_bottom, y + half)))
+        half = sigma / math.sqrt(runs) * scale if sigma is not None and runs > 0 else None
+        band.append((x, max(plot_top, y - half), min(plot_bottom, y + half)) if half is not None else None)
     if best_steps:
         best_steps.append(f"H{x_of[-1]:.1f}")
-    ends = [start for start, _, _ in band[1:]] + [x_of[-1]]
+    # Each best's band runs from its mark to the next best's (the last one to the chart's end).
+    ends = [kept_mark.x for kept_mark in kept[1:]] + [x_of[-1]] * bool(kept)
     band_path = "".join(
-        f"M{start:.1f} {top:.1f}H{end:.1f}V{bottom:.1f}H{start:.1f}Z"
-        for (start, top, bottom), end in zip(band, ends, strict=True)
+        f"M{b[0]:.1f} {b[1]:.1f}H{end:.1f}V{b[2]:.1f}H{b[0]:.1f}Z"
+        for b, end in zip(band, ends, strict=True)
+        if b is not None
     )
     return Chart(
         count=count,

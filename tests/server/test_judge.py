@@ -55,6 +55,7 @@ def snapshot(
         reference=Sample(reference_runs if reference is not None else 0, reference),
         reference_is_best=True,
         is_baseline=False,
+        reapplied=False,
         noise=Noise(sigma, df) if sigma is not None else None,
     )
     return replace(base, **changes)
@@ -134,6 +135,14 @@ def test_the_first_run_earns_confirmation_only_ahead_by_the_screening_margin() -
     assert "first run not ahead of the best by the screening margin (0.4 standard errors)" in behind.reason
     # Never kept on its first run, however good: one run is not evidence.
     assert judge(snapshot(0.9)).action is Action.CONFIRM
+
+
+def test_a_re_applied_change_was_screened_on_its_old_base() -> None:
+    se = 0.001 * math.sqrt(1 + 1 / 5)
+    assert judge(snapshot(1.0 - 0.1 * se, reapplied=True)).action is Action.CONFIRM  # ahead at all
+    assert judge(snapshot(1.0 - 0.1 * se)).action is Action.REVERT  # a new change needs the margin
+    behind = judge(snapshot(1.0 + 0.1 * se, reapplied=True))
+    assert behind.action is Action.REVERT and "re-applied change not ahead of the best" in behind.reason
 
 
 def test_kept_with_its_effect_standard_error_runs_and_p_value_in_the_reason() -> None:

@@ -269,8 +269,7 @@ def test_switching_from_the_greedy_rule_measures_the_noise_at_start(live_factory
     assert [r["kind"] for r in live.client().experiment(1)["runs"]] == ["first"]
     live.ctx.repo.close()
     restarted = create_app(live.settings.model_copy(update=NOISE))
-    with serve(restarted):
-        with restarted.state.ctx.db.read() as session:
-            from server.crud.runs import runs_of
+    with serve(restarted), restarted.state.ctx.db.read() as session:
+        from server.crud.runs import runs_of
 
-            assert [r.kind for r in runs_of(session, [1])[1]] == ["first", "repeat", "repeat"]
+        assert [r.kind for r in runs_of(session, [1])[1]] == ["first", "repeat", "repeat"]
