@@ -123,14 +123,22 @@ class Project:
     worker_ids: list[str]
 
 
-def simulate(rule: str, noise_kind: str, submissions: int, workers: int, seed: int) -> Outcome:
-    """One project, from its baseline until `submissions` submissions are decided."""
+def simulate(
+    rule: str,
+    noise_kind: str,
+    submissions: int,
+    workers: int,
+    seed: int,
+    overrides: dict[str, str] | None = None,
+) -> Outcome:
+    """One project, from its baseline until `submissions` submissions are decided; `overrides` are
+    server settings (ALPHA, MAX_RUNS...) other than their defaults."""
     started = time.perf_counter()
     # In memory where the machine has it: the figures are about decisions, not disk syncs.
     memory = "/dev/shm" if Path("/dev/shm").is_dir() else None
     folder = Path(tempfile.mkdtemp(prefix="bench-decisions-", dir=memory))
     try:
-        project = _project(folder, rule, workers, submissions)
+        project = _project(folder, rule, workers, submissions, overrides or {})
         try:
             platform = Platform({}, noise_kind, np.random.default_rng(seed))
             kinds = np.random.default_rng(seed + 1).choice(len(EFFECTS), size=submissions, p=SHARES)
@@ -143,13 +151,14 @@ def simulate(rule: str, noise_kind: str, submissions: int, workers: int, seed: i
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _project(folder: Path, rule: str, workers: int, submissions: int) -> Project:
+def _project(folder: Path, rule: str, workers: int, submissions: int, overrides: dict[str, str]) -> Project:
     settings = ServerSettings(
         data_dir=folder,
         harness_id=HARNESS_ID,
         platform=PLATFORM,
         decision_rule=rule,  # type: ignore[arg-type]
         max_queued_per_agent=workers + 1,
+        **{name.lower(): value for name, value in overrides.items()},  # type: ignore[arg-type]
     )
     (folder / "train.py").write_text(baseline_train_py(submissions))
     (folder / "program.md").write_text("# bench\n")
@@ -291,7 +300,17 @@ def main() -> int:
     parser.add_argument("--noise", default="gaussian,t3")
     parser.add_argument("--rules", default="noise_aware,greedy")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a server setting other than its default",
+    )
     args = parser.parse_args()
+    overrides = dict(item.split("=", 1) for item in args.set)
+    if overrides:
+        print("settings:", ", ".join(f"{k}={v}" for k, v in overrides.items()))
     missed = []
     for noise_kind in args.noise.split(","):
         print(
@@ -300,7 +319,7 @@ def main() -> int:
         )
         for rule in args.rules.split(","):
             outcomes = [
-                simulate(rule, noise_kind, args.submissions, args.workers, args.seed + 1000 * i)
+                simulate(rule, noise_kind, args.submissions, args.workers, args.seed + 1000 * i, overrides)
                 for i in range(args.repeats)
             ]
             figures = report(rule, outcomes)

@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import select
 
 from bench.pages import seed_experiments
-from server.core.db import Database, create_db_engine
 from client.states import ExperimentStatus
+from server.core.db import Database, create_db_engine
 from server.crud.project import load_project
 from server.models import Experiment, NoiseEstimate, utcnow
 from server.pages import queries
