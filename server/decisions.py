@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import Row, bindparam, func, select
 from sqlalchemy.orm import Session
 
-from client.states import DECIDED_STATUS, Decision, ExperimentStatus, RunKind
+from client.states import DECIDED_STATUS, Decision, ExperimentStatus, RunKind, RunState
 from harness.result import RunResult
 from server.candidates import commit_message, find_same_train_py, queue_candidate
 from server.context import AppContext, Tx
@@ -38,7 +38,7 @@ from server.crud.project import current_best, load_project
 from server.crud.runs import cancel_queued_runs, queue_runs, run_count
 from server.judge import Action, Comparison, Rule, Sample, Snapshot, Verdict, judge
 from server.judge import Run as JudgedRun
-from server.models import EXPERIMENTS, Experiment, Project, utcnow
+from server.models import EXPERIMENTS, Experiment, Project, Run, utcnow
 from server.patches import PatchError, apply_patch, make_patch, parse_patch
 from server.research_repo import blob_sha
 
@@ -209,7 +209,7 @@ def _apply(
 
 
 def _rebase(
-    ctx: AppContext, tx: Tx, project: Project, experiment: Row[Any], why: str
+    ctx: AppContext, tx: Tx, project: Project, experiment: Row[Any] | Experiment, why: str
 ) -> tuple[Decision, str, int | None]:
     assert project.best_commit is not None and experiment.base_commit is not None
     moved = f"{why} (from {experiment.base_commit[:10]} to {project.best_commit[:10]})"
@@ -253,7 +253,46 @@ def _rebase(
     )
 
 
-def _agent_label(tx: Tx, experiment: Row[Any]) -> str:
+def reapply_before_running(ctx: AppContext, tx: Tx, experiment_id: int, run_id: int) -> bool:
+    """A change about to run on a former best: re-apply it onto the current best instead.
+
+    Running it on the old best would be wasted (a promising result is re-applied and run again
+    anyway), so its change goes onto the current best now: a new experiment takes its place in
+    the queue, or it goes stale when the change no longer applies. True when that happened (the
+    claimed run is cancelled); False when it should run as it is.
+    """
+    project = load_project(tx.session, lock=True)
+    experiment = tx.session.get(Experiment, experiment_id, with_for_update=True)
+    assert experiment is not None
+    if experiment.base_commit in (None, project.best_commit) or experiment.decision is not None:
+        return False
+    base = tx.session.scalars(
+        select(Experiment.status)
+        .where(Experiment.commit_sha == experiment.base_commit)
+        .order_by(Experiment.id)
+        .limit(1)
+    ).first()
+    if base != ExperimentStatus.KEPT:
+        return False  # submitted on a side branch on purpose: it runs there
+    decision, reason, rebased_to = _rebase(ctx, tx, project, experiment, "the best moved before it ran")
+    now = utcnow()
+    experiment.status, experiment.decision = DECIDED_STATUS[decision], decision
+    experiment.decision_reason, experiment.rebased_to_id, experiment.finished_at = reason, rebased_to, now
+    experiment.best_before_commit = experiment.base_commit
+    run = tx.session.get(Run, run_id)
+    assert run is not None
+    run.status, run.finished_at, run.attempts = RunState.CANCELLED, now, run.attempts - 1
+    tx.emit(
+        _EVENT[decision],
+        experiment_id=experiment.id,
+        reason=reason,
+        best=project.best_commit,
+        rebased_to=rebased_to,
+    )
+    return True
+
+
+def _agent_label(tx: Tx, experiment: Row[Any] | Experiment) -> str:
     if experiment.agent_id is None:
         return "baseline"
     return agent_names(tx.session, {experiment.agent_id}).get(experiment.agent_id, "agent")

@@ -25,8 +25,20 @@ from server.crud import noise as noise_crud
 from server.crud.project import load_project
 from server.crud.runs import cancel_queued_runs, live_runs
 from server.crud.tokens import Principal
+from server.decisions import reapply_before_running
 from server.judge import Rule
-from server.models import EXPERIMENTS, LEASES, RUNS, Experiment, Lease, ProgressSample, Run, Worker, utcnow
+from server.models import (
+    EXPERIMENTS,
+    LEASES,
+    PROJECT,
+    RUNS,
+    Experiment,
+    Lease,
+    ProgressSample,
+    Run,
+    Worker,
+    utcnow,
+)
 from server.schemas import ClaimOut, HeartbeatOut, ProgressEventIn
 
 ACTIVE, EXPIRED, RELEASED, FINISHED = "active", "expired", "released", "finished"
@@ -99,8 +111,9 @@ _START_EXPERIMENT = (
             else_=EXPERIMENTS.c.started_at,
         ),
     )
-    .returning(EXPERIMENTS.c.commit_sha, EXPERIMENTS.c.description)
+    .returning(EXPERIMENTS.c.commit_sha, EXPERIMENTS.c.description, EXPERIMENTS.c.base_commit)
 )
+_BEST_COMMIT = select(PROJECT.c.best_commit).where(PROJECT.c.id == 1)
 _INSERT_LEASE = insert(LEASES)
 _LOCK_LEASE = select(LEASES).where(LEASES.c.id == bindparam("lease_id")).with_for_update()
 _UPDATE_LEASE = update(LEASES).where(LEASES.c.id == bindparam("lease_id"))
@@ -148,38 +161,47 @@ def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | N
                 with ctx.transaction() as tx:
                     _write_seen(tx.session, worker_id)
             return None
-    with ctx.transaction() as tx:
-        _touch(ctx, tx.session, worker_id)
-        now = utcnow()
-        gate = _gate(ctx, tx.session)
-        connection = tx.session.connection()
-        if gate is None:
-            picked = connection.execute(_CLAIM, {"now": now}).first()
-        else:
-            picked = connection.execute(_CLAIM_GATED, {"now": now, "gate": gate}).first()
-        if picked is None:
-            return None
-        experiment = connection.execute(
-            _START_EXPERIMENT, {"experiment_id": picked.experiment_id, "now": now}
-        ).one()
-        lease = {
-            "id": str(uuid.uuid4()),
-            "experiment_id": picked.experiment_id,
-            "run_id": picked.id,
-            "worker_id": worker_id,
-            "attempt": picked.attempts,
-            "state": ACTIVE,
-            "claimed_at": now,
-            "expires_at": now + timedelta(seconds=ctx.settings.lease_seconds),
-        }
-        connection.execute(_INSERT_LEASE, lease)
-        tx.emit(
-            "started",
-            experiment_id=picked.experiment_id,
-            run=picked.number,
-            attempt=picked.attempts,
-            worker=ctx.presence.name(worker_id),
-        )
+    while True:
+        with ctx.transaction() as tx:
+            _touch(ctx, tx.session, worker_id)
+            now = utcnow()
+            gate = _gate(ctx, tx.session)
+            connection = tx.session.connection()
+            if gate is None:
+                picked = connection.execute(_CLAIM, {"now": now}).first()
+            else:
+                picked = connection.execute(_CLAIM_GATED, {"now": now, "gate": gate}).first()
+            if picked is None:
+                return None
+            experiment = connection.execute(
+                _START_EXPERIMENT, {"experiment_id": picked.experiment_id, "now": now}
+            ).one()
+            if (
+                picked.number == 1
+                and experiment.base_commit is not None
+                and experiment.base_commit != connection.execute(_BEST_COMMIT).scalar()
+                and reapply_before_running(ctx, tx, picked.experiment_id, picked.id)
+            ):
+                continue  # its change went onto the current best: claim again
+            lease = {
+                "id": str(uuid.uuid4()),
+                "experiment_id": picked.experiment_id,
+                "run_id": picked.id,
+                "worker_id": worker_id,
+                "attempt": picked.attempts,
+                "state": ACTIVE,
+                "claimed_at": now,
+                "expires_at": now + timedelta(seconds=ctx.settings.lease_seconds),
+            }
+            connection.execute(_INSERT_LEASE, lease)
+            tx.emit(
+                "started",
+                experiment_id=picked.experiment_id,
+                run=picked.number,
+                attempt=picked.attempts,
+                worker=ctx.presence.name(worker_id),
+            )
+        break
     train_py = ctx.repo.train_py(experiment.commit_sha)
     return ClaimOut(
         lease_id=lease["id"],

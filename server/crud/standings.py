@@ -105,7 +105,9 @@ def agent_totals(session: Session) -> dict[int, Row[Any]]:
     statement = (
         select(
             Experiment.agent_id,
-            func.count().label("submitted"),
+            # A change re-applied onto a new best is the same submission: its copy replaces the
+            # experiment it came from (which ends `rebased`), so each rebased one is not counted.
+            (func.count() - _count(Experiment.status == ExperimentStatus.REBASED)).label("submitted"),
             _count(Experiment.status == ExperimentStatus.QUEUED).label("queued"),
             _count(Experiment.status == ExperimentStatus.RUNNING).label("running"),
             _count(Experiment.status == ExperimentStatus.KEPT).label("kept"),

@@ -40,10 +40,13 @@ def test_keep_revert_and_reasons(live, worker_factory, baseline_source: str) -> 
     with pytest.raises(TimeoutError, match="still queued"):
         agent.wait_for_decision(ids[3], timeout=0.2, poll_s=0.05)
     assert git(live, "rev-parse", "best") == best["commit"]
-    # The last one was based on the baseline, and did not beat it: reverted, noting that best moved.
-    late = worker.run_next(0.9999)
-    assert late["decision"] == "revert"
-    assert late["reason"] == "0.9999 >= its base 1.0000 - 0.0005"
+    # The last one, queued on the baseline, never runs there: its change goes onto the new best
+    # first, where it no longer applies (both set DEPTH).
+    assert worker.claim() is None
+    late = agent.experiment(ids[3])
+    assert (late["status"], late["decision"], late["runs"][0]["state"]) == ("stale", "stale", "cancelled")
+    assert late["reason"].startswith("the best moved before it ran (from ")
+    assert "its change does not apply to the new best" in late["reason"]
     lineage = agent.leaderboard()["lineage"]
     assert [entry["experiment_id"] for entry in lineage] == [1, ids[2]]
     assert lineage[1]["improvement"] == pytest.approx(0.02)

@@ -140,7 +140,9 @@ def test_results_tsv_export_in_the_autoresearch_format(live, worker_factory, bas
         rows[0]
         == "commit\tval_bpb\tmemory_gb\tstatus\tdescription\truns\teffect\teffect_se\tbest_runs\tp_value"
     )
-    commits = [agent.experiment(i)["commit"][:7] for i in (1, 2, 3)]
+    # The GeLU change was queued on the baseline: it ran re-applied onto the new best (experiment 4).
+    assert agent.experiment(3)["rebased_to"] == 4
+    commits = [agent.experiment(i)["commit"][:7] for i in (1, 2, 4)]
     assert rows[1:] == [
         f"{commits[0]}\t0.997900\t44.0\tkeep\tbaseline\t1\t\t\t\t",
         f"{commits[1]}\t0.993200\t44.0\tkeep\tincrease LR to 0.04\t1\t-0.004700\t\t1\t",

@@ -273,3 +273,34 @@ def test_switching_from_the_greedy_rule_measures_the_noise_at_start(live_factory
         from server.crud.runs import runs_of
 
         assert [r.kind for r in runs_of(session, [1])[1]] == ["first", "repeat", "repeat"]
+
+
+def test_a_change_queued_on_a_former_best_runs_on_the_current_one(
+    live_factory, worker_factory, baseline_source: str
+) -> None:
+    """No run is spent on an old best: a waiting change is re-applied before it runs. A change
+    submitted on another commit on purpose (not a former best) runs where it was put."""
+    live = live_factory(**NOISE)
+    worker, agent = worker_factory(live), live.client("agent")
+    measure_noise(worker)
+    side = agent.submit("side", train_py=baseline_source + "# side\n")
+    worker.run_next(1.003)  # reverted at its screening run: a commit that never was the best
+    deeper = agent.submit("deeper", train_py=baseline_source.replace("DEPTH = 4", "DEPTH = 6"))
+    waiting = agent.submit("wider", train_py=baseline_source + "WIDTH = 96\n")
+    on_side = agent.submit(
+        "on the side commit", train_py=baseline_source + "# side\n# more\n", base=side["commit"]
+    )
+    worker.run_next(0.99)
+    worker.run_next(0.99)  # deeper's confirmation: the best moves
+    assert agent.best()["experiment_id"] == deeper["id"]
+    repeat = worker.claim()  # the new best's repeat goes first
+    assert (repeat["experiment_id"], repeat["run"]) == (deeper["id"], 3)
+    worker.report(repeat, 0.99)
+    claim = worker.claim()
+    moved = agent.experiment(waiting["id"])
+    assert (moved["status"], moved["runs"][0]["state"]) == ("rebased", "cancelled")
+    assert moved["reason"].startswith("the best moved before it ran (from ")
+    assert claim["experiment_id"] == moved["rebased_to"] and claim["run"] == 1
+    assert agent.experiment(claim["experiment_id"])["base"] == agent.best()["commit"]
+    worker.report(claim, 1.003)
+    assert worker.claim()["experiment_id"] == on_side["id"]  # its base was never the best: it runs there
