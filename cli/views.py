@@ -14,7 +14,7 @@ def bpb(value: float | None) -> str:
 def noise(estimate: dict[str, Any] | None) -> str:
     """`sigma 0.0061 from 14 runs of 3 experiments (cpu)`, or why there is none yet."""
     if not estimate or estimate.get("sigma") is None:
-        return "not measured yet (the best is being run again)"
+        return "not measured yet"
     return (
         f"sigma {estimate['sigma']:.4f} from {estimate['runs']} runs of {estimate['experiments']} "
         f"experiment{'' if estimate['experiments'] == 1 else 's'} ({estimate['platform']})"

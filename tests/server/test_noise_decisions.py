@@ -304,3 +304,31 @@ def test_a_change_queued_on_a_former_best_runs_on_the_current_one(
     assert agent.experiment(claim["experiment_id"])["base"] == agent.best()["commit"]
     worker.report(claim, 1.003)
     assert worker.claim()["experiment_id"] == on_side["id"]  # its base was never the best: it runs there
+
+
+def test_autoresearch_status_shows_the_noise_and_each_decision_as_effect_plus_minus_noise(
+    live_factory, worker_factory, baseline_source: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.kit.cli_process import in_process
+
+    live = live_factory(**NOISE)
+    worker, agent = worker_factory(live), live.client("agent")
+    before = in_process(capsys, "status", server=live.url)
+    assert "noise: not measured yet" in before.out
+    measure_noise(worker)
+    good = agent.submit("good", train_py=baseline_source.replace("DEPTH = 4", "DEPTH = 5"))
+    worker.run_next(0.994)
+    kept = worker.run_next(0.995)
+    overview = in_process(capsys, "status", server=live.url)
+    assert overview.code == 0, overview.err
+    best = agent.best()
+    assert (
+        f"best: val_bpb 0.994500 ± {best['se']:.4f} (experiment {good['id']}, mean of 2 runs" in overview.out
+    )
+    assert "noise: sigma 0.0017 from 5 runs of 2 experiments (cpu)" in overview.out
+    row = next(line for line in overview.out.splitlines() if line.startswith(f"{good['id']} "))
+    assert "-0.0055 ± 0.0015" in row and " 2 " in row
+    detail = in_process(capsys, "status", str(good["id"]), server=live.url)
+    assert f"experiment {good['id']} kept: val_bpb 0.994500 (mean of 2 runs) ({kept['reason']})" in detail.out
+    assert "  effect:       -0.0055 ± 0.0015 (2 vs 3 runs), p = 0.0" in detail.out
+    assert "  runs:         1 first finished 0.994000 seed " in detail.out
