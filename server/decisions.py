@@ -143,9 +143,18 @@ def _snapshot(
         reference=reference,
         reference_is_best=reference_commit == project.best_commit,
         is_baseline=is_baseline,
-        reapplied=experiment.rebased_from_id is not None,
+        reapplied=_screened_before(session, experiment.rebased_from_id),
         noise=noise_crud.noise(session, project.platform, project.harness_id),
     )
+
+
+def _screened_before(session: Session, rebased_from_id: int | None) -> bool:
+    """Whether this change was measured on an older base before it was re-applied here (a change
+    re-applied before it ever ran was not)."""
+    if rebased_from_id is None:
+        return False
+    runs = session.scalar(select(Experiment.valid_runs).where(Experiment.id == rebased_from_id))
+    return bool(runs)
 
 
 def _reference(session: Session, commit: str) -> Sample:

@@ -95,7 +95,7 @@ class Snapshot:
     reference: Sample  # the best's runs, or its base's when the best moved on
     reference_is_best: bool
     is_baseline: bool  # the project's first best (no base): measured, not judged
-    reapplied: bool  # a change re-applied onto a new best: it passed its screen on its old base
+    reapplied: bool  # a change re-applied onto a new best after it passed its screen on its old base
     noise: Noise | None  # pooled over experiments with several runs, the candidate included
 
 

@@ -32,6 +32,15 @@ def measure_noise(worker, values=(1.0, 1.002, 0.998)) -> None:  # type: ignore[n
         worker.run_next(value)
 
 
+@pytest.fixture
+def measured(live_factory, worker_factory):  # type: ignore[no-untyped-def]
+    """A noise-aware server whose noise is measured: (live server, its worker, an agent client)."""
+    live = live_factory(**NOISE)
+    worker = worker_factory(live)
+    measure_noise(worker)
+    return live, worker, live.client("agent")
+
+
 def test_the_noise_is_measured_first_with_a_new_seed_for_every_run(
     live_factory, worker_factory, baseline_source: str
 ) -> None:
@@ -82,11 +91,9 @@ def test_the_noise_is_measured_first_with_a_new_seed_for_every_run(
 
 
 def test_a_promising_candidate_is_confirmed_ahead_of_newer_work_and_kept_as_effect_plus_minus_noise(
-    live_factory, worker_factory, baseline_source: str
+    measured, baseline_source: str
 ) -> None:
-    live = live_factory(**NOISE)
-    worker, agent = worker_factory(live), live.client("agent")
-    measure_noise(worker)
+    _live, worker, agent = measured
     good = agent.submit("good", train_py=baseline_source.replace("DEPTH = 4", "DEPTH = 5"))
     later = agent.submit("later", train_py=baseline_source + "# later\n")
     screened = worker.run_next(0.994)
@@ -142,11 +149,9 @@ def test_a_promising_candidate_is_confirmed_ahead_of_newer_work_and_kept_as_effe
 
 
 def test_screened_out_futile_and_failed_candidates_are_reverted_with_their_reason(
-    live_factory, worker_factory, baseline_source: str
+    measured, baseline_source: str
 ) -> None:
-    live = live_factory(**NOISE)
-    worker, agent = worker_factory(live), live.client("agent")
-    measure_noise(worker)
+    _live, worker, agent = measured
     for i in range(4):
         agent.submit(f"idea {i}", train_py=baseline_source + f"# idea {i}\n")
     screened = worker.run_next(0.9995)  # ahead by 0.2 standard errors only
@@ -168,12 +173,8 @@ def test_screened_out_futile_and_failed_candidates_are_reverted_with_their_reaso
     assert agent.best()["experiment_id"] == 1
 
 
-def test_cancelling_a_candidate_drops_its_queued_confirmation_run(
-    live_factory, worker_factory, baseline_source: str
-) -> None:
-    live = live_factory(**NOISE)
-    worker, agent = worker_factory(live), live.client("agent")
-    measure_noise(worker)
+def test_cancelling_a_candidate_drops_its_queued_confirmation_run(measured, baseline_source: str) -> None:
+    _live, worker, agent = measured
     experiment = agent.submit("idea", train_py=baseline_source + "# idea\n")
     worker.run_next(0.994)
     assert agent.cancel(experiment["id"])["experiment"]["status"] == "cancelled"
@@ -181,12 +182,8 @@ def test_cancelling_a_candidate_drops_its_queued_confirmation_run(
     assert worker.claim() is None
 
 
-def test_a_result_of_a_confirmation_run_is_recorded_once(
-    live_factory, worker_factory, baseline_source: str
-) -> None:
-    live = live_factory(**NOISE)
-    worker, agent = worker_factory(live), live.client("agent")
-    measure_noise(worker)
+def test_a_result_of_a_confirmation_run_is_recorded_once(measured, baseline_source: str) -> None:
+    _live, worker, agent = measured
     agent.submit("idea", train_py=baseline_source + "# idea\n")
     worker.run_next(0.994)
     claim = worker.claim()
@@ -275,14 +272,10 @@ def test_switching_from_the_greedy_rule_measures_the_noise_at_start(live_factory
         assert [r.kind for r in runs_of(session, [1])[1]] == ["first", "repeat", "repeat"]
 
 
-def test_a_change_queued_on_a_former_best_runs_on_the_current_one(
-    live_factory, worker_factory, baseline_source: str
-) -> None:
+def test_a_change_queued_on_a_former_best_runs_on_the_current_one(measured, baseline_source: str) -> None:
     """No run is spent on an old best: a waiting change is re-applied before it runs. A change
     submitted on another commit on purpose (not a former best) runs where it was put."""
-    live = live_factory(**NOISE)
-    worker, agent = worker_factory(live), live.client("agent")
-    measure_noise(worker)
+    _live, worker, agent = measured
     side = agent.submit("side", train_py=baseline_source + "# side\n")
     worker.run_next(1.003)  # reverted at its screening run: a commit that never was the best
     deeper = agent.submit("deeper", train_py=baseline_source.replace("DEPTH = 4", "DEPTH = 6"))

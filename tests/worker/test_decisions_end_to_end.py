@@ -22,40 +22,14 @@ import pytest
 from harness.config import HarnessSettings
 from harness.prepared import PreparedPaths
 from tests.fixtures_data import test_data  # noqa: F401  (session fixture)
+from tests.worker.candidates import bigram_fixed_steps
 from tests.worker.processes import Project, init_project, serve
 
 STEPS = 25
-TEMPLATE = '''"""A bigram model trained with Adam for a fixed number of steps."""
-
-import torch
-from torch import nn
-
-LEARNING_RATE = {lr!r}
-STEPS = {steps}
-
-
-def build_model(ctx):
-    torch.manual_seed({seed_expression})
-    return nn.Embedding(ctx.vocab_size, ctx.vocab_size).to(ctx.device)
-
-
-def train(model, ctx):
-    optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
-    batches = ctx.loader(8)
-    for step in range(STEPS):
-        if ctx.time_left() < 2:
-            break
-        inputs, targets = next(batches)
-        loss = nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        ctx.log(step=step, loss=loss.item())
-'''
 
 
 def candidate(lr: float = 0.02, seed_expression: str = "ctx.seed") -> str:
-    return TEMPLATE.format(lr=lr, steps=STEPS, seed_expression=seed_expression)
+    return bigram_fixed_steps(lr, STEPS, seed_expression)
 
 
 @pytest.fixture

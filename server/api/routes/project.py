@@ -54,19 +54,7 @@ def get_noise(ctx: Ctx, _reader: Reader) -> NoiseListOut:
     with ctx.db.read() as session:
         project = load_project(session)
         estimates = noise.estimates(session, project.platform, project.harness_id)
-    return NoiseListOut(
-        rule=RuleOut(
-            decision_rule=settings.decision_rule,
-            alpha=settings.alpha,
-            min_delta=settings.min_delta,
-            noise_runs=settings.noise_runs,
-            max_runs=settings.max_runs,
-            screen_margin=settings.screen_margin,
-            futility_margin=settings.futility_margin,
-            best_rerun_every=settings.best_rerun_every,
-        ),
-        estimates=estimates,
-    )
+    return NoiseListOut(rule=RuleOut.model_validate(settings, from_attributes=True), estimates=estimates)
 
 
 @router.get("/commits/{sha}/children", responses={**_AUTH, 404: {"description": "unknown commit"}})
