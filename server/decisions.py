@@ -22,7 +22,6 @@ increments, so concurrent results neither lose a run nor count one twice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Row, bindparam, func, select
@@ -55,12 +54,6 @@ _REFERENCE = (
     .order_by(EXPERIMENTS.c.id)
     .limit(1)
 )
-
-
-@dataclass(frozen=True)
-class Reference:
-    commit: str | None
-    sample: Sample
 
 
 def is_valid(result: RunResult, project: Row[Any] | Project) -> bool:
