@@ -393,9 +393,9 @@ def back_to_queue(
             )
             return
         experiment.status = ExperimentStatus.INFRA_FAILED
+        of_run = f" of run {run.number}" if run.number > 1 else ""
         experiment.decision_reason = (
-            f"{why}; attempt {run.attempts} of {max_attempts} of run {run.number}: "
-            "ended as an infrastructure failure"
+            f"{why}; attempt {run.attempts} of {max_attempts}{of_run}: ended as an infrastructure failure"
         )
     else:
         run.status, run.started_at = RunState.QUEUED, None  # keeps its queued_at: its place in the queue
