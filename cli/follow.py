@@ -20,9 +20,9 @@ import httpx
 
 from cli import views
 from client import ApiError, Client
-from client.states import FINAL_STATUSES
+from client.states import DECIDED_STATUS, FINAL_STATUSES
 
-DECISIVE_EVENTS = frozenset({"finished", "kept", "reverted", "rebased", "stale"})
+DECISIVE_EVENTS = frozenset({"finished", *(status.value for status in DECIDED_STATUS.values())})
 FOLLOWED_EVENTS = ("queued", "started", "progress", *sorted(DECISIVE_EVENTS))
 PROGRESS_EVERY_S = 5.0  # progress arrives about once a second; a line every few seconds is enough
 RECONNECT_DELAY_S = 2.0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from client.states import ExperimentStatus
+
 Experiment = dict[str, Any]
 
 
@@ -27,7 +29,7 @@ def outcome(experiment: Experiment) -> str:
     if result and result["status"] != "ok":
         detail = result["status"] + (f": {result['error_class']}" if result.get("error_class") else "")
         return f"{experiment['status']} ({detail})"
-    if experiment["status"] == "queued" and experiment.get("queue_position") is not None:
+    if experiment["status"] == ExperimentStatus.QUEUED and experiment.get("queue_position") is not None:
         return f"queued (#{experiment['queue_position'] + 1} in line)"
     return str(experiment["status"])
 

@@ -41,12 +41,6 @@ from server.models import EXPERIMENTS, Experiment, Project, Run, utcnow
 from server.patches import PatchError, apply_patch, make_patch, parse_patch
 from server.research_repo import blob_sha
 
-_EVENT = {
-    Decision.KEEP: "kept",
-    Decision.REVERT: "reverted",
-    Decision.REBASE: "rebased",
-    Decision.STALE: "stale",
-}
 # The oldest experiment of a commit (by_commit), as the sample a candidate is compared with.
 _REFERENCE = (
     select(EXPERIMENTS.c.id, EXPERIMENTS.c.valid_runs, EXPERIMENTS.c.val_bpb)
@@ -191,7 +185,7 @@ def _apply(
         cancel_queued_runs(tx.session, experiment.id, utcnow())
     comparison = verdict.comparison
     tx.emit(
-        _EVENT[decision],
+        DECIDED_STATUS[decision],  # the event is named for the status
         experiment_id=experiment.id,
         val_bpb=comparison.mean if comparison else None,
         effect=comparison.effect if comparison else None,
@@ -285,7 +279,7 @@ def reapply_before_running(ctx: AppContext, tx: Tx, experiment_id: int, run_id: 
     assert run is not None
     run.status, run.finished_at, run.attempts = RunState.CANCELLED, now, run.attempts - 1
     tx.emit(
-        _EVENT[decision],
+        DECIDED_STATUS[decision],  # the event is named for the status
         experiment_id=experiment.id,
         reason=reason,
         best=project.best_commit,

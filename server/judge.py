@@ -34,6 +34,8 @@ from enum import StrEnum
 
 from scipy.special import stdtr, stdtrit
 
+from client.states import Decision
+
 
 class Rule(StrEnum):
     NOISE_AWARE = "noise_aware"
@@ -41,11 +43,12 @@ class Rule(StrEnum):
 
 
 class Action(StrEnum):
-    """What the verdict asks for: a decision, or one more run of the candidate."""
+    """What the verdict asks for: a decision (the same word as client.states.Decision), or one
+    more run of the candidate."""
 
-    KEEP = "keep"
-    REVERT = "revert"
-    REBASE = "rebase"  # better (or promising) against its base, but the best moved: re-apply it
+    KEEP = Decision.KEEP.value
+    REVERT = Decision.REVERT.value
+    REBASE = Decision.REBASE.value  # better (or promising) against its base, but the best moved: re-apply it
     CONFIRM = "confirm"  # undecided: queue one more run of the candidate
 
 

@@ -206,6 +206,8 @@ def test_cli_init_token_db_and_serve(tmp_path: Path, baseline_source: str, cli: 
         ("MAX_RUNS", "many", "2 <= MAX_RUNS <= 100"),
         ("SCREEN_MARGIN", "-0.5", "0.0 <= SCREEN_MARGIN <= 5.0"),
         ("FUTILITY_MARGIN", "9", "0.0 <= FUTILITY_MARGIN <= 5.0"),
+        ("MIN_DELTA", "-0.001", "0.0 <= MIN_DELTA <= 1.0"),
+        ("BEST_RERUN_EVERY", "-1", "0 <= BEST_RERUN_EVERY <= 10000"),
         ("DECISION_RULE", "lucky", "DECISION_RULE is one of noise_aware, greedy"),
     ):
         refused = cli({**env, setting: value}, "serve", "--port", str(free_port()))
