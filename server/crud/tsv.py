@@ -3,8 +3,9 @@
 autoresearch's columns: commit (7 hex digits), val_bpb (6 decimals, 0.000000 for crashes),
 memory_gb (1 decimal), status (keep | discard | crash), description. The export adds each
 decision's numbers after them: runs (the experiment's valid runs), effect (its mean minus the
-mean it was compared with), effect_se, best_runs (the runs of what it was compared with) and
-p_value; empty where there are none (crashes, imported history, the greedy rule's se and p).
+mean it was compared with), effect_se, best_runs (the runs of what it was compared with),
+p_value and reason (the decision in words, on one line); empty where there are none (imported
+history, the greedy rule's se and p, a crash's numbers).
 Tools that read the first five columns read it as before. Import takes either header. Imported
 rows are stored as history only: the numbers are a log's claim, not a measurement, so they are
 never compared with `best`, and their decision columns are not kept.
@@ -24,7 +25,8 @@ from client.states import ExperimentStatus
 from server.models import Experiment, ImportedResult, Result
 
 COLUMNS = ("commit", "val_bpb", "memory_gb", "status", "description")
-DECISION_COLUMNS = ("runs", "effect", "effect_se", "best_runs", "p_value")
+DECISION_COLUMNS = ("runs", "effect", "effect_se", "best_runs", "p_value", "reason")
+_NUMERIC_DECISION_COLUMNS = DECISION_COLUMNS[:-1]
 HEADER = "\t".join(COLUMNS)  # autoresearch's own
 HEADER_WITH_DECISIONS = "\t".join(COLUMNS + DECISION_COLUMNS)  # what the export writes
 TSV_STATUSES = ("keep", "discard", "crash")
@@ -53,6 +55,7 @@ class TsvRow:
     effect_se: float | None = None
     best_runs: int | None = None
     p_value: float | None = None
+    reason: str = ""
 
     def line(self) -> str:
         """The autoresearch columns only."""
@@ -65,6 +68,7 @@ class TsvRow:
             _cell(self.effect_se, ".6f"),
             _cell(self.best_runs, "d"),
             _cell(self.p_value, ".4g"),
+            _one_line(self.reason),
         )
         return "\t".join((self.line(), *decision))
 
@@ -110,6 +114,7 @@ def export_rows(session: Session) -> Iterator[TsvRow]:
             effect_se=experiment.effect_se if ok else None,
             best_runs=experiment.best_runs if ok and experiment.effect is not None else None,
             p_value=experiment.p_value if ok else None,
+            reason=experiment.decision_reason or "",
         )
 
 
@@ -147,7 +152,7 @@ def _parse_line(number: int, line: str, extended: bool) -> TsvRow:
     description = description.strip()
     if "\0" in description or len(description) > 500:
         raise TsvError(f"line {number}: the description must be at most 500 characters, without NUL")
-    for name, cell in zip(DECISION_COLUMNS, fields[len(COLUMNS) :], strict=False):
+    for name, cell in zip(_NUMERIC_DECISION_COLUMNS, fields[len(COLUMNS) :], strict=False):
         try:
             if cell and not math.isfinite(float(cell)):
                 raise ValueError(cell)

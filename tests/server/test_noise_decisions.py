@@ -145,6 +145,7 @@ def test_a_promising_candidate_is_confirmed_ahead_of_newer_work_and_kept_as_effe
         float(row[7]) == pytest.approx(se, abs=1e-6)
         and row[8] == "3"
         and float(row[9]) == pytest.approx(p, rel=1e-3)
+        and row[10] == kept["reason"]
     )
 
 
