@@ -204,19 +204,8 @@ def _greedy(snapshot: Snapshot) -> Verdict:
     assert candidate.mean is not None and reference.mean is not None
     value, against, min_delta = snapshot.run.val_bpb, reference.mean, snapshot.settings.min_delta
     assert value is not None
-    comparison = Comparison(
-        mean=value,
-        reference_mean=against,
-        runs=1,
-        reference_runs=reference.runs,
-        effect=value - against,
-        se=None,
-        t=None,
-        p_value=None,
-        upper_bound=None,
-        sigma=None,
-        df=None,
-    )
+    # This run alone against the reference, without noise: the effect, no se and no p-value.
+    comparison = compare(Sample(1, value), reference, None, snapshot.settings.alpha)
     name = "best" if snapshot.reference_is_best else "its base"
     if value < against - min_delta:
         why = f"{fmt_bpb(value)} < {name} {fmt_bpb(against)} - {fmt_bpb(min_delta)}"
