@@ -15,7 +15,7 @@ from typing import Any
 
 from agent.mutation import mutate_constants
 from client import ApiError, Client
-from client.api import FINAL_STATUSES
+from client.states import FINAL_STATUSES, ExperimentStatus
 
 HYPOTHESIS = "random-search control: one or two hyperparameter constants moved at random"
 
@@ -29,7 +29,7 @@ class Tally:
 
     @property
     def kept(self) -> int:
-        return sum(1 for experiment in self.finished if experiment["status"] == "kept")
+        return sum(1 for experiment in self.finished if experiment["status"] == ExperimentStatus.KEPT)
 
 
 def _submit_one(client: Client, rng: random.Random, say: Callable[[str], None]) -> dict[str, Any] | None:

@@ -53,8 +53,9 @@ from server.core.db import Database, create_db_engine
 from server.core.pg_scratch import free_port, new_database, scratch_cluster
 from server.core.request_metrics import BUCKETS
 from server.crud.project import load_project
+from server.crud.runs import run_seed
 from server.crud.tokens import create_token
-from server.models import ApiToken, Experiment, Lease, Result
+from server.models import ApiToken, Experiment, Lease, Result, Run
 from server.patches import make_patch
 from server.project_init import DEFAULT_PROGRAM_MD, DEFAULT_TRAIN_PY, init_project
 from server.research_repo import blob_sha
@@ -382,25 +383,42 @@ async def submit_rate_phase(
 
 
 def seed_queue(db: Database, count: int, baseline: str, blob: str, agent_id: int) -> None:
+    """`count` queued experiments, each with its first run queued."""
     now = datetime.now(UTC)
-    rows = [
-        {
-            "agent_id": agent_id,
-            "source": "agent",
-            "description": f"queued {i}",
-            "base_commit": baseline,
-            "commit_sha": baseline,
-            "train_py_blob": blob,
-            "status": "queued",
-            "attempts": 0,
-            "cancel_requested": False,
-            "created_at": now,
-            "queued_at": now + timedelta(microseconds=i),
-        }
-        for i in range(count)
-    ]
     with db.write() as session:
+        first = (session.scalar(select(func.max(Experiment.id))) or 0) + 1
+        rows = [
+            {
+                "id": first + i,
+                "agent_id": agent_id,
+                "source": "agent",
+                "description": f"queued {i}",
+                "base_commit": baseline,
+                "commit_sha": baseline,
+                "train_py_blob": blob,
+                "status": "queued",
+                "cancel_requested": False,
+                "created_at": now,
+                "queued_at": now + timedelta(microseconds=i),
+            }
+            for i in range(count)
+        ]
         session.execute(insert(Experiment), rows)
+        session.execute(
+            insert(Run),
+            [
+                {
+                    "experiment_id": row["id"],
+                    "number": 1,
+                    "seed": run_seed(row["id"], 1),
+                    "kind": "first",
+                    "status": "queued",
+                    "attempts": 0,
+                    "queued_at": row["queued_at"],
+                }
+                for row in rows
+            ],
+        )
 
 
 @dataclass
@@ -463,9 +481,10 @@ def seed_history(db: Database, total: int, baseline: str, agent_ids: list[int], 
     batch = 5000
     for first in range(0, missing, batch):
         n = min(batch, missing - first)
-        experiments, leases, results = [], [], []
+        experiments, runs, leases, results = [], [], [], []
         with db.write() as session:
             next_id = (session.scalar(select(Experiment.id).order_by(Experiment.id.desc()).limit(1)) or 0) + 1
+            next_run = (session.scalar(select(func.max(Run.id))) or 0) + 1
             for k in range(n):
                 eid = next_id + k
                 when = start + timedelta(seconds=(first + k) * 20)
@@ -481,7 +500,6 @@ def seed_history(db: Database, total: int, baseline: str, agent_ids: list[int], 
                         "commit_sha": uuid.uuid4().hex + uuid.uuid4().hex[:8],
                         "train_py_blob": uuid.uuid4().hex + uuid.uuid4().hex[:8],
                         "status": "reverted",
-                        "attempts": 1,
                         "cancel_requested": False,
                         "created_at": when,
                         "queued_at": when,
@@ -492,7 +510,27 @@ def seed_history(db: Database, total: int, baseline: str, agent_ids: list[int], 
                         "best_before_commit": baseline,
                         "best_before_val_bpb": 0.98,
                         "val_bpb": val,
+                        "valid_runs": 0 if crashed else 1,
+                        "val_bpb_m2": 0.0,
+                        "effect": None if crashed else val - 0.98,
+                        "compared_runs": None if crashed else 1,
+                        "best_runs": None if crashed else 1,
                         "platform": PLATFORM,
+                    }
+                )
+                run_id = next_run + k
+                runs.append(
+                    {
+                        "id": run_id,
+                        "experiment_id": eid,
+                        "number": 1,
+                        "seed": run_seed(eid, 1),
+                        "kind": "first",
+                        "status": "finished",
+                        "attempts": 1,
+                        "queued_at": when,
+                        "started_at": when,
+                        "finished_at": when + timedelta(seconds=330),
                     }
                 )
                 lease_id = str(uuid.uuid4())
@@ -500,6 +538,7 @@ def seed_history(db: Database, total: int, baseline: str, agent_ids: list[int], 
                     {
                         "id": lease_id,
                         "experiment_id": eid,
+                        "run_id": run_id,
                         "worker_id": worker_id,
                         "attempt": 1,
                         "state": "finished",
@@ -512,6 +551,7 @@ def seed_history(db: Database, total: int, baseline: str, agent_ids: list[int], 
                     {
                         "id": str(uuid.uuid4()),
                         "experiment_id": eid,
+                        "run_id": run_id,
                         "lease_id": lease_id,
                         "worker_id": worker_id,
                         "received_at": when + timedelta(seconds=330),
@@ -528,6 +568,7 @@ def seed_history(db: Database, total: int, baseline: str, agent_ids: list[int], 
                     }
                 )
             session.execute(insert(Experiment), experiments)
+            session.execute(insert(Run), runs)
             session.execute(insert(Lease), leases)
             session.execute(insert(Result), results)
     return missing

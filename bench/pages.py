@@ -31,26 +31,16 @@ from pathlib import Path
 import httpx
 import uvicorn
 from fastapi import FastAPI
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
+from client.states import Decision, ExperimentStatus, RunKind, RunState
 from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
 from server.crud.project import load_project
 from server.crud.tokens import create_token
 from server.main import create_app
-from server.models import (
-    INFRA_FAILED,
-    KEPT,
-    QUEUED,
-    REVERTED,
-    RUNNING,
-    ApiToken,
-    Experiment,
-    Lease,
-    Result,
-    Worker,
-)
+from server.models import ApiToken, Experiment, Lease, Result, Run, Worker
 from server.pages.chart_cache import ChartCache
 from server.project_init import init_project
 
@@ -104,7 +94,8 @@ def seed_experiments(
         project = load_project(session)
         baseline = session.scalars(select(Experiment).where(Experiment.base_commit.is_(None))).one()
         commit = baseline.commit_sha
-        best = project.best_val_bpb if project.best_val_bpb is not None else 1.0
+        best_experiment = session.get(Experiment, project.best_experiment_id)
+        best = best_experiment.val_bpb if best_experiment and best_experiment.val_bpb is not None else 1.0
         agent_ids = [_token_id(session, "agent", name) for name in agents]
         # After everything already there: the chart orders experiments by when they finished.
         latest = session.scalar(select(func.max(Experiment.created_at)))
@@ -113,42 +104,64 @@ def seed_experiments(
         )
         worker_id = _worker_id(session, start)
         first_id = int(session.scalar(select(func.max(Experiment.id))) or 0) + 1
-        experiments, leases, results = [], [], []
+        first_run_id = int(session.scalar(select(func.max(Run.id))) or 0) + 1
+        experiments, runs, leases, results = [], [], [], []
         best_id = project.best_experiment_id
         for n in range(count):
             id_ = first_id + n
             created = start + timedelta(minutes=6 * n)
             if n >= count - in_flight:  # the newest few are still running or queued
-                status, val_bpb, run_status = (RUNNING if n == count - in_flight else QUEUED), None, None
+                status, val_bpb, run_status = (
+                    (ExperimentStatus.RUNNING if n == count - in_flight else ExperimentStatus.QUEUED),
+                    None,
+                    None,
+                )
             else:
                 status, val_bpb, run_status = _outcome(rng, best)
             finished = (
-                created + timedelta(minutes=5, seconds=30) if run_status or status == INFRA_FAILED else None
+                created + timedelta(minutes=5, seconds=30)
+                if run_status or status == ExperimentStatus.INFRA_FAILED
+                else None
             )
             experiments.append(
                 dict(
                     id=id_, agent_id=rng.choice(agent_ids), source="agent", base_commit=commit,
                     commit_sha=commit, description=f"{rng.choice(IDEAS)} (try {n})", status=status,
-                    attempts=1, created_at=created, queued_at=created,
-                    started_at=created + timedelta(seconds=20) if status != QUEUED else None,
-                    finished_at=finished, decision={KEPT: "keep", REVERTED: "revert"}.get(status),
+                    created_at=created, queued_at=created,
+                    started_at=created + timedelta(seconds=20) if status != ExperimentStatus.QUEUED else None,
+                    finished_at=finished, decision=DECISIONS.get(status),
                     decision_reason="seeded by bench/pages.py" if finished else None,
                     best_before_commit=commit if run_status else None,
                     best_before_val_bpb=best if run_status else None,
-                    val_bpb=val_bpb, platform=PLATFORM if run_status else None,
+                    effect=val_bpb - best if val_bpb is not None else None,
+                    compared_runs=1 if val_bpb is not None else None,
+                    best_runs=1 if val_bpb is not None else None,
+                    val_bpb=val_bpb, valid_runs=1 if val_bpb is not None else 0, val_bpb_m2=0.0,
+                    platform=PLATFORM if run_status else None,
+                )
+            )  # fmt: skip
+            run_state = {ExperimentStatus.QUEUED: RunState.QUEUED, ExperimentStatus.RUNNING: RunState.RUNNING}
+            runs.append(
+                dict(
+                    id=first_run_id + n, experiment_id=id_, number=1, seed=n, kind=RunKind.FIRST,
+                    status=run_state.get(status, RunState.FINISHED if run_status else RunState.INFRA_FAILED),
+                    attempts=1, queued_at=created, started_at=experiments[-1]["started_at"],
+                    finished_at=finished,
                 )
             )  # fmt: skip
             if run_status is not None and finished is not None:
                 lease_id = str(uuid.uuid4())
                 leases.append(
                     dict(
-                        id=lease_id, experiment_id=id_, worker_id=worker_id, attempt=1, state="finished",
+                        id=lease_id, experiment_id=id_, run_id=first_run_id + n, worker_id=worker_id,
+                        attempt=1, state="finished",
                         claimed_at=created, expires_at=finished, ended_at=finished,
                     )
                 )  # fmt: skip
                 results.append(
                     dict(
-                        id=str(uuid.uuid4()), experiment_id=id_, lease_id=lease_id, worker_id=worker_id,
+                        id=str(uuid.uuid4()), experiment_id=id_, run_id=first_run_id + n, lease_id=lease_id,
+                        worker_id=worker_id, seed=n,
                         received_at=finished, status=run_status, val_bpb=val_bpb,
                         error_class="train_error" if run_status == "crash" else None,
                         training_seconds=300.0, total_seconds=330.0, peak_memory_mb=44_000.0,
@@ -156,14 +169,17 @@ def seed_experiments(
                         device=PLATFORM, harness_id=HARNESS_ID, sandbox=True, log_tail="",
                     )
                 )  # fmt: skip
-            if status == KEPT and val_bpb is not None:
+            if status == ExperimentStatus.KEPT and val_bpb is not None:
                 best, best_id = val_bpb, id_
         session.execute(insert(Experiment), experiments)
+        session.execute(insert(Run), runs)
         if leases:
             session.execute(insert(Lease), leases)
             session.execute(insert(Result), results)
-        project.best_val_bpb = best
         project.best_experiment_id = best_id
+
+
+DECISIONS = {ExperimentStatus.KEPT: Decision.KEEP, ExperimentStatus.REVERTED: Decision.REVERT}
 
 
 def _outcome(rng: random.Random, best: float) -> tuple[str, float | None, str | None]:
@@ -173,12 +189,12 @@ def _outcome(rng: random.Random, best: float) -> tuple[str, float | None, str | 
     """
     roll = rng.random()
     if roll < 0.05:
-        return KEPT, best - 0.0006 - (best - 0.8) * rng.uniform(0.0, 0.03), "ok"
+        return ExperimentStatus.KEPT, best - 0.0006 - (best - 0.8) * rng.uniform(0.0, 0.03), "ok"
     if roll < 0.13:
-        return REVERTED, None, "crash"
+        return ExperimentStatus.REVERTED, None, "crash"
     if roll < 0.15:
-        return INFRA_FAILED, None, None
-    return REVERTED, best + abs(rng.gauss(0.004, 0.006)), "ok"
+        return ExperimentStatus.INFRA_FAILED, None, None
+    return ExperimentStatus.REVERTED, best + abs(rng.gauss(0.004, 0.006)), "ok"
 
 
 def new_project(data_dir: Path) -> ServerSettings:
@@ -192,9 +208,13 @@ def new_project(data_dir: Path) -> ServerSettings:
         baseline = session.get(Experiment, baseline_id)
         assert baseline is not None
         now = datetime.now(UTC) - timedelta(days=60)
-        baseline.status, baseline.val_bpb, baseline.decision = KEPT, 1.0, "keep"
-        baseline.started_at, baseline.finished_at = now, now
-        load_project(session).best_val_bpb = 1.0
+        baseline.status, baseline.val_bpb, baseline.decision = ExperimentStatus.KEPT, 1.0, "keep"
+        baseline.valid_runs, baseline.started_at, baseline.finished_at = 1, now, now
+        session.execute(
+            update(Run)
+            .where(Run.experiment_id == baseline_id)
+            .values(status=RunState.FINISHED, attempts=1, finished_at=now)
+        )
     db.dispose()
     return settings
 

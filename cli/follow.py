@@ -20,9 +20,9 @@ import httpx
 
 from cli import views
 from client import ApiError, Client
-from client.api import FINAL_STATUSES
+from client.states import DECIDED_STATUS, FINAL_STATUSES
 
-DECISIVE_EVENTS = frozenset({"finished", "kept", "reverted", "rebased", "stale"})
+DECISIVE_EVENTS = frozenset({"finished", *(status.value for status in DECIDED_STATUS.values())})
 FOLLOWED_EVENTS = ("queued", "started", "progress", *sorted(DECISIVE_EVENTS))
 PROGRESS_EVERY_S = 5.0  # progress arrives about once a second; a line every few seconds is enough
 RECONNECT_DELAY_S = 2.0
@@ -61,10 +61,13 @@ def parse_events(lines: Iterator[str]) -> Iterator[Event]:
 
 def describe(event: Event) -> str:
     data = event.data
+    run = f"run {data['run']} " if data.get("run", 1) != 1 else ""
     if event.type == "started":
-        return f"started (attempt {data.get('attempt', '?')})"
+        return f"{run}started (attempt {data.get('attempt', '?')})"
     if event.type == "queued":
-        return f"queued again ({data['why']})" if data.get("why") else "queued"
+        if data.get("run", 1) != 1 and not data.get("attempts"):
+            return f"{run}queued: {data['why']}"
+        return f"{run}queued again ({data['why']})" if data.get("why") else "queued"
     if event.type == "progress":
         parts = [f"{data.get('phase', 'train')}", f"step {data.get('step', 0)}"]
         if data.get("loss") is not None:
@@ -74,7 +77,7 @@ def describe(event: Event) -> str:
     if event.type == "finished":
         status = data.get("result_status") or data.get("status")
         score = f", val_bpb {views.bpb(data['val_bpb'])}" if data.get("val_bpb") is not None else ""
-        return f"finished: {status}{score}"
+        return f"{run}finished: {status}{score}"
     return event.type
 
 

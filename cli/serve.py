@@ -26,12 +26,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn
+    from pydantic import ValidationError
 
+    from server.core.config import settings_error
     from server.harness_pin import ProjectMismatch
     from server.main import StartupError, create_app
 
     overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
-    settings = ServerSettings(**overrides)
+    try:
+        settings = ServerSettings(**overrides)
+    except ValidationError as exc:
+        print(f"autoresearch serve: refusing to start: {settings_error(exc)}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -9,6 +9,7 @@ from typing import Any
 from cli import views
 from cli.connection import add_connection_args, connect, reporting
 from client import ApiError, Client
+from client.states import ExperimentStatus
 
 PAGE_LIMIT = 200  # the API's largest page
 
@@ -17,8 +18,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "status",
         help="show the best, the queue and recent experiments, or given experiments in detail",
-        description="Without IDs: the current best, how many experiments are queued and running, and the "
-        "most recent experiments (filter with --agent / --state; --on-best: only those tried on the "
+        description="Without IDs: the current best (the mean of its runs), the noise of the platform, how "
+        "many experiments are queued and running, and the most recent experiments (filter with "
+        "--agent / --state; --on-best: only those tried on the "
         "current best, including queued and running ones). With IDs: each experiment in detail: "
         "status, decision and its reason, the harness's measurements and error; --diff and --log add "
         "the change and the end of the run's output.",
@@ -28,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--agent", help="only this agent's experiments")
     parser.add_argument(
         "--state",
-        choices=["queued", "running", "kept", "reverted", "rebased", "stale", "cancelled", "infra_failed"],
+        choices=list(ExperimentStatus),
         help="only experiments in this state",
     )
     parser.add_argument(
@@ -104,17 +106,22 @@ def show_overview(client: Client, args: argparse.Namespace) -> None:
         ][: args.limit]
     else:
         recent = client.experiments(agent=args.agent, status=args.state, limit=args.limit)["items"]
-    counts = {state: _count(client, state) for state in ("queued", "running")}
+    counts = {state: _count(client, state) for state in (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING)}
+    noise = next((e for e in client.noise()["estimates"] if e["current"]), None) if best is not None else None
     if args.json:
         if best is not None:
             best = {key: value for key, value in best.items() if key != "train_py"}
-        print(json.dumps({"best": best, **counts, "experiments": recent}, indent=2))
+        print(json.dumps({"best": best, "noise": noise, **counts, "experiments": recent}, indent=2))
         return
     if best is None:
         print("no project yet: run `autoresearch init` on the server host")
     else:
         origin = f"experiment {best['experiment_id']}" if best.get("experiment_id") else "baseline"
-        print(f"best: val_bpb {views.bpb(best['val_bpb'])} ({origin}, commit {best['commit'][:12]})")
+        spread = f" ± {best['se']:.4f}" if best.get("se") is not None else ""
+        runs = f", mean of {best['runs']} runs" if best.get("runs", 0) > 1 else ""
+        value = f"{views.bpb(best['val_bpb'])}{spread}"
+        print(f"best: val_bpb {value} ({origin}{runs}, commit {best['commit'][:12]})")
+        print(f"noise: {views.noise(noise)}")
     print(f"queue: {counts['queued']} queued, {counts['running']} running")
     print()
     if args.on_best and best is not None:

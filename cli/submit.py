@@ -11,6 +11,7 @@ from pathlib import Path
 from cli import views
 from cli.connection import add_connection_args, connect, reporting
 from cli.follow import follow
+from client.states import ExperimentStatus
 
 EXIT_NOT_KEPT = 3  # --wait: the experiment finished without becoming the new best
 
@@ -114,4 +115,4 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(final, indent=2), flush=True)
         else:
             say(views.summary(final))
-        return 0 if final["status"] == "kept" else EXIT_NOT_KEPT
+        return 0 if final["status"] == ExperimentStatus.KEPT else EXIT_NOT_KEPT

@@ -4,11 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from client.states import ExperimentStatus
+
 Experiment = dict[str, Any]
 
 
 def bpb(value: float | None) -> str:
     return "-" if value is None else f"{value:.6f}"
+
+
+def noise(estimate: dict[str, Any] | None) -> str:
+    """`sigma 0.0061 from 14 runs of 3 experiments (cpu)`, or why there is none yet."""
+    if not estimate or estimate.get("sigma") is None:
+        return "not measured yet"
+    return (
+        f"sigma {estimate['sigma']:.4f} from {estimate['runs']} runs of {estimate['experiments']} "
+        f"experiment{'' if estimate['experiments'] == 1 else 's'} ({estimate['platform']})"
+    )
 
 
 def outcome(experiment: Experiment) -> str:
@@ -17,16 +29,19 @@ def outcome(experiment: Experiment) -> str:
     if result and result["status"] != "ok":
         detail = result["status"] + (f": {result['error_class']}" if result.get("error_class") else "")
         return f"{experiment['status']} ({detail})"
-    if experiment["status"] == "queued" and experiment.get("queue_position") is not None:
+    if experiment["status"] == ExperimentStatus.QUEUED and experiment.get("queue_position") is not None:
         return f"queued (#{experiment['queue_position'] + 1} in line)"
     return str(experiment["status"])
 
 
 def summary(experiment: Experiment) -> str:
-    """`experiment 12 kept: val_bpb 0.981234 (reason)`."""
+    """`experiment 12 kept: val_bpb 0.981234 (mean of 3 runs) (reason)`."""
     line = f"experiment {experiment['id']} {outcome(experiment)}"
     if experiment.get("val_bpb") is not None:
+        runs = experiment.get("valid_runs", 1)
         line += f": val_bpb {bpb(experiment['val_bpb'])}"
+        if runs > 1:
+            line += f" (mean of {runs} runs)"
     if experiment.get("reason"):
         line += f" ({experiment['reason']})"
     if experiment.get("rebased_to"):
@@ -34,16 +49,38 @@ def summary(experiment: Experiment) -> str:
     return line
 
 
+def effect(experiment: Experiment) -> str:
+    """`-0.0031 ± 0.0009 (3 vs 8 runs), p = 0.002`, or `-` before any comparison."""
+    c = experiment.get("comparison")
+    if not c:
+        return "-"
+    text = f"{c['effect']:+.4f}"
+    if c.get("se") is not None:
+        text += f" ± {c['se']:.4f}"
+    text += f" ({c['runs']} vs {c['reference_runs']} runs)"
+    if c.get("p_value") is not None:
+        text += f", p = {c['p_value']:.3f}" if c["p_value"] >= 0.001 else ", p < 0.001"
+    return text
+
+
 def table(experiments: list[Experiment]) -> str:
-    rows = [("ID", "STATUS", "VAL_BPB", "AGENT", "DESCRIPTION")]
+    rows = [("ID", "STATUS", "VAL_BPB", "RUNS", "EFFECT", "AGENT", "DESCRIPTION")]
     rows += [
-        (str(e["id"]), outcome(e), bpb(e.get("val_bpb")), e["agent"], e["description"].splitlines()[0][:70])
+        (
+            str(e["id"]),
+            outcome(e),
+            bpb(e.get("val_bpb")),
+            str(e.get("valid_runs", "-")),
+            effect(e).split(" (")[0],
+            e["agent"],
+            e["description"].splitlines()[0][:70],
+        )
         for e in experiments
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    widths = [max(len(row[i]) for row in rows) for i in range(6)]
     return "\n".join(
         "  ".join(
-            [*(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)), row[4]]
+            [*(cell.ljust(width) for cell, width in zip(row[:6], widths, strict=True)), row[6]]
         ).rstrip()
         for row in rows
     )
@@ -64,7 +101,21 @@ def details(experiment: Experiment) -> str:
     best_before = experiment.get("best_before")
     if best_before:
         lines.append(
-            f"  best before:  {bpb(best_before.get('val_bpb'))} ({best_before.get('commit') or '-'})"
+            f"  compared to:  {bpb(best_before.get('val_bpb'))} ({best_before.get('commit') or '-'})"
+        )
+    if experiment.get("comparison"):
+        lines.append(f"  effect:       {effect(experiment)}")
+    runs = experiment.get("runs") or []
+    if len(runs) > 1 or (runs and runs[0].get("seed") is not None):
+        lines.append(
+            "  runs:         "
+            + "; ".join(
+                f"{r['number']} {r['kind']} {r['state']}"
+                + (f" {bpb(r['val_bpb'])}" if r.get("val_bpb") is not None else "")
+                + (f" ({r['result_status']})" if r.get("result_status") not in (None, "ok") else "")
+                + (f" seed {r['seed']}" if r.get("seed") is not None else "")
+                for r in runs
+            )
         )
     result = experiment.get("result")
     if result:

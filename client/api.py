@@ -23,9 +23,9 @@ import httpx
 from pydantic import BaseModel
 
 from client.errors import ApiError
+from client.states import FINAL_STATUSES
 
 API_PREFIX = "/api/v1"
-FINAL_STATUSES = frozenset({"kept", "reverted", "rebased", "stale", "cancelled", "infra_failed", "imported"})
 JSON = dict[str, Any]
 
 
@@ -166,8 +166,15 @@ class Client:
     def diff(self, experiment_id: int) -> str:
         return self._send("GET", f"/experiments/{experiment_id}/diff").text
 
-    def log(self, experiment_id: int) -> str:
-        return self._send("GET", f"/experiments/{experiment_id}/log").text
+    def log(self, experiment_id: int, run: int | None = None) -> str:
+        """A run's log (default: the latest run with a result)."""
+        params = {"run": run} if run is not None else None
+        return self._send("GET", f"/experiments/{experiment_id}/log", params=params).text
+
+    def run_progress(self, experiment_id: int, run: int | None = None) -> JSON:
+        """`{experiment_id, run, events}`: a run's stored progress (default: the latest run's)."""
+        params = {"run": run} if run is not None else None
+        return self._json("GET", f"/experiments/{experiment_id}/progress", params=params)
 
     def cancel(self, experiment_id: int) -> JSON:
         return self._json("POST", f"/experiments/{experiment_id}/cancel")
@@ -177,6 +184,10 @@ class Client:
 
     def leaderboard(self) -> JSON:
         return self._json("GET", "/leaderboard")
+
+    def noise(self) -> JSON:
+        """`{rule, estimates}`: the decision rule's settings and the noise per platform and harness."""
+        return self._json("GET", "/noise")
 
     def children(self, commit: str) -> JSON:
         return self._json("GET", f"/commits/{commit}/children")

@@ -102,6 +102,8 @@ class HarnessSettings(BaseSettings):
     compile_allowance: float = 0.0  # seconds of startup/compile not counted as training
     train_tokens_max: int = 0  # 0 = all prepared training tokens
     memory_limit_gb: float = 0.0  # 0 = no limit beyond the machine's
+    # The seed of a run when none is given (`autoresearch run`). A worker runs each experiment with
+    # the seed the server gives that run, so it is not part of the harness id.
     seed: int = 1337
 
 
@@ -131,7 +133,6 @@ def scoring_fields(settings: HarnessSettings) -> dict[str, Any]:
         "eval_tokens": settings.eval_tokens,
         "compile_allowance": settings.compile_allowance,
         "train_tokens_max": settings.train_tokens_max,
-        "seed": settings.seed,
         "corpus_max_bytes": settings.corpus_max_bytes,
         "tokenizer_max_chars": settings.tokenizer_max_chars,
         "climbmix_train_shards": settings.climbmix_train_shards if settings.data_source == "climbmix" else 0,

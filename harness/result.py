@@ -61,5 +61,6 @@ class RunResult(BaseModel):
     mfu_percent: float | None = None
     device: str = "cpu"
     harness_id: str = ""
+    seed: int | None = None  # ctx.seed of the run
     sandbox: bool = True
     log_tail: str = ""

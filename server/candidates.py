@@ -7,8 +7,10 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from client.states import ExperimentStatus, RunKind
 from server.context import AppContext, Tx
-from server.models import NOT_RERUN_STATUSES, QUEUED, Experiment, utcnow
+from server.crud.runs import queue_runs
+from server.models import NOT_RERUN_STATUSES, Experiment, utcnow
 
 
 def find_same_train_py(session: Session, blob: str) -> Experiment | None:
@@ -40,7 +42,8 @@ def queue_candidate(
     queued_at: datetime | None = None,
     rebased_from_id: int | None = None,
 ) -> Experiment:
-    """Insert a queued experiment for an existing candidate commit and point its ref at it."""
+    """Insert a queued experiment (and its first run) for an existing candidate commit, and point
+    its ref at it."""
     now = utcnow()
     experiment = Experiment(
         agent_id=agent_id,
@@ -50,8 +53,7 @@ def queue_candidate(
         base_commit=base_commit,
         commit_sha=commit_sha,
         train_py_blob=blob,
-        status=QUEUED,
-        attempts=0,
+        status=ExperimentStatus.QUEUED,
         cancel_requested=False,
         created_at=now,
         queued_at=queued_at or now,
@@ -60,6 +62,7 @@ def queue_candidate(
     tx.session.add(experiment)
     tx.session.flush()
     experiment_id = experiment.id
+    queue_runs(tx.session, experiment_id, RunKind.FIRST, experiment.queued_at)
     ctx.repo.set_experiment_ref(experiment_id, commit_sha)
     tx.undo.append(lambda: ctx.repo.delete_experiment_ref(experiment_id))
     tx.emit(

@@ -56,8 +56,9 @@ class AppContext:
     totals: TotalsCache
     request_times: RequestTimes
     fleet: Fleet
-    # Set once the best has a valid measurement (it never loses it): claims then skip the check.
-    best_measured: bool = False
+    # Set once the best is measured (a valid run, and the noise estimate under the noise-aware
+    # rule); a measurement is never lost, so claims then skip the check (crud/leases.py, _gate).
+    gate_open: bool = False
     _worker_threads: CapacityLimiter | None = None
 
     async def in_worker_thread(self, work: Callable[..., T], *args: Any) -> T:

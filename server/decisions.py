@@ -1,180 +1,228 @@
-"""Keep or revert: what happens to `best` when a result arrives.
+"""Applying the judge's verdict when a run's result arrives: the best, confirmation runs, rebases.
 
-Called inside the result's transaction. A decision that may move the best (keep, rebase, stale)
-is made with the project row locked (PostgreSQL; SQLite has one writer anyway), so such
-decisions are serial: two results that arrive together are decided one after the other, and the
-second sees the `best` the first one left. Only a result measured on the current best can move
-it, and only forward (the candidate's parent is the best), so `best` always fast-forwards and
-never advances twice from the same base. Reverts need no lock: the best only ever gets lower, so
-a result that is not better than it now is not better than it later either.
+Called inside the result's transaction. `judge` (server/judge.py) decides on plain numbers; this
+module reads them, and applies the verdict: it moves `best`, queues the candidate's next run or
+the best's repeats, or re-applies a change onto a new best.
 
-Rules, in order:
-1. A result measured with another harness or on another platform is never compared: revert.
-2. Only `ok` results with a val_bpb can be kept: anything else is reverted.
-3. The baseline's first valid result measures the best.
-4. Measured on the current best: keep if val_bpb < best - MIN_DELTA, else revert.
-5. Measured on an older base (best moved while it waited or ran): if it did not beat its own
-   base by MIN_DELTA, revert; otherwise re-apply its change onto the new best and queue that
-   (`rebased`, same queue position), or mark it `stale` when the change no longer applies.
+Locking. A candidate is always compared with its own base's runs: while the base is the best,
+that is the best; once the best has moved on, still the base. Whether the base is still the best
+only decides what a positive verdict does (keep it, or re-apply it onto the new best), so only
+positive verdicts need the best to be fresh:
+- Keep and rebase are decided again with the project row locked (PostgreSQL; SQLite has one
+  writer anyway) on the fresh row, so such decisions are serial: two results that arrive together
+  are decided one after the other, and the second sees the `best` the first one left. Only a
+  candidate measured on the current best can move it, and only forward (its parent is the best),
+  so `best` always fast-forwards and never advances twice from the same base.
+- Revert and confirm need no lock: the base's runs and the noise estimate they rest on are what
+  they are whether the best moved or not. A confirmation run queued just as the best moved is
+  judged again when it returns, and then re-applied onto the new best if still promising.
+The runs of one experiment are counted on its locked row, and the noise estimate is changed by
+increments, so concurrent results neither lose a run nor count one twice.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row
+from sqlalchemy import Row, bindparam, func, select
 from sqlalchemy.orm import Session
 
+from client.states import DECIDED_STATUS, Decision, ExperimentStatus, RunKind, RunState
 from harness.result import RunResult
 from server.candidates import commit_message, find_same_train_py, queue_candidate
 from server.context import AppContext, Tx
-from server.crud.experiments import agent_names, measured_bpb
+from server.crud import noise as noise_crud
+from server.crud.experiments import agent_names
 from server.crud.project import current_best, load_project
-from server.models import KEPT, REBASED, REVERTED, STALE, Project, utcnow
+from server.crud.runs import cancel_queued_runs, queue_runs, run_count
+from server.judge import Action, Comparison, Rule, Sample, Snapshot, Verdict, judge
+from server.judge import Run as JudgedRun
+from server.models import EXPERIMENTS, Experiment, Project, Run, utcnow
 from server.patches import PatchError, apply_patch, make_patch, parse_patch
 from server.research_repo import blob_sha
 
-
-@dataclass(frozen=True)
-class Verdict:
-    decision: str  # keep | revert | rebase | stale
-    reason: str
-    rebased_to: int | None = None  # the re-applied candidate (rebase)
-
-
-def _fmt(value: float | None) -> str:
-    """At least 4 decimals, up to 6 when they matter: 1.0000, 0.9812, 0.98125."""
-    if value is None:
-        return "unmeasured"
-    whole, decimals = f"{value:.6f}".split(".")
-    return f"{whole}.{decimals.rstrip('0').ljust(4, '0')}"
+# The oldest experiment of a commit (by_commit), as the sample a candidate is compared with.
+_REFERENCE = (
+    select(EXPERIMENTS.c.id, EXPERIMENTS.c.valid_runs, EXPERIMENTS.c.val_bpb)
+    .where(EXPERIMENTS.c.commit_sha == bindparam("commit"))
+    .order_by(EXPERIMENTS.c.id)
+    .limit(1)
+)
 
 
-def judge_measured(val_bpb: float, reference: float | None, min_delta: float, name: str) -> tuple[bool, str]:
-    """Whether `val_bpb` beats `reference` by more than `min_delta`, and the reason in words."""
-    if reference is None:
-        return True, f"{_fmt(val_bpb)} and {name} has no valid measurement"
-    if val_bpb < reference - min_delta:
-        return True, f"{_fmt(val_bpb)} < {name} {_fmt(reference)} - {_fmt(min_delta)}"
-    return False, f"{_fmt(val_bpb)} >= {name} {_fmt(reference)} - {_fmt(min_delta)}"
+def is_valid(result: RunResult, project: Row[Any] | Project) -> bool:
+    """Whether a run counts: ok, with a val_bpb, on the project's platform and harness."""
+    return (
+        result.status == "ok"
+        and result.val_bpb is not None
+        and project.platform in (None, result.device)
+        and project.harness_id in (None, result.harness_id)
+    )
 
 
-def stored_bpb(result: RunResult) -> float | None:
-    """The val_bpb an experiment keeps from its result: only an ok run's counts."""
-    return result.val_bpb if result.status == "ok" else None
-
-
-_STATUS = {"keep": KEPT, "revert": REVERTED, "rebase": REBASED, "stale": STALE}
-_EVENT = {"keep": "kept", "revert": "reverted", "rebase": "rebased", "stale": "stale"}
-
-
-def decide(ctx: AppContext, tx: Tx, experiment: Row[Any], result: RunResult) -> dict[str, object]:
-    """Decide, apply the decision to `best` (and queue a re-applied candidate), emit events.
+def decide(
+    ctx: AppContext, tx: Tx, experiment: Row[Any], run: Row[Any], result: RunResult
+) -> dict[str, object]:
+    """Count the run, judge the experiment if it is undecided, apply the verdict, emit events.
 
     Returns the experiment's new column values; the caller writes them with its own changes.
-    Most results are reverted, and a revert stays right whatever other results do meanwhile
-    (the best only ever gets lower), so those are decided on an unlocked read of the best; only
-    a result that may move the best (or be re-applied onto it) takes the project's row lock and
-    decides again on the locked, fresh row.
     """
-    project: Project | Row[Any] = current_best(tx.session)
-    verdict = _settled_revert(ctx, tx.session, project, experiment, result)
-    if verdict is None:
+    project = current_best(tx.session)
+    before = noise_crud.RunStats(experiment.valid_runs, experiment.val_bpb, experiment.val_bpb_m2)
+    after = before
+    if is_valid(result, project):
+        assert result.val_bpb is not None
+        after = before.with_run(result.val_bpb)
+        noise_crud.add_run(
+            tx.session,
+            project.platform or result.device,
+            project.harness_id or result.harness_id,
+            before,
+            after,
+        )
+    changes: dict[str, object] = {"valid_runs": after.n, "val_bpb": after.mean, "val_bpb_m2": after.m2}
+    if experiment.decision is not None or experiment.status in DECIDED_STATUS.values():
+        return changes  # a repeat of a decided experiment (the best): measured, nothing to decide
+    if experiment.cancel_requested:
+        cancel_queued_runs(tx.session, experiment.id, utcnow())
+        return changes | {
+            "status": ExperimentStatus.CANCELLED,
+            "decision_reason": "cancelled while running; its result is recorded but not compared",
+            "finished_at": utcnow(),
+        }
+    snapshot = _snapshot(ctx, tx.session, project, experiment, run, result, after)
+    verdict = judge(snapshot)
+    if verdict.action in (Action.KEEP, Action.REBASE):
+        # Positive verdicts move the best or build on it: decided again on the locked, fresh row.
         project = load_project(tx.session, lock=True)
-        verdict = _verdict(ctx, tx, project, experiment, result)
-    changes: dict[str, object] = {
-        "best_before_commit": project.best_commit,
-        "best_before_val_bpb": project.best_val_bpb,
-        "decision": verdict.decision,
-        "decision_reason": verdict.reason,
-        "status": _STATUS[verdict.decision],
-        "rebased_to_id": verdict.rebased_to,
-    }
-    if verdict.decision == "keep":
-        assert isinstance(project, Project)
-        _advance_best(ctx, tx, project, experiment, result)
-    tx.emit(
-        _EVENT[verdict.decision],
-        experiment_id=experiment.id,
-        val_bpb=stored_bpb(result),
-        reason=verdict.reason,
-        best=project.best_commit,
-        rebased_to=verdict.rebased_to,
+        snapshot = _snapshot(ctx, tx.session, project, experiment, run, result, after)
+        verdict = judge(snapshot)
+    reference_commit = experiment.base_commit if experiment.base_commit is not None else experiment.commit_sha
+    changes |= _comparison_columns(reference_commit, verdict.comparison)
+    return changes | _apply(ctx, tx, project, experiment, verdict)
+
+
+def _snapshot(
+    ctx: AppContext,
+    session: Session,
+    project: Row[Any] | Project,
+    experiment: Row[Any],
+    run: Row[Any],
+    result: RunResult,
+    candidate: noise_crud.RunStats,
+) -> Snapshot:
+    is_baseline = experiment.base_commit is None
+    reference = _reference(session, experiment.base_commit) if not is_baseline else Sample(0, None)
+    reference_commit = experiment.commit_sha if is_baseline else experiment.base_commit
+    return Snapshot(
+        settings=ctx.settings.rule,
+        run=JudgedRun(
+            number=run.number,
+            status=result.status,
+            error_class=result.error_class,
+            val_bpb=result.val_bpb,
+            device=result.device,
+            harness_id=result.harness_id,
+        ),
+        platform=project.platform,
+        harness_id=project.harness_id,
+        candidate=Sample(candidate.n, candidate.mean),
+        reference=reference,
+        reference_is_best=reference_commit == project.best_commit,
+        is_baseline=is_baseline,
+        reapplied=_screened_before(session, experiment.rebased_from_id),
+        noise=noise_crud.noise(session, project.platform, project.harness_id),
     )
-    return changes
 
 
-def _settled_revert(
-    ctx: AppContext, session: Session, project: Project | Row[Any], experiment: Row[Any], result: RunResult
-) -> Verdict | None:
-    """The revert this result gets whatever happens concurrently, or None when it may move the best."""
-    if project.harness_id is not None and result.harness_id != project.harness_id:
-        return Verdict(
-            "revert",
-            f"measured with harness {result.harness_id!r}, the project's is {project.harness_id}: "
-            "not compared",
-        )
-    if project.platform is not None and result.device != project.platform:
-        return Verdict(
-            "revert",
-            f"measured on {result.device!r}, the project's platform is {project.platform!r}: not compared",
-        )
-    if result.status != "ok" or result.val_bpb is None:
-        what = f"{result.status} ({result.error_class})" if result.error_class else result.status
-        return Verdict("revert", f"run ended {what}: only ok results with a val_bpb can be kept")
-    if experiment.base_commit is None:  # the baseline: decided under the lock
-        return None
-    min_delta = ctx.settings.min_delta
-    if experiment.base_commit == project.best_commit:
-        better, why = judge_measured(result.val_bpb, project.best_val_bpb, min_delta, "best")
-        return None if better else Verdict("revert", why)
-    base_bpb = measured_bpb(session, experiment.base_commit)
-    better, why = judge_measured(result.val_bpb, base_bpb, min_delta, "its base")
-    if better:
-        return None
-    return Verdict("revert", f"{why} ({_moved(experiment, project)})")
+def _screened_before(session: Session, rebased_from_id: int | None) -> bool:
+    """Whether this change was measured on an older base before it was re-applied here (a change
+    re-applied before it ever ran was not)."""
+    if rebased_from_id is None:
+        return False
+    runs = session.scalar(select(Experiment.valid_runs).where(Experiment.id == rebased_from_id))
+    return bool(runs)
 
 
-def _moved(experiment: Row[Any], project: Project | Row[Any]) -> str:
-    old, new = (experiment.base_commit or "")[:10], (project.best_commit or "")[:10]
-    return f"best moved from {old} to {new} meanwhile"
+def _reference(session: Session, commit: str) -> Sample:
+    row = session.connection().execute(_REFERENCE, {"commit": commit}).first()
+    return Sample(row.valid_runs, row.val_bpb) if row is not None else Sample(0, None)
 
 
-def _verdict(ctx: AppContext, tx: Tx, project: Project, experiment: Row[Any], result: RunResult) -> Verdict:
-    """The decision with the project row locked (and fresh)."""
-    settled = _settled_revert(ctx, tx.session, project, experiment, result)
-    if settled is not None:
-        return settled
-    assert result.val_bpb is not None
-    if experiment.base_commit is None:  # the baseline
-        if experiment.commit_sha == project.best_commit and project.best_val_bpb is None:
-            return Verdict("keep", f"baseline measured: val_bpb {_fmt(result.val_bpb)}")
-        return Verdict("revert", "baseline re-measured after the best moved on: not compared")
-    min_delta = ctx.settings.min_delta
-    if experiment.base_commit == project.best_commit:
-        return Verdict("keep", judge_measured(result.val_bpb, project.best_val_bpb, min_delta, "best")[1])
-    base_bpb = measured_bpb(tx.session, experiment.base_commit)
-    why = judge_measured(result.val_bpb, base_bpb, min_delta, "its base")[1]
-    return _rebase(ctx, tx, project, experiment, f"{why}, but {_moved(experiment, project)}")
+def _comparison_columns(reference_commit: str, comparison: Comparison | None) -> dict[str, object]:
+    if comparison is None:
+        return {"best_before_commit": reference_commit}
+    return {
+        "best_before_commit": reference_commit,
+        "best_before_val_bpb": comparison.reference_mean,
+        "effect": comparison.effect,
+        "effect_se": comparison.se,
+        "effect_bound": comparison.upper_bound,
+        "compared_runs": comparison.runs,
+        "best_runs": comparison.reference_runs,
+        "p_value": comparison.p_value,
+        "sigma": comparison.sigma,
+        "sigma_df": comparison.df,
+    }
 
 
-def _rebase(ctx: AppContext, tx: Tx, project: Project, experiment: Row[Any], why: str) -> Verdict:
+def _apply(
+    ctx: AppContext, tx: Tx, project: Row[Any] | Project, experiment: Row[Any], verdict: Verdict
+) -> dict[str, object]:
+    """Carry out the verdict; the experiment's status, decision and reason, and its events."""
+    if verdict.action is Action.CONFIRM:
+        (number,) = queue_runs(tx.session, experiment.id, RunKind.CONFIRMATION, experiment.queued_at)
+        tx.emit("queued", experiment_id=experiment.id, run=number, why=verdict.reason)
+        return {"status": ExperimentStatus.QUEUED, "decision_reason": verdict.reason}
+    decision, reason, rebased_to = Decision(verdict.action.value), verdict.reason, None
+    if verdict.action is Action.KEEP:
+        assert isinstance(project, Project)
+        _advance_best(ctx, tx, project, experiment)  # its runs go on: it is the best now
+    else:
+        if verdict.action is Action.REBASE:
+            assert isinstance(project, Project)
+            decision, reason, rebased_to = _rebase(ctx, tx, project, experiment, verdict.reason)
+        cancel_queued_runs(tx.session, experiment.id, utcnow())
+    comparison = verdict.comparison
+    tx.emit(
+        DECIDED_STATUS[decision],  # the event is named for the status
+        experiment_id=experiment.id,
+        val_bpb=comparison.mean if comparison else None,
+        effect=comparison.effect if comparison else None,
+        se=comparison.se if comparison else None,
+        p_value=comparison.p_value if comparison else None,
+        reason=reason,
+        best=project.best_commit,
+        rebased_to=rebased_to,
+    )
+    return {
+        "status": DECIDED_STATUS[decision],
+        "decision": decision,
+        "decision_reason": reason,
+        "rebased_to_id": rebased_to,
+        "finished_at": utcnow(),
+    }
+
+
+def _rebase(
+    ctx: AppContext, tx: Tx, project: Project, experiment: Row[Any] | Experiment, why: str
+) -> tuple[Decision, str, int | None]:
     assert project.best_commit is not None and experiment.base_commit is not None
+    moved = f"{why} (from {experiment.base_commit[:10]} to {project.best_commit[:10]})"
     base_source = ctx.repo.train_py(experiment.base_commit).decode("utf-8")
     own_source = ctx.repo.train_py(experiment.commit_sha).decode("utf-8")
     best_source = ctx.repo.train_py(project.best_commit).decode("utf-8")
     try:
         moved_source = apply_patch(best_source, parse_patch(make_patch(base_source, own_source)))
     except PatchError as exc:
-        return Verdict("stale", f"{why}; its change does not apply to the new best: {exc.detail}")
+        return Decision.STALE, f"{moved}; its change does not apply to the new best: {exc.detail}", None
     if moved_source == best_source:
-        return Verdict("stale", f"{why}; the new best already contains its change")
+        return Decision.STALE, f"{moved}; the new best already contains its change", None
     content = moved_source.encode()
     blob = blob_sha(content)
     twin = find_same_train_py(tx.session, blob)
     if twin is not None:
-        return Verdict("rebase", f"{why}; its change on the new best is experiment {twin.id}", twin.id)
+        return Decision.REBASE, f"{moved}; its change on the new best is experiment {twin.id}", twin.id
     commit = ctx.repo.commit_candidate(
         project.best_commit,
         content,
@@ -194,24 +242,92 @@ def _rebase(ctx: AppContext, tx: Tx, project: Project, experiment: Row[Any], why
         queued_at=experiment.queued_at,
         rebased_from_id=experiment.id,
     )
-    return Verdict(
-        "rebase", f"{why}; re-applied onto the new best and queued as experiment {requeued.id}", requeued.id
+    return (
+        Decision.REBASE,
+        f"{moved}; re-applied onto the new best and queued as experiment {requeued.id}",
+        requeued.id,
     )
 
 
-def _agent_label(tx: Tx, experiment: Row[Any]) -> str:
+def reapply_before_running(ctx: AppContext, tx: Tx, experiment_id: int, run_id: int) -> bool:
+    """A change about to run on a former best: re-apply it onto the current best instead.
+
+    Running it on the old best would be wasted (a promising result is re-applied and run again
+    anyway), so its change goes onto the current best now: a new experiment takes its place in
+    the queue, or it goes stale when the change no longer applies. True when that happened (the
+    claimed run is cancelled); False when it should run as it is.
+    """
+    project = load_project(tx.session, lock=True)
+    experiment = tx.session.get(Experiment, experiment_id, with_for_update=True)
+    assert experiment is not None
+    if experiment.base_commit in (None, project.best_commit) or experiment.decision is not None:
+        return False
+    base = tx.session.scalars(
+        select(Experiment.status)
+        .where(Experiment.commit_sha == experiment.base_commit)
+        .order_by(Experiment.id)
+        .limit(1)
+    ).first()
+    if base != ExperimentStatus.KEPT:
+        return False  # submitted on a side branch on purpose: it runs there
+    decision, reason, rebased_to = _rebase(ctx, tx, project, experiment, "the best moved before it ran")
+    now = utcnow()
+    experiment.status, experiment.decision = DECIDED_STATUS[decision], decision
+    experiment.decision_reason, experiment.rebased_to_id, experiment.finished_at = reason, rebased_to, now
+    experiment.best_before_commit = experiment.base_commit
+    run = tx.session.get(Run, run_id)
+    assert run is not None
+    run.status, run.finished_at, run.attempts = RunState.CANCELLED, now, run.attempts - 1
+    tx.emit(
+        DECIDED_STATUS[decision],  # the event is named for the status
+        experiment_id=experiment.id,
+        reason=reason,
+        best=project.best_commit,
+        rebased_to=rebased_to,
+    )
+    return True
+
+
+def _agent_label(tx: Tx, experiment: Row[Any] | Experiment) -> str:
     if experiment.agent_id is None:
         return "baseline"
     return agent_names(tx.session, {experiment.agent_id}).get(experiment.agent_id, "agent")
 
 
-def _advance_best(ctx: AppContext, tx: Tx, project: Project, experiment: Row[Any], result: RunResult) -> None:
-    previous = project.best_commit
+def _advance_best(ctx: AppContext, tx: Tx, project: Project, experiment: Row[Any]) -> None:
+    """Make the experiment the best (its runs become the best's runs) and give it its repeats."""
+    previous, previous_id = project.best_commit, project.best_experiment_id
+    now = utcnow()
     project.best_commit = experiment.commit_sha
     project.best_experiment_id = experiment.id
-    project.best_val_bpb = result.val_bpb
-    project.updated_at = utcnow()
+    project.best_since_experiment_id = _last_experiment_id(tx.session)
+    project.updated_at = now
+    if previous_id is not None and previous_id != experiment.id:
+        cancel_queued_runs(tx.session, previous_id, now)  # repeats of a best that is no longer it
+    if ctx.settings.decision_rule == Rule.NOISE_AWARE:
+        missing = ctx.settings.noise_runs - run_count(tx.session, experiment.id)
+        queue_runs(tx.session, experiment.id, RunKind.REPEAT, experiment.queued_at, max(0, missing))
     if previous != experiment.commit_sha:
         ctx.repo.set_best(experiment.commit_sha)
         if previous is not None:
             tx.undo.append(lambda: ctx.repo.set_best(previous))
+
+
+def _last_experiment_id(session: Session) -> int:
+    return int(session.scalar(select(func.max(Experiment.id))) or 0)
+
+
+def best_repeats_due(ctx: AppContext, session: Session, project: Project, last_experiment_id: int) -> int:
+    """Repeats of the best to queue now: once measured, it is brought to NOISE_RUNS runs, and gets
+    one more for every BEST_RERUN_EVERY experiments submitted since it became the best (a best
+    that stays long is compared with many candidates, so its value should be the most precise)."""
+    settings = ctx.settings
+    if settings.decision_rule != Rule.NOISE_AWARE or project.best_experiment_id is None:
+        return 0
+    best = session.get(Experiment, project.best_experiment_id)
+    if best is None or best.valid_runs == 0:
+        return 0  # not measured yet: its repeats follow its first valid run
+    target = settings.noise_runs
+    if settings.best_rerun_every:
+        target += (last_experiment_id - (project.best_since_experiment_id or 0)) // settings.best_rerun_every
+    return max(0, target - run_count(session, project.best_experiment_id))

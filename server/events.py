@@ -17,7 +17,16 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-EVENT_TYPES = ("queued", "started", "progress", "finished", "kept", "reverted", "rebased", "stale")
+from client.states import DECIDED_STATUS
+
+# A decision's event is named for the status it leaves the experiment in.
+EVENT_TYPES = (
+    "queued",
+    "started",
+    "progress",
+    "finished",
+    *(status.value for status in DECIDED_STATUS.values()),
+)
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
 
+from client.states import RunKind
 from server.api.routes import ROUTERS
 from server.context import AppContext
 from server.core.body_limit import BodyLimit
@@ -31,11 +33,14 @@ from server.core.request_metrics import RequestTimer, RequestTimes
 from server.core.ttl_cache import TtlCache
 from server.crud.leases import expire_leases
 from server.crud.project import load_project
+from server.crud.runs import queue_runs
 from server.crud.tokens import sync_env_admin
 from server.crud.workers import online_count
+from server.decisions import best_repeats_due
 from server.events import Broadcaster
 from server.fleet import Fleet
 from server.harness_pin import configured_harness_id, pin
+from server.models import Experiment
 from server.presence import Presence
 from server.research_repo import ResearchRepo
 from server.standings_cache import TotalsCache
@@ -70,7 +75,7 @@ def build_context(settings: ServerSettings) -> AppContext:
                 project.best_commit,
             )
             repo.set_best(project.best_commit)
-    return AppContext(
+    context = AppContext(
         settings=settings,
         db=db,
         repo=repo,
@@ -81,6 +86,24 @@ def build_context(settings: ServerSettings) -> AppContext:
         request_times=RequestTimes(),
         fleet=Fleet(settings.fleet_progress_per_s),
     )
+    queue_due_repeats(context)
+    return context
+
+
+def queue_due_repeats(ctx: AppContext) -> None:
+    """Give a measured best the repeats it is due (after a migration, or a switch from the greedy
+    rule): a best measured once is run again until the noise estimate rests on NOISE_RUNS runs."""
+    with ctx.transaction() as tx:
+        project = load_project(tx.session, lock=True)
+        if project.best_experiment_id is None:
+            return
+        last = int(tx.session.scalar(select(func.max(Experiment.id))) or 0)
+        due = best_repeats_due(ctx, tx.session, project, last)
+        if due:
+            best = tx.session.get(Experiment, project.best_experiment_id)
+            assert best is not None
+            log.info("queueing %d repeat(s) of the best, experiment %d", due, best.id)
+            queue_runs(tx.session, best.id, RunKind.REPEAT, best.queued_at, due)
 
 
 async def _sweep_leases(ctx: AppContext) -> None:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from sqlalchemy import case, func, select
 
+from client.states import FINAL_STATUSES, ExperimentStatus, RunState
 from server.context import AppContext
 from server.crud.workers import online_count
-from server.models import EXPERIMENT_STATUSES, FINAL_STATUSES, QUEUED, RUNNING, Experiment, Result
+from server.models import Experiment, Result, Run
 
 DURATION_BUCKETS = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 3600.0)
 
@@ -25,6 +26,13 @@ def render_metrics(ctx: AppContext) -> str:
     with ctx.db.read() as session:
         by_status = dict(
             session.execute(select(Experiment.status, func.count()).group_by(Experiment.status)).all()
+        )
+        runs_by_state = dict(
+            session.execute(
+                select(Run.status, func.count())
+                .where(Run.status.in_((RunState.QUEUED, RunState.RUNNING)))
+                .group_by(Run.status)
+            ).all()
         )
         bucket_columns = [
             func.sum(case((Result.total_seconds <= bound, 1), else_=0)) for bound in DURATION_BUCKETS
@@ -45,26 +53,26 @@ def render_metrics(ctx: AppContext) -> str:
         *_family(
             "autoresearch_queue_depth",
             "gauge",
-            "Experiments waiting in the queue.",
-            [("", by_status.get(QUEUED, 0))],
+            "Runs waiting in the queue (first runs, confirmation runs, repeats of the best).",
+            [("", runs_by_state.get(RunState.QUEUED, 0))],
         ),
         *_family(
             "autoresearch_running",
             "gauge",
-            "Experiments being run by a worker.",
-            [("", by_status.get(RUNNING, 0))],
+            "Runs being run by a worker.",
+            [("", runs_by_state.get(RunState.RUNNING, 0))],
         ),
         *_family(
             "autoresearch_experiments_finished_total",
             "counter",
             "Experiments that ended, by final status.",
-            [(f'{{status="{s}"}}', by_status.get(s, 0)) for s in FINAL_STATUSES],
+            [(f'{{status="{s}"}}', by_status.get(s, 0)) for s in ExperimentStatus if s in FINAL_STATUSES],
         ),
         *_family(
             "autoresearch_experiments",
             "gauge",
             "Experiments stored, by status.",
-            [(f'{{status="{s}"}}', by_status.get(s, 0)) for s in EXPERIMENT_STATUSES],
+            [(f'{{status="{s}"}}', by_status.get(s, 0)) for s in ExperimentStatus],
         ),
         "# HELP autoresearch_run_duration_seconds Wall time of a run (train and score), by the harness.",
         "# TYPE autoresearch_run_duration_seconds histogram",

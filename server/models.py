@@ -23,6 +23,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from client.states import ExperimentStatus
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -52,15 +54,11 @@ class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {datetime: UTCDateTime()}
 
 
-# Experiment lifecycle. queued -> running -> one of the final states; running -> queued again
-# when a lease expires or is released.
-QUEUED, RUNNING = "queued", "running"
-KEPT, REVERTED, REBASED, STALE = "kept", "reverted", "rebased", "stale"
-CANCELLED, INFRA_FAILED = "cancelled", "infra_failed"
-EXPERIMENT_STATUSES = (QUEUED, RUNNING, KEPT, REVERTED, REBASED, STALE, CANCELLED, INFRA_FAILED)
-FINAL_STATUSES = (KEPT, REVERTED, REBASED, STALE, CANCELLED, INFRA_FAILED)
-# A candidate whose train.py matches one of these is not run again.
-NOT_RERUN_STATUSES = (QUEUED, RUNNING, KEPT, REVERTED, REBASED, STALE)
+# Statuses, decisions and run states are client.states' enums (stored as their strings). A
+# candidate whose train.py matches an experiment in one of these is not run again.
+NOT_RERUN_STATUSES = tuple(
+    set(ExperimentStatus) - {ExperimentStatus.CANCELLED, ExperimentStatus.INFRA_FAILED}
+)
 
 TOKEN_KINDS = ("agent", "worker", "admin")
 
@@ -75,8 +73,11 @@ class Project(Base):
     platform: Mapped[str | None] = mapped_column(String(200))
     baseline_commit: Mapped[str | None] = mapped_column(String(40))
     best_commit: Mapped[str | None] = mapped_column(String(40))
+    # The best's value and runs are its experiment's (val_bpb, valid_runs).
     best_experiment_id: Mapped[int | None] = mapped_column(Integer)
-    best_val_bpb: Mapped[float | None] = mapped_column(Float)
+    # The last experiment id when the best became the best: the best gets a repeat for every
+    # BEST_RERUN_EVERY experiments after it (server/decisions.py, best_repeats_due).
+    best_since_experiment_id: Mapped[int | None] = mapped_column(Integer)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -109,7 +110,6 @@ class Worker(Base):
 class Experiment(Base):
     __tablename__ = "experiments"
     __table_args__ = (
-        Index("ix_experiments_queue", "status", "queued_at", "id"),
         Index("ix_experiments_agent", "agent_id", "id"),
         Index("ix_experiments_base", "base_commit", "id"),
         Index("ix_experiments_blob", "train_py_blob"),
@@ -132,22 +132,80 @@ class Experiment(Base):
     base_commit: Mapped[str | None] = mapped_column(String(40))
     commit_sha: Mapped[str] = mapped_column(String(40))
     train_py_blob: Mapped[str | None] = mapped_column(String(40))
-    status: Mapped[str] = mapped_column(String(16))
-    attempts: Mapped[int] = mapped_column(default=0)
+    status: Mapped[str] = mapped_column(String(16))  # ExperimentStatus
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     queued_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
-    decision: Mapped[str | None] = mapped_column(String(16))
+    decision: Mapped[str | None] = mapped_column(String(16))  # Decision, once decided
+    # The latest judgement in words: the decision's reason, or why it is still running.
     decision_reason: Mapped[str | None] = mapped_column(Text)
+    # The comparison the latest judgement made (server/judge.py): the reference (the best, or the
+    # base when the best moved) as it was, effect = mean - reference mean and its standard error,
+    # the runs on each side, the one-sided p-value, and the noise estimate it used.
     best_before_commit: Mapped[str | None] = mapped_column(String(40))
     best_before_val_bpb: Mapped[float | None] = mapped_column(Float)
+    effect: Mapped[float | None] = mapped_column(Float)
+    effect_se: Mapped[float | None] = mapped_column(Float)
+    effect_bound: Mapped[float | None] = mapped_column(Float)  # one-sided (1 - ALPHA) upper bound
+    compared_runs: Mapped[int | None] = mapped_column(Integer)
+    best_runs: Mapped[int | None] = mapped_column(Integer)
+    p_value: Mapped[float | None] = mapped_column(Float)
+    sigma: Mapped[float | None] = mapped_column(Float)
+    sigma_df: Mapped[int | None] = mapped_column(Integer)
     rebased_from_id: Mapped[int | None] = mapped_column(ForeignKey("experiments.id"))
     rebased_to_id: Mapped[int | None] = mapped_column(ForeignKey("experiments.id"))
-    # Copied from the result when its status is ok, for sorting and the leaderboard.
+    # Its valid runs (ok, on the project's platform and harness): how many, their mean (for
+    # sorting and the leaderboard) and sum of squared deviations from it (for the noise estimate).
+    valid_runs: Mapped[int] = mapped_column(default=0)
     val_bpb: Mapped[float | None] = mapped_column(Float)
+    val_bpb_m2: Mapped[float] = mapped_column(Float, default=0.0)
     platform: Mapped[str | None] = mapped_column(String(200))
+
+
+class Run(Base):
+    """One run of an experiment: its first run, a confirmation run, or a repeat of the best.
+
+    Runs are what workers claim. Each has its own seed (ctx.seed), derived from the experiment id
+    and the run number, and its own attempts; a lease and a result belong to one run.
+    """
+
+    __tablename__ = "runs"
+    __table_args__ = (
+        UniqueConstraint("experiment_id", "number"),
+        # Claims: the first queued run, by queue time.
+        Index("ix_runs_queue", "status", "queued_at", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"))
+    number: Mapped[int]  # 1, 2, ... within its experiment
+    seed: Mapped[int | None] = mapped_column(BigInteger)  # None: run before per-run seeds existed
+    kind: Mapped[str] = mapped_column(String(16))  # RunKind
+    status: Mapped[str] = mapped_column(String(16))  # RunState
+    attempts: Mapped[int] = mapped_column(default=0)
+    queued_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+
+class NoiseEstimate(Base):
+    """The run-to-run noise of val_bpb on one platform and harness, pooled over experiments.
+
+    Every experiment with several valid runs adds its sum of squared deviations from its own mean
+    (sum_sq) and its runs minus one (df): sigma = sqrt(sum_sq / df). Kept current as runs arrive.
+    """
+
+    __tablename__ = "noise_estimates"
+
+    platform: Mapped[str] = mapped_column(String(200), primary_key=True)
+    harness_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    sum_sq: Mapped[float] = mapped_column(Float, default=0.0)
+    df: Mapped[int] = mapped_column(default=0)
+    runs: Mapped[int] = mapped_column(default=0)  # valid runs of the experiments that have several
+    experiments: Mapped[int] = mapped_column(default=0)  # experiments with several valid runs
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class Lease(Base):
@@ -156,6 +214,7 @@ class Lease(Base):
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), index=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
     worker_id: Mapped[str] = mapped_column(ForeignKey("workers.id"), index=True)
     attempt: Mapped[int]
     state: Mapped[str] = mapped_column(String(16))  # active | expired | released | finished
@@ -170,7 +229,8 @@ class Result(Base):
     __tablename__ = "results"
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)  # the worker's result_id
-    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), unique=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), index=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), unique=True)
     lease_id: Mapped[str] = mapped_column(ForeignKey("leases.id"))
     worker_id: Mapped[str] = mapped_column(ForeignKey("workers.id"))
     received_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -189,6 +249,7 @@ class Result(Base):
     mfu_percent: Mapped[float | None] = mapped_column(Float)
     device: Mapped[str] = mapped_column(String(200))
     harness_id: Mapped[str] = mapped_column(String(128))
+    seed: Mapped[int | None] = mapped_column(BigInteger)
     sandbox: Mapped[bool] = mapped_column(Boolean)
     log_tail: Mapped[str] = mapped_column(Text)
     # RunResult fields newer than this schema (a newer harness): kept, not lost.
@@ -201,6 +262,7 @@ class ProgressSample(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"))
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
     attempt: Mapped[int]
     step: Mapped[int] = mapped_column(BigInteger)
     loss: Mapped[float | None] = mapped_column(Float)
@@ -238,6 +300,8 @@ class ImportedResult(Base):
 # The tables as Core `Table`s (which `Model.__table__` is not typed as), for the plain Core
 # statements of the worker endpoints (server/crud/leases.py, server/crud/results.py).
 EXPERIMENTS = cast(Table, Experiment.__table__)
+RUNS = cast(Table, Run.__table__)
 LEASES = cast(Table, Lease.__table__)
 RESULTS = cast(Table, Result.__table__)
 PROJECT = cast(Table, Project.__table__)
+NOISE = cast(Table, NoiseEstimate.__table__)

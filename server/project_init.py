@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from client.states import ExperimentStatus, RunKind
 from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
 from server.core.migrate import upgrade
 from server.crud.project import load_project
-from server.models import QUEUED, Experiment, utcnow
+from server.crud.runs import queue_runs
+from server.models import Experiment, utcnow
 from server.research_repo import EXPERIMENT_REF_PREFIX, ResearchRepo, blob_sha, init_research_repo
 
 HARNESS_BASELINE = Path(__file__).resolve().parents[1] / "harness" / "baseline"
@@ -55,16 +57,17 @@ def init_project(
                 base_commit=None,
                 commit_sha=commit,
                 train_py_blob=blob_sha(train_source),
-                status=QUEUED,
-                attempts=0,
+                status=ExperimentStatus.QUEUED,
                 cancel_requested=False,
                 created_at=utcnow(),
                 queued_at=utcnow(),
             )
             session.add(baseline)
             session.flush()
+            queue_runs(session, baseline.id, RunKind.FIRST, baseline.queued_at)
             project.baseline_commit = project.best_commit = commit
             project.best_experiment_id = baseline.id
+            project.best_since_experiment_id = baseline.id
             project.updated_at = utcnow()
             repo = ResearchRepo(repo_path)
             repo.set_experiment_ref(baseline.id, commit)

@@ -13,13 +13,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from client.states import Decision, ExperimentStatus, RunKind, RunState
 from harness.result import ErrorClass, ProgressEvent, RunResult, RunStatus
+from server.judge import Rule
 
 MAX_INT = 2**63 - 1
-ExperimentStatus = Literal[
-    "queued", "running", "kept", "reverted", "rebased", "stale", "cancelled", "infra_failed"
-]
-Decision = Literal["keep", "revert", "rebase", "stale"]
 Name = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")]
 
 
@@ -58,8 +56,40 @@ class SubmitIn(Strict):
 
 
 class BestBefore(BaseModel):
+    """What the experiment was compared with: the best, or its base when the best had moved on."""
+
     commit: str | None
-    val_bpb: float | None
+    val_bpb: float | None = Field(description="its mean val_bpb at the time")
+
+
+class ComparisonOut(BaseModel):
+    """The latest judgement's numbers: effect ± standard error, runs on each side, p-value."""
+
+    effect: float = Field(description="mean val_bpb minus the reference's mean (negative is better)")
+    se: float | None = Field(description="standard error of the effect (null for the greedy rule)")
+    runs: int = Field(description="the experiment's valid runs it rests on")
+    reference_runs: int = Field(description="the reference's valid runs")
+    p_value: float | None = Field(description="one-sided p-value that the experiment is not better")
+    upper_bound: float | None = Field(
+        description="one-sided (1 - alpha) upper confidence bound of the effect"
+    )
+    sigma: float | None = Field(description="the noise estimate used")
+    sigma_df: int | None = Field(description="its degrees of freedom")
+
+
+class RunOut(BaseModel):
+    """One run of an experiment."""
+
+    number: int
+    kind: RunKind
+    state: RunState
+    seed: int | None = Field(description="ctx.seed of the run (null: run before per-run seeds)")
+    attempts: int
+    queue_position: int | None = Field(None, description="0 = next to run; only while queued")
+    started_at: datetime | None
+    finished_at: datetime | None
+    result_status: RunStatus | None
+    val_bpb: float | None = Field(description="its score, when the run ended ok")
 
 
 class ResultOut(BaseModel):
@@ -80,6 +110,7 @@ class ResultOut(BaseModel):
     mfu_percent: float | None
     device: str
     harness_id: str
+    seed: int | None = Field(description="ctx.seed the run had")
     sandbox: bool
     extra: dict[str, Any] = Field(default_factory=dict, description="RunResult fields newer than this server")
     received_at: datetime
@@ -94,21 +125,24 @@ class ExperimentOut(BaseModel):
     hypothesis: str | None
     base: str | None
     commit: str
-    attempts: int
+    attempts: int = Field(description="attempts of its latest run (a lost worker counts one)")
     cancel_requested: bool
-    queue_position: int | None = Field(None, description="0 = next to run; only while queued")
+    queue_position: int | None = Field(None, description="0 = next to run; only while its run is queued")
     created_at: datetime
     queued_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
     run_seconds: float | None = Field(None, description="from the (last) claim to the result")
     decision: Decision | None
-    reason: str | None
+    reason: str | None = Field(description="the decision's reason, or where the judgement stands")
     best_before: BestBefore | None
+    comparison: ComparisonOut | None
     rebased_from: int | None
     rebased_to: int | None
-    val_bpb: float | None
-    result: ResultOut | None
+    val_bpb: float | None = Field(description="the mean of its valid runs")
+    valid_runs: int = Field(description="runs that ended ok on the project's platform and harness")
+    runs: list[RunOut]
+    result: ResultOut | None = Field(description="the latest run's result")
 
 
 class ExperimentPage(BaseModel):
@@ -118,12 +152,15 @@ class ExperimentPage(BaseModel):
 
 class ProgressOut(BaseModel):
     experiment_id: int
+    run: int | None = Field(description="the run these samples are of")
     events: list[ProgressEvent]
 
 
 class BestOut(BaseModel):
     commit: str
-    val_bpb: float | None
+    val_bpb: float | None = Field(description="the mean of the best's valid runs")
+    runs: int = Field(description="its valid runs")
+    se: float | None = Field(description="standard error of that mean, from the noise estimate")
     experiment_id: int | None
     platform: str | None
     harness_id: str | None
@@ -164,8 +201,40 @@ class AgentStanding(BaseModel):
     last_submitted_at: datetime | None
 
 
+class NoiseOut(BaseModel):
+    """The run-to-run noise of val_bpb on one platform and harness."""
+
+    platform: str
+    harness_id: str
+    sigma: float | None = Field(
+        description="pooled standard deviation of val_bpb between runs of one train.py"
+    )
+    df: int = Field(description="degrees of freedom: the sum over experiments of their valid runs minus one")
+    runs: int = Field(description="valid runs it rests on (of experiments with several)")
+    experiments: int = Field(description="experiments with several valid runs")
+    current: bool = Field(description="the project's platform and harness: the estimate decisions use")
+    updated_at: datetime
+
+
+class RuleOut(BaseModel):
+    decision_rule: Rule
+    alpha: float
+    min_delta: float
+    noise_runs: int
+    max_runs: int
+    screen_margin: float
+    futility_margin: float
+    best_rerun_every: int
+
+
+class NoiseListOut(BaseModel):
+    rule: RuleOut
+    estimates: list[NoiseOut]
+
+
 class LeaderboardOut(BaseModel):
     best: BestOut
+    noise: NoiseOut | None = Field(description="the noise estimate of the project's platform and harness")
     lineage: list[LineageEntry]
     top: list[RankedResult]
     agents: list[AgentStanding]
@@ -222,7 +291,9 @@ class ClaimIn(Strict):
 class ClaimOut(BaseModel):
     lease_id: str
     experiment_id: int
-    attempt: int
+    run: int = Field(description="the run's number within its experiment (1 = its first run)")
+    seed: int = Field(description="ctx.seed for this run")
+    attempt: int = Field(description="attempt of this run (a lost lease runs it again)")
     description: str
     train_py: str
     train_py_sha256: str
@@ -275,6 +346,7 @@ class RunResultIn(RunResult):
     mfu_percent: float | None = Field(None, ge=0.0, le=1e6)
     device: Annotated[Text, Field(min_length=1, max_length=200)] = "cpu"
     harness_id: Annotated[Text, Field(max_length=128)] = ""
+    seed: int | None = Field(None, ge=0, le=MAX_INT)
     log_tail: Annotated[str, AfterValidator(storable_log), Field(max_length=1_000_000)] = ""
 
 
@@ -285,6 +357,7 @@ class ResultIn(Strict):
 
 class ResultOutcome(BaseModel):
     experiment_id: int
+    run: int
     decision: Decision | None
     status: ExperimentStatus
     reason: str

@@ -16,13 +16,16 @@ from dataclasses import dataclass, replace
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from client.states import ExperimentStatus, RunKind
 from server.candidates import commit_message, find_same_train_py, queue_candidate
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud.experiments import get_view, resolve_commit
 from server.crud.project import load_project
+from server.crud.runs import queue_runs
 from server.crud.tokens import Principal
-from server.models import QUEUED, Experiment, IdempotencyKey
+from server.decisions import best_repeats_due
+from server.models import Experiment, IdempotencyKey, Project
 from server.patches import PatchError, apply_patch, parse_patch
 from server.research_repo import blob_sha
 from server.schemas import ExperimentOut, SubmitIn
@@ -104,6 +107,15 @@ def _new_train_py(ctx: AppContext, body: SubmitIn, base_source: str) -> str:
     return new
 
 
+def _rerun_best_when_due(ctx: AppContext, session: Session, project: Project, last_id: int) -> None:
+    """The best is run again as candidates pile up on it (server/decisions.py, best_repeats_due)."""
+    due = best_repeats_due(ctx, session, project, last_id)
+    if due and project.best_experiment_id is not None:
+        best = session.get(Experiment, project.best_experiment_id)
+        assert best is not None
+        queue_runs(session, best.id, RunKind.REPEAT, best.queued_at, due)
+
+
 def submit(ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_key: str | None) -> Submitted:
     request_sha = _request_sha256(body)
     if idempotency_key is not None and not _IDEMPOTENCY_KEY.match(idempotency_key):
@@ -127,7 +139,7 @@ def submit(ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_ke
         base, new_source, commit_message(body.description, body.hypothesis), principal.name
     )
     with ctx.transaction() as tx:
-        load_project(tx.session, lock=True)  # serialises submissions on PostgreSQL
+        project = load_project(tx.session, lock=True)  # serialises submissions on PostgreSQL
         if idempotency_key is not None:
             replay = _replayed(tx.session, principal, idempotency_key, request_sha)
             if replay is not None:
@@ -137,7 +149,9 @@ def submit(ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_ke
             outcome = Submitted(existing.id, created=False)
         else:
             queued = tx.session.scalar(
-                select(func.count()).where(Experiment.agent_id == principal.id, Experiment.status == QUEUED)
+                select(func.count()).where(
+                    Experiment.agent_id == principal.id, Experiment.status == ExperimentStatus.QUEUED
+                )
             )
             limit = ctx.settings.max_queued_per_agent
             if (queued or 0) >= limit:
@@ -160,6 +174,7 @@ def submit(ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_ke
                 blob=blob,
             )
             outcome = Submitted(experiment.id, created=True)
+            _rerun_best_when_due(ctx, tx.session, project, experiment.id)
         if idempotency_key is not None:
             tx.session.add(
                 IdempotencyKey(

@@ -204,7 +204,12 @@ class Worker:
         claimed_at = time.time()
         lease_id, experiment_id = claim["lease_id"], claim["experiment_id"]
         log.info(
-            "experiment %s (attempt %s): claimed, lease %s", experiment_id, claim.get("attempt"), lease_id
+            "experiment %s run %s (seed %s, attempt %s): claimed, lease %s",
+            experiment_id,
+            claim["run"],
+            claim["seed"],
+            claim["attempt"],
+            lease_id,
         )
         train_py: str = claim["train_py"]
         mismatch = hash_mismatch(claim)
@@ -234,6 +239,7 @@ class Worker:
                 cancel=keeper.cancel,
                 # The next run's train sandbox starts while this one is scored (see run()).
                 keep_warm=True,
+                seed=claim["seed"],
                 **self.runner_options(),
             )
         except BaseException:

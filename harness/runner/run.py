@@ -40,8 +40,12 @@ def run_experiment(
     cancel: threading.Event | None = None,
     device: str | None = None,
     keep_warm: bool = False,
+    seed: int | None = None,
 ) -> RunResult:
     """Train and score `train_py` under `settings`; every number in the result is measured here.
+
+    `seed` is the run's `ctx.seed` (default: `settings.seed`); a worker passes the seed the server
+    gave the run, so that each run of the same train.py draws differently.
 
     Raises (nothing run, nothing to record against the candidate): FileNotFoundError for a
     missing train.py, harness.data.errors.DataError when the data is not prepared,
@@ -53,6 +57,7 @@ def run_experiment(
     """
     started = time.monotonic()
     cancel = cancel or threading.Event()
+    seed = settings.seed if seed is None else seed
     train_py = Path(train_py)
     if not train_py.is_file():
         raise FileNotFoundError(f"{train_py}: no such file; give the path of a train.py")
@@ -82,7 +87,7 @@ def run_experiment(
                 device=device,
                 vocab_size=settings.vocab_size,
                 time_budget=settings.time_budget,
-                seed=settings.seed,
+                seed=seed,
                 bos_id=job.bos_id,
                 batch_rows=settings.eval_batch_rows,
                 sandboxed=sandboxed,
@@ -91,11 +96,11 @@ def run_experiment(
             )
         )
         try:
-            spawned_at = run.sandbox.go()
+            spawned_at = run.sandbox.go(seed)
             if spawned_at is None:  # the spare died (e.g. with the thread that started it)
                 discard(run)
                 run = prepare_run(key, job, work_root, idle=False)
-                spawned_at = run.sandbox.go() or time.monotonic()
+                spawned_at = run.sandbox.go(seed) or time.monotonic()
             outcome = run_train_phase(run.sandbox, spawned_at, pacer, cancel, started)
             if run.sandbox.feeder.failure is not None:  # the harness's fault, not the candidate's
                 raise DataError(f"{paths.train_dir}: {run.sandbox.feeder.failure}")
@@ -114,6 +119,7 @@ def run_experiment(
         device,
         name,
         manifest["harness_id"],
+        seed,
         sandboxed,
         num_params,
         notes,
@@ -271,6 +277,7 @@ def build_result(
     device: str,
     name: str,
     harness_id: str,
+    seed: int,
     sandboxed: bool,
     num_params: int | None,
     notes: str,
@@ -300,6 +307,7 @@ def build_result(
         mfu_percent=mfu_percent(num_params, outcome.tokens, trained, peak_flops(name)),
         device=name,
         harness_id=harness_id,
+        seed=seed,
         sandbox=sandboxed,
         log_tail=log[-LOG_TAIL_CHARS:],
     )

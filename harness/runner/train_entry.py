@@ -104,10 +104,11 @@ def main(config: dict[str, Any]) -> None:
         line = go.readline()
     if not line:
         finish(0)
-    spawned_at = json.loads(line)["spawned_at"]
+    go_message = json.loads(line)
+    spawned_at, seed = go_message["spawned_at"], int(go_message["seed"])
     progress = Progress(reporter, spawned_at, config["time_budget"], config["allowance"])
     device = torch.device(config["device"])
-    torch.manual_seed(config["seed"])
+    torch.manual_seed(seed)
     feed = FeedClient(config["feed_fd"], on_first_request=progress.start)
 
     def batches(batch_size: int) -> Iterator[Any]:
@@ -118,7 +119,7 @@ def main(config: dict[str, Any]) -> None:
         vocab_size=config["vocab_size"],
         seq_len=config["seq_len"],
         time_budget=config["time_budget"],
-        seed=config["seed"],
+        seed=seed,
         bos_id=config["bos_id"],
         peak_flops=config["peak_flops"],
         _batches=batches,

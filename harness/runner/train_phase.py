@@ -26,6 +26,9 @@ from harness.runner.sandbox import Bind, SandboxSpec, SandboxUnavailableError, p
 from harness.runner.train_entry import DIVERGED_LOSS
 
 CANDIDATE_FILE = "train.py"
+# The order of the training documents is the same for every run of a harness (this constant is
+# harness source, so part of the harness id); what differs from run to run is ctx.seed.
+DATA_ORDER_SEED = 1337
 RSS_SAMPLE_S = 0.25  # peak RSS and OOM kills are polled this often
 WEIGHTS_FILE = "model.safetensors"
 # A train sandbox that has not started its interpreter and imported torch by then is broken: far
@@ -114,7 +117,6 @@ class TrainSandbox:
             "seq_len": settings.seq_len,
             "time_budget": settings.time_budget,
             "allowance": settings.compile_allowance,
-            "seed": settings.seed,
             "bos_id": job.bos_id,
             "peak_flops": job.peak_flops,
             "limits": asdict(job.limits),
@@ -138,7 +140,7 @@ class TrainSandbox:
                 os.close(fd)
             feed_sandbox.close()
         self.feeder = Feeder(
-            FeedJob(job.train_dir, settings.seq_len, job.bos_id, settings.seed, settings.train_tokens_max),
+            FeedJob(job.train_dir, settings.seq_len, job.bos_id, DATA_ORDER_SEED, settings.train_tokens_max),
             feed,
         )
         self.events_r = events_r
@@ -151,16 +153,18 @@ class TrainSandbox:
     def alive(self) -> bool:
         return self.launched.popen.poll() is None
 
-    def go(self) -> float | None:
-        """Start the experiment once the sandbox is ready; its clock starts now. None if the sandbox
-        died before it was ready (its messages are kept for the watch)."""
+    def go(self, seed: int) -> float | None:
+        """Start the experiment, with `seed` as its ctx.seed, once the sandbox is ready; its clock
+        starts now. None if the sandbox died before it was ready (its messages are kept for the
+        watch). (The seed comes with `go`, not the config: a sandbox is started before anyone
+        knows which run it will serve.)"""
         raise_priority(self.launched.pids())
         if not self.wait_ready():
             return None
         spawned_at = time.monotonic()
         self.feeder.start()
         try:
-            os.write(self.go_w, json.dumps({"spawned_at": spawned_at}).encode() + b"\n")
+            os.write(self.go_w, json.dumps({"spawned_at": spawned_at, "seed": seed}).encode() + b"\n")
         except BrokenPipeError:
             return None
         return spawned_at

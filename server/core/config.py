@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field
+from annotated_types import Ge, Gt, Le, Lt
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from server.judge import Rule, RuleSettings
 
 
 class ServerSettings(BaseSettings):
@@ -31,7 +35,15 @@ class ServerSettings(BaseSettings):
     harness_id: str = Field("", description="pins the project's harness id (else the manifest)")
     platform: str = Field("", description="pins the project's platform (else the first worker)")
 
-    min_delta: float = Field(0.0005, ge=0.0)
+    # Keep or revert (docs/api.md, "Decisions"; the defaults are measured in bench/decisions.py).
+    decision_rule: Rule = Field(Rule.NOISE_AWARE, description="noise_aware, or greedy (one run, no noise)")
+    alpha: float = Field(0.05, gt=0.0, le=0.5, description="a keep's one-sided significance level")
+    min_delta: float = Field(0.0005, ge=0.0, le=1.0, description="the smallest effect worth keeping")
+    noise_runs: int = Field(5, ge=2, le=100, description="runs of the best (each its own seed)")
+    max_runs: int = Field(4, ge=2, le=100, description="most runs of one candidate")
+    screen_margin: float = Field(0.4, ge=0.0, le=5.0, description="standard errors a first run must gain")
+    futility_margin: float = Field(1.0, ge=0.0, le=5.0, description="standard errors a candidate must keep")
+    best_rerun_every: int = Field(8, ge=0, le=10_000, description="submissions per extra run of the best")
     lease_seconds: float = Field(60.0, gt=0.0)
     max_attempts: int = Field(3, ge=1)
     max_queued_per_agent: int = Field(20, ge=1)
@@ -53,6 +65,17 @@ class ServerSettings(BaseSettings):
     )
 
     @property
+    def rule(self) -> RuleSettings:
+        return RuleSettings(
+            rule=self.decision_rule,
+            alpha=self.alpha,
+            min_delta=self.min_delta,
+            screen_margin=self.screen_margin,
+            futility_margin=self.futility_margin,
+            max_runs=self.max_runs,
+        )
+
+    @property
     def resolved_database_url(self) -> str:
         if self.database_url:
             return self.database_url
@@ -61,6 +84,39 @@ class ServerSettings(BaseSettings):
     @property
     def resolved_research_repo(self) -> Path:
         return self.research_repo if self.research_repo is not None else self.data_dir / "research.git"
+
+
+def allowed_range(name: str) -> str:
+    """A setting's allowed values in words, from its declared bounds: `0 < ALPHA <= 0.5`."""
+    field = ServerSettings.model_fields[name]
+    annotation: Any = field.annotation
+    if isinstance(annotation, type) and issubclass(annotation, Rule):
+        return f"{name.upper()} is one of {', '.join(rule.value for rule in Rule)}"
+    low = high = ""
+    for bound in field.metadata:
+        if isinstance(bound, Gt):
+            low = f"{bound.gt} < "
+        elif isinstance(bound, Ge):
+            low = f"{bound.ge} <= "
+        elif isinstance(bound, Lt):
+            high = f" < {bound.lt}"
+        elif isinstance(bound, Le):
+            high = f" <= {bound.le}"
+    return f"{low}{name.upper()}{high}" if low or high else f"{name.upper()} is a {annotation.__name__}"
+
+
+def settings_error(error: ValidationError) -> str:
+    """What is wrong with the environment's settings, one line per setting: the name, the value and
+    the allowed range (pydantic's own message names neither the variable nor the whole range)."""
+    lines = []
+    for problem in error.errors():
+        name = str(problem["loc"][0]) if problem["loc"] else ""
+        value = problem.get("input")
+        if name in ServerSettings.model_fields:
+            lines.append(f"{name.upper()}={value} is not allowed: {allowed_range(name)} ({problem['msg']})")
+        else:
+            lines.append(f"{name or 'settings'}: {problem['msg']}")
+    return "; ".join(lines)
 
 
 @lru_cache

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import and_, bindparam, func, or_, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from server.models import EXPERIMENTS, QUEUED, ApiToken, Experiment, Result
-from server.schemas import BestBefore, ExperimentOut, ExperimentPage, ResultOut
+from client.states import RunState
+from server.crud.runs import runs_of
+from server.models import ApiToken, Experiment, Result, Run
+from server.schemas import BestBefore, ComparisonOut, ExperimentOut, ExperimentPage, ResultOut, RunOut
 
 BASELINE_AGENT = "baseline"
 
@@ -25,37 +27,51 @@ def result_view(result: Result) -> ResultOut:
     return ResultOut.model_validate(result, from_attributes=True)
 
 
-def queue_position(session: Session, experiment: Experiment) -> int:
+def queue_position(session: Session, run: Run) -> int:
+    """Queued runs ahead of this one (the claim order: queued_at, then id)."""
     ahead = select(func.count()).where(
-        Experiment.status == QUEUED,
-        or_(
-            Experiment.queued_at < experiment.queued_at,
-            and_(Experiment.queued_at == experiment.queued_at, Experiment.id < experiment.id),
-        ),
+        Run.status == RunState.QUEUED,
+        or_(Run.queued_at < run.queued_at, and_(Run.queued_at == run.queued_at, Run.id < run.id)),
     )
     return int(session.scalar(ahead) or 0)
+
+
+def comparison_view(experiment: Experiment) -> ComparisonOut | None:
+    """The numbers of the experiment's latest judgement, as stored."""
+    if experiment.effect is None or experiment.compared_runs is None:
+        return None
+    return ComparisonOut(
+        effect=experiment.effect,
+        se=experiment.effect_se,
+        runs=experiment.compared_runs,
+        reference_runs=experiment.best_runs or 0,
+        p_value=experiment.p_value,
+        upper_bound=experiment.effect_bound,
+        sigma=experiment.sigma,
+        sigma_df=experiment.sigma_df,
+    )
 
 
 def views(
     session: Session, experiments: Sequence[Experiment], with_position: bool = False
 ) -> list[ExperimentOut]:
-    """API views of experiments, loading their results and agent names in two queries at most."""
-    # A result is recorded in the transaction that sets finished_at: an experiment still queued or
-    # running (what agents poll) has none to look for.
-    ids = [e.id for e in experiments if e.finished_at is not None]
+    """API views of experiments: their runs, their runs' results and agent names, in three queries."""
+    runs = runs_of(session, [e.id for e in experiments])
+    finished = [r.id for rs in runs.values() for r in rs if r.status == RunState.FINISHED]
     results = (
-        {r.experiment_id: r for r in session.scalars(select(Result).where(Result.experiment_id.in_(ids)))}
-        if ids
+        {r.run_id: r for r in session.scalars(select(Result).where(Result.run_id.in_(finished)))}
+        if finished
         else {}
     )
     names = agent_names(session, {e.agent_id for e in experiments if e.agent_id is not None})
     out = []
     for e in experiments:
-        result = results.get(e.id)
+        own = runs.get(e.id, [])
+        latest = next((results[r.id] for r in reversed(own) if r.id in results), None)
+        queued = next((r for r in own if r.status == RunState.QUEUED), None)
         run_seconds = (
             (e.finished_at - e.started_at).total_seconds() if e.finished_at and e.started_at else None
         )
-        decided = e.decision is not None
         out.append(
             ExperimentOut(
                 id=e.id,
@@ -66,26 +82,48 @@ def views(
                 hypothesis=e.hypothesis,
                 base=e.base_commit,
                 commit=e.commit_sha,
-                attempts=e.attempts,
+                attempts=own[-1].attempts if own else 0,
                 cancel_requested=e.cancel_requested,
-                queue_position=queue_position(session, e) if with_position and e.status == QUEUED else None,
+                queue_position=queue_position(session, queued)
+                if with_position and queued is not None
+                else None,
                 created_at=e.created_at,
                 queued_at=e.queued_at,
                 started_at=e.started_at,
                 finished_at=e.finished_at,
-                run_seconds=run_seconds if result is not None else None,
+                run_seconds=run_seconds if latest is not None else None,
                 decision=e.decision,  # type: ignore[arg-type]
                 reason=e.decision_reason,
                 best_before=BestBefore(commit=e.best_before_commit, val_bpb=e.best_before_val_bpb)
-                if decided
+                if e.best_before_commit is not None
                 else None,
+                comparison=comparison_view(e),
                 rebased_from=e.rebased_from_id,
                 rebased_to=e.rebased_to_id,
                 val_bpb=e.val_bpb,
-                result=result_view(result) if result is not None else None,
+                valid_runs=e.valid_runs,
+                runs=[run_view(session, r, results.get(r.id), with_position) for r in own],
+                result=result_view(latest) if latest is not None else None,
             )
         )
     return out
+
+
+def run_view(session: Session, run: Run, result: Result | None, with_position: bool) -> RunOut:
+    return RunOut(
+        number=run.number,
+        kind=run.kind,  # type: ignore[arg-type]
+        state=run.status,  # type: ignore[arg-type]
+        seed=run.seed,
+        attempts=run.attempts,
+        queue_position=queue_position(session, run)
+        if with_position and run.status == RunState.QUEUED
+        else None,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        result_status=result.status if result is not None else None,  # type: ignore[arg-type]
+        val_bpb=result.val_bpb if result is not None and result.status == "ok" else None,
+    )
 
 
 def get_view(session: Session, experiment_id: int) -> ExperimentOut | None:
@@ -152,19 +190,6 @@ def resolve_commit(session: Session, rev: str) -> str:
     if other is not None:
         raise LookupError(f"{rev} names more than one commit; give more digits")
     return first
-
-
-_MEASURED_BPB = (
-    select(EXPERIMENTS.c.val_bpb)
-    .where(EXPERIMENTS.c.commit_sha == bindparam("commit"))
-    .order_by(EXPERIMENTS.c.id)
-    .limit(1)
-)
-
-
-def measured_bpb(session: Session, commit: str) -> float | None:
-    """The val_bpb of the commit's experiment (as `by_commit`), read on every result on an old base."""
-    return session.connection().execute(_MEASURED_BPB, {"commit": commit}).scalar()
 
 
 def by_commit(session: Session, commit: str) -> Experiment | None:

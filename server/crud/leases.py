@@ -1,10 +1,11 @@
-"""The worker side of the queue: claim under a lease, heartbeat, progress, release, expiry.
+"""The worker side of the queue: claim a run under a lease, heartbeat, progress, release, expiry.
 
-Claims are atomic: the queued row is picked with `SELECT ... FOR UPDATE SKIP LOCKED` on
-PostgreSQL (concurrent claims skip each other's rows instead of waiting) and inside a
-`BEGIN IMMEDIATE` transaction on SQLite (one writer at a time), so each experiment goes to
-exactly one worker. Order is FIFO by `queued_at`; an experiment requeued after a lost lease
-keeps its original `queued_at`, so it runs before everything submitted after it.
+Workers claim runs: an experiment's first run, a confirmation run, or a repeat of the best. Claims
+are atomic: the queued run is picked with `SELECT ... FOR UPDATE SKIP LOCKED` on PostgreSQL
+(concurrent claims skip each other's rows instead of waiting) and inside a `BEGIN IMMEDIATE`
+transaction on SQLite (one writer at a time), so each run goes to exactly one worker. Order is
+FIFO by `queued_at`, which a run takes from its experiment; a run requeued after a lost lease
+keeps it too, so it runs before everything submitted after its experiment.
 """
 
 from __future__ import annotations
@@ -14,23 +15,27 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Row, Update, bindparam, delete, func, insert, select, update
+from sqlalchemy import Row, Update, bindparam, case, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
+from client.states import ExperimentStatus, RunState
 from server.context import AppContext, Tx
 from server.core.problems import Problem
+from server.crud import noise as noise_crud
 from server.crud.project import load_project
+from server.crud.runs import cancel_queued_runs, live_runs
 from server.crud.tokens import Principal
+from server.decisions import reapply_before_running
+from server.judge import Rule
 from server.models import (
-    CANCELLED,
     EXPERIMENTS,
-    INFRA_FAILED,
     LEASES,
-    QUEUED,
-    RUNNING,
+    PROJECT,
+    RUNS,
     Experiment,
     Lease,
     ProgressSample,
+    Run,
     Worker,
     utcnow,
 )
@@ -65,32 +70,50 @@ def _touch(ctx: AppContext, session: Session, worker_id: str) -> None:
 
 
 def _claim_statement(gated: bool) -> Update:
-    """Take the first claimable queued experiment: one UPDATE ... RETURNING around a locked pick.
+    """Take the first claimable queued run: one UPDATE ... RETURNING around a locked pick.
 
     The worker endpoints are what a fleet calls most, so their statements are plain Core, built
     once here and run on the transaction's connection: no ORM unit of work, no identity map.
     """
-    pick = select(EXPERIMENTS.c.id).where(EXPERIMENTS.c.status == QUEUED)
+    pick = select(RUNS.c.id).where(RUNS.c.status == RunState.QUEUED)
     if gated:
-        pick = pick.where(EXPERIMENTS.c.id == bindparam("gate"))
-    pick = pick.order_by(EXPERIMENTS.c.queued_at, EXPERIMENTS.c.id).limit(1)
+        pick = pick.where(RUNS.c.experiment_id == bindparam("gate"))
+    pick = pick.order_by(RUNS.c.queued_at, RUNS.c.id).limit(1)
     pick = pick.with_for_update(skip_locked=True)
     return (
-        update(EXPERIMENTS)
-        .where(EXPERIMENTS.c.id == pick.scalar_subquery(), EXPERIMENTS.c.status == QUEUED)
+        update(RUNS)
+        .where(RUNS.c.id == pick.scalar_subquery(), RUNS.c.status == RunState.QUEUED)
         .values(
-            status=RUNNING,
-            attempts=EXPERIMENTS.c.attempts + 1,
-            started_at=bindparam("now", type_=EXPERIMENTS.c.started_at.type),
+            status=RunState.RUNNING,
+            attempts=RUNS.c.attempts + 1,
+            started_at=bindparam("now", type_=RUNS.c.started_at.type),
         )
-        .returning(
-            EXPERIMENTS.c.id, EXPERIMENTS.c.attempts, EXPERIMENTS.c.commit_sha, EXPERIMENTS.c.description
-        )
+        .returning(RUNS.c.id, RUNS.c.experiment_id, RUNS.c.number, RUNS.c.seed, RUNS.c.attempts)
     )
 
 
 _CLAIM = _claim_statement(gated=False)
 _CLAIM_GATED = _claim_statement(gated=True)
+# The claimed run's experiment: running, unless already decided (a repeat of the best).
+_START_EXPERIMENT = (
+    update(EXPERIMENTS)
+    .where(EXPERIMENTS.c.id == bindparam("experiment_id"))
+    .values(
+        status=case(
+            (EXPERIMENTS.c.status == ExperimentStatus.QUEUED, ExperimentStatus.RUNNING),
+            else_=EXPERIMENTS.c.status,
+        ),
+        started_at=case(
+            (
+                EXPERIMENTS.c.status == ExperimentStatus.QUEUED,
+                bindparam("now", type_=EXPERIMENTS.c.started_at.type),
+            ),
+            else_=EXPERIMENTS.c.started_at,
+        ),
+    )
+    .returning(EXPERIMENTS.c.commit_sha, EXPERIMENTS.c.description, EXPERIMENTS.c.base_commit)
+)
+_BEST_COMMIT = select(PROJECT.c.best_commit).where(PROJECT.c.id == 1)
 _INSERT_LEASE = insert(LEASES)
 _LOCK_LEASE = select(LEASES).where(LEASES.c.id == bindparam("lease_id")).with_for_update()
 _UPDATE_LEASE = update(LEASES).where(LEASES.c.id == bindparam("lease_id"))
@@ -98,66 +121,96 @@ _INSERT_PROGRESS = insert(ProgressSample)
 
 
 def _gate(ctx: AppContext, session: Session) -> int | None:
-    """The one experiment that may be handed out now, or None when any queued one may.
+    """The one experiment whose runs may be handed out now, or None when any queued run may.
 
-    Until the best (the baseline) has a valid measurement, only it runs: nothing is compared
-    with an unmeasured best. Once measured, it stays measured, so the check is skipped after.
+    Nothing is compared with a best that is not measured yet: until the best has a valid run
+    (greedy), or until the noise estimate rests on NOISE_RUNS runs of the best (noise-aware),
+    only the best's runs go out while it has any queued or running. Once open, the gate stays
+    open (a measurement is never lost), so the check is skipped after.
     """
-    if ctx.best_measured:
+    if ctx.gate_open:
         return None
     project = load_project(session)
-    if project.best_val_bpb is not None or project.best_experiment_id is None:
-        ctx.best_measured = project.best_val_bpb is not None
+    best_id = project.best_experiment_id
+    if best_id is None:
         return None
-    gate = session.get(Experiment, project.best_experiment_id)
-    if gate is None or gate.status not in (QUEUED, RUNNING):
-        return None  # the baseline ended without a valid result: the first valid result will do
-    return gate.id
+    best = session.get(Experiment, best_id)
+    assert best is not None
+    if ctx.settings.decision_rule == Rule.NOISE_AWARE:
+        estimate = noise_crud.noise(session, project.platform, project.harness_id)
+        measured = estimate is not None and estimate.df >= ctx.settings.noise_runs - 1
+    else:
+        measured = best.valid_runs > 0
+    if measured:
+        ctx.gate_open = True
+        return None
+    if live_runs(session, best_id) == 0:
+        return None  # its runs ended without the measurement (crashes): the next valid result will do
+    return best_id
 
 
 def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | None:
-    """Lease the next queued experiment to this worker, or None when nothing can run now."""
+    """Lease the next queued run to this worker, or None when nothing can run now."""
     check_worker(ctx, principal, worker_id)
     if ctx.db.sqlite:
         # SQLite has one writer for the whole database: look before taking its write lock, so
         # that idle long polls do not queue for it. PostgreSQL's claim below locks one row only.
         with ctx.db.read() as session:
-            anything = session.scalar(select(Experiment.id).where(Experiment.status == QUEUED).limit(1))
+            anything = session.scalar(select(Run.id).where(Run.status == RunState.QUEUED).limit(1))
         if anything is None:
             if ctx.presence.seen_write_due(worker_id):
                 with ctx.transaction() as tx:
                     _write_seen(tx.session, worker_id)
             return None
-    with ctx.transaction() as tx:
-        _touch(ctx, tx.session, worker_id)
-        now = utcnow()
-        gate = _gate(ctx, tx.session)
-        connection = tx.session.connection()
-        if gate is None:
-            picked = connection.execute(_CLAIM, {"now": now}).first()
-        else:
-            picked = connection.execute(_CLAIM_GATED, {"now": now, "gate": gate}).first()
-        if picked is None:
-            return None
-        lease = {
-            "id": str(uuid.uuid4()),
-            "experiment_id": picked.id,
-            "worker_id": worker_id,
-            "attempt": picked.attempts,
-            "state": ACTIVE,
-            "claimed_at": now,
-            "expires_at": now + timedelta(seconds=ctx.settings.lease_seconds),
-        }
-        connection.execute(_INSERT_LEASE, lease)
-        tx.emit(
-            "started", experiment_id=picked.id, attempt=picked.attempts, worker=ctx.presence.name(worker_id)
-        )
-    train_py = ctx.repo.train_py(picked.commit_sha)
+    while True:
+        with ctx.transaction() as tx:
+            _touch(ctx, tx.session, worker_id)
+            now = utcnow()
+            gate = _gate(ctx, tx.session)
+            connection = tx.session.connection()
+            if gate is None:
+                picked = connection.execute(_CLAIM, {"now": now}).first()
+            else:
+                picked = connection.execute(_CLAIM_GATED, {"now": now, "gate": gate}).first()
+            if picked is None:
+                return None
+            experiment = connection.execute(
+                _START_EXPERIMENT, {"experiment_id": picked.experiment_id, "now": now}
+            ).one()
+            if (
+                picked.number == 1
+                and experiment.base_commit is not None
+                and experiment.base_commit != connection.execute(_BEST_COMMIT).scalar()
+                and reapply_before_running(ctx, tx, picked.experiment_id, picked.id)
+            ):
+                continue  # its change went onto the current best: claim again
+            lease = {
+                "id": str(uuid.uuid4()),
+                "experiment_id": picked.experiment_id,
+                "run_id": picked.id,
+                "worker_id": worker_id,
+                "attempt": picked.attempts,
+                "state": ACTIVE,
+                "claimed_at": now,
+                "expires_at": now + timedelta(seconds=ctx.settings.lease_seconds),
+            }
+            connection.execute(_INSERT_LEASE, lease)
+            tx.emit(
+                "started",
+                experiment_id=picked.experiment_id,
+                run=picked.number,
+                attempt=picked.attempts,
+                worker=ctx.presence.name(worker_id),
+            )
+        break
+    train_py = ctx.repo.train_py(experiment.commit_sha)
     return ClaimOut(
         lease_id=lease["id"],
-        experiment_id=picked.id,
+        experiment_id=picked.experiment_id,
+        run=picked.number,
+        seed=picked.seed,
         attempt=picked.attempts,
-        description=picked.description,
+        description=experiment.description,
         train_py=train_py.decode("utf-8"),
         train_py_sha256=hashlib.sha256(train_py).hexdigest(),
         lease_expires_at=lease["expires_at"],
@@ -219,11 +272,11 @@ def heartbeat(ctx: AppContext, principal: Principal, lease_id: str) -> Heartbeat
 def record_progress(
     ctx: AppContext, principal: Principal, lease_id: str, events: list[ProgressEventIn]
 ) -> None:
-    """Store progress samples, keeping at most MAX_PROGRESS_EVENTS per experiment.
+    """Store progress samples, keeping at most MAX_PROGRESS_EVENTS per run.
 
-    Only the latest attempt's samples are kept. Past the bound, the sample whose neighbours are
-    closest (in steps) is dropped, again and again: the stored curve keeps its first and last
-    points and stays evenly spread over the whole run, however long it gets.
+    Only the latest attempt's samples of a run are kept. Past the bound, the sample whose
+    neighbours are closest (in steps) is dropped, again and again: the stored curve keeps its
+    first and last points and stays evenly spread over the whole run, however long it gets.
     """
     with ctx.transaction() as tx:
         lease = held_lease(ctx, tx.session, principal, lease_id)
@@ -236,6 +289,7 @@ def record_progress(
             [
                 {
                     "experiment_id": lease.experiment_id,
+                    "run_id": lease.run_id,
                     "attempt": lease.attempt,
                     "step": e.step,
                     "loss": e.loss,
@@ -247,18 +301,33 @@ def record_progress(
                 for e in events
             ],
         )
-        _thin_progress(tx.session, lease.experiment_id, lease.attempt, ctx.settings.max_progress_events)
+        _thin_progress(
+            tx.session, lease.experiment_id, lease.run_id, lease.attempt, ctx.settings.max_progress_events
+        )
+        number = tx.session.scalar(select(Run.number).where(Run.id == lease.run_id))
         last = events[-1]
-        tx.emit("progress", experiment_id=lease.experiment_id, attempt=lease.attempt, **last.model_dump())
+        tx.emit(
+            "progress",
+            experiment_id=lease.experiment_id,
+            run=number,
+            attempt=lease.attempt,
+            **last.model_dump(),
+        )
 
 
-def _thin_progress(session: Session, experiment_id: int, attempt: int, limit: int) -> None:
+def _thin_progress(session: Session, experiment_id: int, run_id: int, attempt: int, limit: int) -> None:
     session.execute(
         delete(ProgressSample).where(
-            ProgressSample.experiment_id == experiment_id, ProgressSample.attempt < attempt
+            ProgressSample.experiment_id == experiment_id,
+            ProgressSample.run_id == run_id,
+            ProgressSample.attempt < attempt,
         )
     )
-    mine = (ProgressSample.experiment_id == experiment_id) & (ProgressSample.attempt == attempt)
+    mine = (
+        (ProgressSample.experiment_id == experiment_id)
+        & (ProgressSample.run_id == run_id)
+        & (ProgressSample.attempt == attempt)
+    )
     if (session.scalar(select(func.count()).where(mine)) or 0) <= limit:
         return
     kept = list(
@@ -273,40 +342,74 @@ def _thin_progress(session: Session, experiment_id: int, attempt: int, limit: in
     session.execute(delete(ProgressSample).where(ProgressSample.id.in_(dropped)))
 
 
-def progress_of(ctx: AppContext, experiment_id: int) -> list[ProgressSample]:
-    """The stored samples of the experiment's latest attempt, oldest first."""
+def progress_of(
+    ctx: AppContext, experiment_id: int, run: int | None = None
+) -> tuple[int | None, list[ProgressSample]]:
+    """The run's (default: the latest run with samples) number and the stored samples of its latest
+    attempt, oldest first."""
     with ctx.db.read() as session:
-        attempt = session.scalar(
-            select(func.max(ProgressSample.attempt)).where(ProgressSample.experiment_id == experiment_id)
-        )
+        runs = select(Run.id, Run.number).where(Run.experiment_id == experiment_id)
+        if run is not None:
+            runs = runs.where(Run.number == run)
+        else:
+            runs = runs.where(
+                Run.id.in_(select(ProgressSample.run_id).where(ProgressSample.experiment_id == experiment_id))
+            )
+        chosen = session.execute(runs.order_by(Run.number.desc()).limit(1)).first()
+        if chosen is None:
+            return run, []
+        in_run = (ProgressSample.experiment_id == experiment_id) & (ProgressSample.run_id == chosen.id)
+        attempt = session.scalar(select(func.max(ProgressSample.attempt)).where(in_run))
         if attempt is None:
-            return []
+            return chosen.number, []
         statement = (
             select(ProgressSample)
-            .where(ProgressSample.experiment_id == experiment_id, ProgressSample.attempt == attempt)
+            .where(in_run, ProgressSample.attempt == attempt)
             .order_by(ProgressSample.id)
         )
-        return list(session.scalars(statement))
+        return chosen.number, list(session.scalars(statement))
 
 
-def back_to_queue(tx: Tx, experiment: Experiment, why: str, count_attempt: bool, max_attempts: int) -> None:
-    """A run ended without a result: queue it again, or end it (cancelled, or too many attempts)."""
+def back_to_queue(
+    tx: Tx, experiment: Experiment, run: Run, why: str, count_attempt: bool, max_attempts: int
+) -> None:
+    """A run ended without a result: queue it again, or end it (cancelled, or too many attempts).
+
+    An undecided experiment follows its run; a decided one (the best, whose repeat this was) keeps
+    its status whatever happens to the run.
+    """
     now = utcnow()
     if not count_attempt:
-        experiment.attempts -= 1
-    if experiment.cancel_requested:
-        experiment.status = CANCELLED
+        run.attempts -= 1
+    undecided = experiment.status in (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING)
+    if experiment.cancel_requested and undecided:
+        run.status, run.finished_at = RunState.CANCELLED, now
+        experiment.status = ExperimentStatus.CANCELLED
         experiment.decision_reason = f"cancelled while running ({why})"
-    elif experiment.attempts >= max_attempts:
-        experiment.status = INFRA_FAILED
+    elif run.attempts >= max_attempts:
+        run.status, run.finished_at = RunState.INFRA_FAILED, now
+        if not undecided:
+            tx.emit(
+                "finished",
+                experiment_id=experiment.id,
+                run=run.number,
+                status=RunState.INFRA_FAILED,
+                reason=why,
+            )
+            return
+        experiment.status = ExperimentStatus.INFRA_FAILED
+        of_run = f" of run {run.number}" if run.number > 1 else ""
         experiment.decision_reason = (
-            f"{why}; attempt {experiment.attempts} of {max_attempts}: ended as an infrastructure failure"
+            f"{why}; attempt {run.attempts} of {max_attempts}{of_run}: ended as an infrastructure failure"
         )
     else:
-        experiment.status = QUEUED  # keeps its queued_at: back to its original place in the queue
-        experiment.started_at = None
-        tx.emit("queued", experiment_id=experiment.id, attempts=experiment.attempts, why=why)
+        run.status, run.started_at = RunState.QUEUED, None  # keeps its queued_at: its place in the queue
+        if undecided:
+            experiment.status = ExperimentStatus.QUEUED
+            experiment.started_at = None
+        tx.emit("queued", experiment_id=experiment.id, run=run.number, attempts=run.attempts, why=why)
         return
+    cancel_queued_runs(tx.session, experiment.id, now)
     experiment.finished_at = now
     tx.emit(
         "finished", experiment_id=experiment.id, status=experiment.status, reason=experiment.decision_reason
@@ -318,13 +421,14 @@ def release(ctx: AppContext, principal: Principal, lease_id: str, reason: str, c
         lease = held_lease(ctx, tx.session, principal, lease_id)
         set_lease(tx.session, lease.id, state=RELEASED, ended_at=utcnow())
         experiment = tx.session.get(Experiment, lease.experiment_id, with_for_update=True)
-        assert experiment is not None
+        run = tx.session.get(Run, lease.run_id, with_for_update=True)
+        assert experiment is not None and run is not None
         why = f"released by the worker: {reason}" if reason else "released by the worker"
-        back_to_queue(tx, experiment, why, count_attempt, max_attempts=ctx.settings.max_attempts)
+        back_to_queue(tx, experiment, run, why, count_attempt, max_attempts=ctx.settings.max_attempts)
 
 
 def expire_leases(ctx: AppContext) -> int:
-    """Requeue the experiments of expired leases (or end them after MAX_ATTEMPTS); return how many."""
+    """Requeue the runs of expired leases (or end them after MAX_ATTEMPTS); return how many."""
     now = utcnow()
     with ctx.db.read() as session:
         due = session.scalar(select(Lease.id).where(Lease.state == ACTIVE, Lease.expires_at <= now).limit(1))
@@ -342,8 +446,11 @@ def expire_leases(ctx: AppContext) -> int:
             lease.state = EXPIRED
             lease.ended_at = now
             experiment = tx.session.get(Experiment, lease.experiment_id, with_for_update=True)
-            assert experiment is not None
+            run = tx.session.get(Run, lease.run_id, with_for_update=True)
+            assert experiment is not None and run is not None
             deadline = lease.expires_at.isoformat()
             why = f"lease of attempt {lease.attempt} expired (no heartbeat before {deadline})"
-            back_to_queue(tx, experiment, why, count_attempt=True, max_attempts=ctx.settings.max_attempts)
+            back_to_queue(
+                tx, experiment, run, why, count_attempt=True, max_attempts=ctx.settings.max_attempts
+            )
         return len(leases)

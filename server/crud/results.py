@@ -1,4 +1,4 @@
-"""Recording a worker's result and deciding on it, exactly once per result_id."""
+"""Recording a worker's result for one run and deciding on it, exactly once per result_id."""
 
 from __future__ import annotations
 
@@ -6,17 +6,24 @@ from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from client.states import RunState
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud.leases import FINISHED, locked_lease, require_held, set_lease
 from server.crud.tokens import Principal
-from server.decisions import decide, stored_bpb
-from server.models import CANCELLED, EXPERIMENTS, RESULTS, Experiment, Result, utcnow
+from server.decisions import decide
+from server.models import EXPERIMENTS, RESULTS, RUNS, Experiment, Result, utcnow
 from server.schemas import ResultIn, ResultOutcome
 
 RESULT_COLUMNS = frozenset(RESULTS.columns.keys())
 _INSERT_RESULT = insert(RESULTS)
 _LOCK_EXPERIMENT = select(EXPERIMENTS).where(EXPERIMENTS.c.id == bindparam("id")).with_for_update()
+_RUN = select(RUNS).where(RUNS.c.id == bindparam("id"))
+_FINISH_RUN = (
+    update(RUNS)
+    .where(RUNS.c.id == bindparam("run_id"))
+    .values(status=RunState.FINISHED, finished_at=bindparam("now", type_=RUNS.c.finished_at.type))
+)
 # The SET clause comes from the parameters: the columns the result and its decision change.
 _UPDATE_EXPERIMENT = update(EXPERIMENTS).where(EXPERIMENTS.c.id == bindparam("experiment_id"))
 
@@ -29,8 +36,10 @@ def _already_recorded(session: Session, lease_id: str, result_id: str) -> Result
         raise Problem(409, "result-id-reused", f"result_id {result_id} was recorded for another lease")
     experiment = session.get(Experiment, stored.experiment_id)
     assert experiment is not None
+    number = session.connection().execute(_RUN, {"id": stored.run_id}).one().number
     return ResultOutcome(
         experiment_id=experiment.id,
+        run=number,
         decision=experiment.decision,  # type: ignore[arg-type]
         status=experiment.status,  # type: ignore[arg-type]
         reason=experiment.decision_reason or "",
@@ -38,7 +47,7 @@ def _already_recorded(session: Session, lease_id: str, result_id: str) -> Result
 
 
 def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: ResultIn) -> ResultOutcome:
-    """Store the result, decide on it and end the lease, in one transaction.
+    """Store the run's result, decide on its experiment and end the lease, in one transaction.
 
     Workers report results all the time, so this is plain Core statements on the transaction's
     connection: the rows it reads are locked where they must be, and the experiment's new
@@ -54,14 +63,25 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
                 return replay
         require_held(ctx, tx.session, lease)
         experiment = connection.execute(_LOCK_EXPERIMENT, {"id": lease.experiment_id}).one()
+        run = connection.execute(_RUN, {"id": lease.run_id}).one()
+        measured = body.result
+        if measured.seed is not None and run.seed is not None and measured.seed != run.seed:
+            raise Problem(
+                422,
+                "seed-mismatch",
+                f"run {run.number} of experiment {experiment.id} has seed {run.seed}; the result says it ran "
+                f"with seed {measured.seed}",
+            )
         now = utcnow()
         set_lease(tx.session, lease.id, state=FINISHED, ended_at=now)
-        measured = body.result
+        connection.execute(_FINISH_RUN, {"run_id": run.id, "now": now})
         fields = measured.model_dump(mode="json")
+        fields["seed"] = run.seed if measured.seed is None else measured.seed
         extra = {key: fields.pop(key) for key in list(fields) if key not in RESULT_COLUMNS}
         row = {
             "id": result_id,
             "experiment_id": experiment.id,
+            "run_id": run.id,
             "lease_id": lease.id,
             "worker_id": lease.worker_id,
             "received_at": now,
@@ -74,23 +94,20 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
             raise Problem(
                 409, "result-id-reused", f"result_id {result_id} was recorded for another lease"
             ) from exc
-        changes: dict[str, object] = {
-            "finished_at": now,
-            "platform": measured.device,
-            "val_bpb": stored_bpb(measured),
-        }
         tx.emit(
-            "finished", experiment_id=experiment.id, result_status=measured.status, val_bpb=measured.val_bpb
+            "finished",
+            experiment_id=experiment.id,
+            run=run.number,
+            result_status=measured.status,
+            val_bpb=measured.val_bpb,
         )
-        if experiment.cancel_requested:
-            changes["status"] = CANCELLED
-            changes["decision_reason"] = "cancelled while running; its result is recorded but not compared"
-        else:
-            changes |= decide(ctx, tx, experiment, measured)
+        changes: dict[str, object] = {"platform": measured.device}
+        changes |= decide(ctx, tx, experiment, run, measured)
         connection.execute(_UPDATE_EXPERIMENT, {"experiment_id": experiment.id, **changes})
         return ResultOutcome(
             experiment_id=experiment.id,
-            decision=changes.get("decision"),  # type: ignore[arg-type]
-            status=changes["status"],  # type: ignore[arg-type]
-            reason=str(changes["decision_reason"]),
+            run=run.number,
+            decision=changes.get("decision", experiment.decision),  # type: ignore[arg-type]
+            status=changes.get("status", experiment.status),  # type: ignore[arg-type]
+            reason=str(changes.get("decision_reason", experiment.decision_reason) or ""),
         )

@@ -7,20 +7,12 @@ from typing import Any
 from sqlalchemy import Row, case, func, select
 from sqlalchemy.orm import Session
 
+from client.states import ExperimentStatus
+from server.crud import noise as noise_crud
 from server.crud.experiments import BASELINE_AGENT, agent_names
-from server.crud.project import load_project
+from server.crud.project import best_sample, load_project
 from server.crud.tokens import ENV_ADMIN_NAME
-from server.models import (
-    INFRA_FAILED,
-    KEPT,
-    QUEUED,
-    REBASED,
-    REVERTED,
-    RUNNING,
-    STALE,
-    ApiToken,
-    Experiment,
-)
+from server.models import ApiToken, Experiment
 from server.research_repo import ResearchRepo
 from server.schemas import AgentStanding, BestOut, LineageEntry, RankedResult
 
@@ -29,9 +21,13 @@ def best(session: Session, repo: ResearchRepo) -> BestOut | None:
     project = load_project(session)
     if project.best_commit is None:
         return None
+    runs, mean = best_sample(session)
+    estimate = noise_crud.noise(session, project.platform, project.harness_id)
     return BestOut(
         commit=project.best_commit,
-        val_bpb=project.best_val_bpb,
+        val_bpb=mean,
+        runs=runs,
+        se=estimate.sigma / runs**0.5 if estimate is not None and runs else None,
         experiment_id=project.best_experiment_id,
         platform=project.platform,
         harness_id=project.harness_id,
@@ -42,7 +38,11 @@ def best(session: Session, repo: ResearchRepo) -> BestOut | None:
 def lineage(session: Session) -> list[LineageEntry]:
     """Every kept experiment in the order it became the best: the path from the baseline."""
     kept = list(
-        session.scalars(select(Experiment).where(Experiment.status == KEPT).order_by(Experiment.finished_at))
+        session.scalars(
+            select(Experiment)
+            .where(Experiment.status == ExperimentStatus.KEPT)
+            .order_by(Experiment.finished_at)
+        )
     )
     names = agent_names(session, {e.agent_id for e in kept if e.agent_id is not None})
     return [
@@ -93,20 +93,24 @@ def agent_totals(session: Session) -> dict[int, Row[Any]]:
     One aggregate over all experiments, grouped by agent: it reads only ix_experiments_standing.
     """
     improvement = case(
-        (Experiment.status == KEPT, Experiment.best_before_val_bpb - Experiment.val_bpb),
+        (Experiment.status == ExperimentStatus.KEPT, Experiment.best_before_val_bpb - Experiment.val_bpb),
         else_=0.0,
     )
-    measured_not_kept = Experiment.status.in_((REVERTED, REBASED, STALE)) & Experiment.val_bpb.is_not(None)
-    no_valid_result = (Experiment.status == INFRA_FAILED) | (
-        (Experiment.status == REVERTED) & Experiment.val_bpb.is_(None)
+    measured_not_kept = Experiment.status.in_(
+        (ExperimentStatus.REVERTED, ExperimentStatus.REBASED, ExperimentStatus.STALE)
+    ) & Experiment.val_bpb.is_not(None)
+    no_valid_result = (Experiment.status == ExperimentStatus.INFRA_FAILED) | (
+        (Experiment.status == ExperimentStatus.REVERTED) & Experiment.val_bpb.is_(None)
     )
     statement = (
         select(
             Experiment.agent_id,
-            func.count().label("submitted"),
-            _count(Experiment.status == QUEUED).label("queued"),
-            _count(Experiment.status == RUNNING).label("running"),
-            _count(Experiment.status == KEPT).label("kept"),
+            # A change re-applied onto a new best is the same submission: its copy replaces the
+            # experiment it came from (which ends `rebased`), so each rebased one is not counted.
+            (func.count() - _count(Experiment.status == ExperimentStatus.REBASED)).label("submitted"),
+            _count(Experiment.status == ExperimentStatus.QUEUED).label("queued"),
+            _count(Experiment.status == ExperimentStatus.RUNNING).label("running"),
+            _count(Experiment.status == ExperimentStatus.KEPT).label("kept"),
             _count(measured_not_kept).label("reverted"),
             _count(no_valid_result).label("failed"),
             func.min(Experiment.val_bpb).label("best_val_bpb"),

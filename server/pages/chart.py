@@ -1,9 +1,11 @@
 """Geometry of the progress chart: finished experiments by order of completion, and the best.
 
 This is the chart autoresearch draws after a night of experiments: x is the order in which
-experiments finished, y is val_bpb (lower is better); discarded results are grey dots, kept ones
-are highlighted and labelled, and the best so far is a step line. Experiments that ended without
-a score (crashes, infrastructure failures) sit as red dots in a lane above the plot.
+experiments finished, y is val_bpb (lower is better; an experiment's mean over its runs);
+discarded results are grey dots, kept ones are highlighted and labelled, and the best so far is a
+step line at each best's mean, in a band of plus or minus one standard error of that mean (the
+noise estimate over the square root of its runs). Experiments that ended without a score
+(crashes, infrastructure failures) sit as red dots in a lane above the plot.
 
 Points that are not kept are drawn as one SVG path of zero-length segments with round caps (one
 `M x y h0` per point), so that ten thousand of them cost a few hundred kilobytes of markup and
@@ -32,8 +34,9 @@ class Finished(NamedTuple):
 
     id: int
     kept: bool
-    val_bpb: float | None  # None: ended without a score
+    val_bpb: float | None  # None: ended without a score; else the mean of its runs
     description: str = ""
+    runs: int = 1  # valid runs behind val_bpb
 
 
 class KeptMark(NamedTuple):
@@ -59,6 +62,7 @@ class Chart:
     failed_path: str
     kept: list[KeptMark]
     best_path: str
+    band_path: str  # the best's mean plus or minus one standard error
     y_ticks: list[Tick]
     x_ticks: list[Tick]
     clipped: int  # scored points above the top of the y range, drawn at its edge
@@ -150,8 +154,9 @@ def _x_ticks(count: int, x_of: list[float]) -> list[Tick]:
     return [Tick(x_of[n - 1], str(n)) for n in sorted(set(numbers))]
 
 
-def build_chart(points: Sequence[Finished]) -> Chart:
-    """The chart of `points`, given in order of completion."""
+def build_chart(points: Sequence[Finished], sigma: float | None = None) -> Chart:
+    """The chart of `points`, given in order of completion; `sigma`, the noise estimate, sets the
+    width of the best's band (none without it)."""
     count = len(points)
     plot_left, plot_right, plot_top, plot_bottom = LEFT, WIDTH - RIGHT, TOP, HEIGHT - BOTTOM
     x_step = (plot_right - plot_left) / max(count, 1)
@@ -159,15 +164,16 @@ def build_chart(points: Sequence[Finished]) -> Chart:
     scores = [p.val_bpb for p in points if p.val_bpb is not None]
     failed = [f"M{x_of[i]:.1f} {FAILED_LANE_Y:.1f}h0" for i, p in enumerate(points) if p.val_bpb is None]
     if not scores:
-        return Chart(count, "", "".join(failed), [], "", [], _x_ticks(count, x_of), 0)
+        return Chart(count, "", "".join(failed), [], "", "", [], _x_ticks(count, x_of), 0)
     reference = next((p.val_bpb for p in points if p.kept and p.val_bpb is not None), None)
     low, high = y_range(scores, reference)
     scale = (plot_bottom - plot_top) / (high - low)
     discarded: list[str] = []
     kept: list[KeptMark] = []
     best_steps: list[str] = []
+    band: list[tuple[float, float, float] | None] = []  # per best: (its x, top y, bottom y) or None
     clipped = 0
-    for x, (id_, is_kept, score, description) in zip(x_of, points, strict=True):
+    for x, (id_, is_kept, score, description, runs) in zip(x_of, points, strict=True):
         if score is None:
             continue
         if score > high:  # off the scale: drawn at the top edge
@@ -182,14 +188,24 @@ def build_chart(points: Sequence[Finished]) -> Chart:
         kept.append(KeptMark(id_, x, y, score, description))
         # The best holds until the next keep: a horizontal run, then a drop to the new best.
         best_steps.append(f"H{x:.1f}V{y:.1f}" if best_steps else f"M{x:.1f} {y:.1f}")
+        half = sigma / math.sqrt(runs) * scale if sigma is not None and runs > 0 else None
+        band.append((x, max(plot_top, y - half), min(plot_bottom, y + half)) if half is not None else None)
     if best_steps:
         best_steps.append(f"H{x_of[-1]:.1f}")
+    # Each best's band runs from its mark to the next best's (the last one to the chart's end).
+    ends = [kept_mark.x for kept_mark in kept[1:]] + [x_of[-1]] * bool(kept)
+    band_path = "".join(
+        f"M{b[0]:.1f} {b[1]:.1f}H{end:.1f}V{b[2]:.1f}H{b[0]:.1f}Z"
+        for b, end in zip(band, ends, strict=True)
+        if b is not None
+    )
     return Chart(
         count=count,
         discarded_path="".join(discarded),
         failed_path="".join(failed),
         kept=_labelled(kept),
         best_path="".join(best_steps),
+        band_path=band_path,
         y_ticks=_y_ticks(low, high, scale, plot_bottom),
         x_ticks=_x_ticks(count, x_of),
         clipped=clipped,

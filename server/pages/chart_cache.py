@@ -1,9 +1,11 @@
-"""The rendered progress chart, kept until the set of finished experiments changes.
+"""The rendered progress chart, kept until the finished experiments or the best's runs change.
 
 With ten thousand experiments, reading every finished one and drawing the chart is most of the
-cost of the leaderboard, yet it changes only when an experiment finishes. Each request reads a
-cheap key (counts and id sums per status, from an index: `queries.plotted_key`); when it moved,
-only the experiments that finished after the last one read are fetched and the chart is redrawn.
+cost of the leaderboard, yet it changes only when an experiment finishes or the best is run again.
+Each request reads a cheap key (counts and id sums per status, from an index, plus the best's
+runs and the noise estimate: `queries.chart_signature`); when it moved, only the experiments that
+finished after the last one read are fetched, the kept ones' means are read again (a best's
+repeats move its mean), and the chart is redrawn.
 Should the rows read so far plus the new ones not add up to the key (an experiment that finished
 "before" the last one read, by a clock that went back), everything is read again. One cache per
 app, so that two apps in one process never share charts.
@@ -11,13 +13,13 @@ app, so that two apps in one process never share charts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
-from server.models import REVERTED
+from client.states import ExperimentStatus
 from server.pages import queries
 from server.pages.chart import Finished, build_chart
 from server.pages.templating import templates
@@ -40,17 +42,25 @@ class Plotted:
         for row in rows:
             count, ids = totals.get(row.status, (0, 0))
             totals[row.status] = (count + 1, ids + row.id)
-            crashed += row.status == REVERTED and row.val_bpb is None
+            crashed += row.status == ExperimentStatus.REVERTED and row.val_bpb is None
         last = self.last
         if rows:
             last = (rows[-1].finished_at, rows[-1].id) if rows[-1].finished_at is not None else None
-        points = self.points + [Finished(r.id, r.kept, r.val_bpb, r.description) for r in rows]
+        points = self.points + [Finished(r.id, r.kept, r.val_bpb, r.description, r.runs) for r in rows]
         return Plotted(points, totals, last, crashed)
+
+    def with_kept(self, values: dict[int, tuple[float | None, int]]) -> Plotted:
+        """The same points, with the kept experiments' current means and runs."""
+        points = [
+            p._replace(val_bpb=values[p.id][0], runs=values[p.id][1]) if p.kept and p.id in values else p
+            for p in self.points
+        ]
+        return Plotted(points, self.totals, self.last, self.crashed_runs)
 
 
 @dataclass(frozen=True)
 class PlottedView:
-    key: tuple[tuple[int, int], ...]
+    key: queries.ChartSignature
     plotted: Plotted
     markup: Markup  # the chart's <figure>
 
@@ -60,17 +70,18 @@ class ChartCache:
         self._view: PlottedView | None = None
 
     def view(self, session: Session, totals: Totals) -> PlottedView:
-        key = queries.plotted_key(totals)
+        key = queries.chart_signature(session, totals)
         view = self._view  # one read: another thread may replace it meanwhile, which is fine
         if view is not None and view.key == key:
             return view
         plotted = None
         if view is not None and view.plotted.last is not None:
             plotted = view.plotted.extended(queries.plotted_rows(session, after=view.plotted.last))
-        if plotted is None or queries.plotted_key(plotted.totals) != key:
+        if plotted is None or queries.plotted_key(plotted.totals) != key.plotted:
             plotted = Plotted().extended(queries.plotted_rows(session))
-        chart = build_chart(plotted.points)
+        plotted = plotted.with_kept(queries.kept_values(session))
+        chart = build_chart(plotted.points, key.noise.sigma if key.noise is not None else None)
         markup = Markup(templates.get_template("_chart.html").render(chart=chart))
-        view = PlottedView(queries.plotted_key(plotted.totals), plotted, markup)
+        view = PlottedView(replace(key, plotted=queries.plotted_key(plotted.totals)), plotted, markup)
         self._view = view
         return view

@@ -13,34 +13,33 @@ from typing import Literal, NamedTuple
 from sqlalchemy import Select, case, func, select
 from sqlalchemy.orm import Session
 
+from client.states import ExperimentStatus, RunState
+from server.crud import noise as noise_crud
 from server.crud.experiments import BASELINE_AGENT
-from server.crud.project import load_project
-from server.models import (
-    CANCELLED,
-    INFRA_FAILED,
-    KEPT,
-    QUEUED,
-    REBASED,
-    REVERTED,
-    RUNNING,
-    STALE,
-    ApiToken,
-    Experiment,
-    Lease,
-    Result,
-    Worker,
-    utcnow,
-)
+from server.crud.project import best_sample, load_project
+from server.judge import Noise
+from server.models import ApiToken, Experiment, Lease, Result, Run, Worker, utcnow
+from server.schemas import NoiseOut
 
-# Statuses that end a run with an outcome worth plotting (cancelled runs were stopped, not judged).
-PLOTTED_STATUSES = (KEPT, REVERTED, REBASED, STALE, INFRA_FAILED)
+# Statuses that end an experiment with an outcome worth plotting (cancelled ones were stopped,
+# not judged).
+PLOTTED_STATUSES = (
+    ExperimentStatus.KEPT,
+    ExperimentStatus.REVERTED,
+    ExperimentStatus.REBASED,
+    ExperimentStatus.STALE,
+    ExperimentStatus.INFRA_FAILED,
+)
 PAGE_SIZE = 50
 SortKey = Literal["id", "val_bpb", "finished", "status", "agent"]
 
 
 @dataclass(frozen=True)
 class Summary:
-    best_val_bpb: float | None
+    best_val_bpb: float | None  # the mean of the best's valid runs
+    best_runs: int
+    best_se: float | None
+    noise: NoiseOut | None  # the project's platform and harness
     best_experiment_id: int | None
     baseline_val_bpb: float | None
     baseline_experiment_id: int | None
@@ -82,6 +81,8 @@ def summary(session: Session, totals: dict[str, tuple[int, int]], crashed_runs: 
     """The headline numbers; `crashed_runs` counts reverted experiments without a score (their run
     crashed, timed out or was invalid), which the chart cache knows."""
     project = load_project(session)
+    best_runs, best_val_bpb = best_sample(session)
+    noise = noise_crud.current_view(session, project.platform, project.harness_id)
 
     def total(*statuses: str) -> int:
         return sum(totals.get(status, (0, 0))[0] for status in statuses)
@@ -95,16 +96,22 @@ def summary(session: Session, totals: dict[str, tuple[int, int]], crashed_runs: 
             .limit(1)
         ).first()
     return Summary(
-        best_val_bpb=project.best_val_bpb,
-        best_experiment_id=project.best_experiment_id if project.best_val_bpb is not None else None,
+        best_val_bpb=best_val_bpb,
+        best_runs=best_runs,
+        best_se=noise.sigma / best_runs**0.5
+        if noise is not None and noise.sigma is not None and best_runs
+        else None,
+        noise=noise,
+        best_experiment_id=project.best_experiment_id if best_val_bpb is not None else None,
         baseline_val_bpb=baseline.val_bpb if baseline else None,
         baseline_experiment_id=baseline.id if baseline else None,
-        kept=total(KEPT),
-        discarded=total(REVERTED, REBASED, STALE) - crashed_runs,
-        crashed=crashed_runs + total(INFRA_FAILED),
-        running=total(RUNNING),
-        queued=total(QUEUED),
-        cancelled=total(CANCELLED),
+        kept=total(ExperimentStatus.KEPT),
+        discarded=total(ExperimentStatus.REVERTED, ExperimentStatus.REBASED, ExperimentStatus.STALE)
+        - crashed_runs,
+        crashed=crashed_runs + total(ExperimentStatus.INFRA_FAILED),
+        running=total(ExperimentStatus.RUNNING),
+        queued=total(ExperimentStatus.QUEUED),
+        cancelled=total(ExperimentStatus.CANCELLED),
     )
 
 
@@ -114,6 +121,7 @@ class PlottedRow(NamedTuple):
     id: int
     kept: bool
     val_bpb: float | None
+    runs: int  # valid runs behind val_bpb (their mean)
     description: str  # only for kept experiments (the chart labels those alone)
 
 
@@ -123,7 +131,7 @@ def plotted_rows(session: Session, after: tuple[datetime, int] | None = None) ->
     Run as a Core statement on the session's connection: ten thousand plain rows, no ORM
     loading machinery in between.
     """
-    kept = Experiment.status == KEPT
+    kept = Experiment.status == ExperimentStatus.KEPT
     statement = (
         select(
             Experiment.status,
@@ -131,6 +139,7 @@ def plotted_rows(session: Session, after: tuple[datetime, int] | None = None) ->
             Experiment.id,
             kept,
             Experiment.val_bpb,
+            Experiment.valid_runs,
             case((kept, Experiment.description), else_=""),
         )
         .where(Experiment.status.in_(PLOTTED_STATUSES))
@@ -143,17 +152,46 @@ def plotted_rows(session: Session, after: tuple[datetime, int] | None = None) ->
     return [PlottedRow._make(row) for row in session.connection().execute(statement)]
 
 
+def kept_values(session: Session) -> dict[int, tuple[float | None, int]]:
+    """Every kept experiment's mean and valid runs now (a best's repeats keep changing them)."""
+    statement = select(Experiment.id, Experiment.val_bpb, Experiment.valid_runs).where(
+        Experiment.status == ExperimentStatus.KEPT
+    )
+    return {row.id: (row.val_bpb, row.valid_runs) for row in session.connection().execute(statement)}
+
+
+@dataclass(frozen=True)
+class ChartSignature:
+    """Changes whenever the chart does: the plotted experiments (plotted_key), and the best's
+    runs and the noise estimate, which move the best's mean and its band."""
+
+    plotted: tuple[tuple[int, int], ...]
+    best_experiment_id: int | None
+    best_runs: int
+    best_mean: float | None
+    noise: Noise | None
+
+
+def chart_signature(session: Session, totals: dict[str, tuple[int, int]]) -> ChartSignature:
+    project = load_project(session)
+    runs, mean = best_sample(session)
+    estimate = noise_crud.noise(session, project.platform, project.harness_id)
+    return ChartSignature(plotted_key(totals), project.best_experiment_id, runs, mean, estimate)
+
+
 @dataclass(frozen=True)
 class Row:
     id: int
     status: str
     val_bpb: float | None
-    best_before_val_bpb: float | None
+    runs: int  # valid runs behind val_bpb
+    effect: float | None  # of the latest judgement: mean minus what it was compared with
+    effect_se: float | None
     agent: str
     description: str
     finished_at: datetime | None
     created_at: datetime
-    result_status: str | None  # the harness's verdict on the run (ok, crash, timeout...), None before one
+    result_status: str | None  # the harness's verdict on its latest run (ok, crash...), None before one
 
 
 @dataclass(frozen=True)
@@ -197,21 +235,29 @@ def table_page(
         "agent": _agent_name(),
     }[sort]
     order = column.desc() if descending else column.asc()  # type: ignore[attr-defined]
+    latest_result = (
+        select(Result.status)
+        .where(Result.experiment_id == Experiment.id)
+        .order_by(Result.run_id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
     statement = (
         select(
             Experiment.id,
             Experiment.status,
             Experiment.val_bpb,
-            Experiment.best_before_val_bpb,
+            Experiment.valid_runs,
+            Experiment.effect,
+            Experiment.effect_se,
             _agent_name(),
             Experiment.description,
             Experiment.finished_at,
             Experiment.created_at,
-            Result.status,
+            latest_result,
         )
         .select_from(Experiment)
         .outerjoin(ApiToken, Experiment.agent_id == ApiToken.id)
-        .outerjoin(Result, Result.experiment_id == Experiment.id)
         # Unmeasured rows go last whichever way val_bpb is sorted; ties keep newest first.
         .order_by(order.nulls_last(), Experiment.id.desc())
         .limit(PAGE_SIZE)
@@ -255,7 +301,7 @@ def best_contributions(session: Session) -> dict[str, Contribution]:
         )
         .join(ApiToken, Experiment.agent_id == ApiToken.id)
         .where(
-            Experiment.status == KEPT,
+            Experiment.status == ExperimentStatus.KEPT,
             Experiment.best_before_val_bpb.is_not(None),
             Experiment.val_bpb.is_not(None),
         )
@@ -288,7 +334,8 @@ def workers(session: Session, lease_seconds: float) -> list[WorkerRow]:
         for worker_id, experiment_id, description in session.execute(
             select(Lease.worker_id, Experiment.id, Experiment.description)
             .join(Experiment, Experiment.id == Lease.experiment_id)
-            .where(Lease.state == "active", Experiment.status == RUNNING)
+            .join(Run, Run.id == Lease.run_id)
+            .where(Lease.state == "active", Run.status == RunState.RUNNING)
             .order_by(Lease.claimed_at)
         )
     )
@@ -323,11 +370,13 @@ class RunPlace:
 
 
 def run_place(session: Session, experiment_id: int) -> RunPlace:
-    """The worker of the result, else of the latest lease (a run in progress or given up)."""
+    """The worker of the latest result, else of the latest lease (a run in progress or given up)."""
     row = session.execute(
         select(Worker.name, Result.device)
         .join(Result, Result.worker_id == Worker.id)
         .where(Result.experiment_id == experiment_id)
+        .order_by(Result.run_id.desc())
+        .limit(1)
     ).first()
     if row is not None:
         return RunPlace(row.name, row.device)

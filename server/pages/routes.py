@@ -13,12 +13,13 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy import select
 
+from client.states import ExperimentStatus
 from server.api.deps import Ctx, Reader
 from server.core.problems import Problem
 from server.crud import standings
 from server.crud.experiments import get_view
 from server.crud.leases import progress_of
-from server.models import EXPERIMENT_STATUSES, QUEUED, RUNNING, Result
+from server.models import Result
 from server.pages import queries
 from server.pages.diff_view import render_diff
 from server.pages.templating import templates
@@ -40,9 +41,9 @@ def _optional(value: str | None) -> str | None:
 
 def _status_filter(value: str | None) -> str | None:
     status = _optional(value)
-    if status is not None and status not in EXPERIMENT_STATUSES:
+    if status is not None and status not in set(ExperimentStatus):
         raise Problem(
-            422, "unknown-status", f"status {status[:20]!r} is not one of {', '.join(EXPERIMENT_STATUSES)}"
+            422, "unknown-status", f"status {status[:20]!r} is not one of {', '.join(ExperimentStatus)}"
         )
     return status
 
@@ -83,7 +84,7 @@ def leaderboard(
             "chart": plotted.markup,
             "table": table,
             "agents": agents,
-            "statuses": EXPERIMENT_STATUSES,
+            "statuses": list(ExperimentStatus),
             "params": params,
             "table_url": table_url,
         },
@@ -103,14 +104,15 @@ def experiment_page(
         place = queries.run_place(session, experiment_id)
         base_id = queries.experiment_id_of_commit(session, view.base)
         log = session.execute(
-            select(Result.log_tail, Result.error_message).where(Result.experiment_id == experiment_id)
+            select(Result.log_tail, Result.error_message)
+            .where(Result.experiment_id == experiment_id)
+            .order_by(Result.run_id.desc())
+            .limit(1)
         ).first()
     new = ctx.repo.train_py(view.commit).decode("utf-8", "replace")
     old = ctx.repo.train_py(view.base).decode("utf-8", "replace") if view.base else ""
-    samples = [
-        [s.step, s.loss, s.fraction, s.elapsed_s, s.phase, s.tokens_per_s]
-        for s in progress_of(ctx, experiment_id)
-    ]
+    progress_run, stored = progress_of(ctx, experiment_id)
+    samples = [[s.step, s.loss, s.fraction, s.elapsed_s, s.phase, s.tokens_per_s] for s in stored]
     log_text = log.log_tail if log is not None else ""
     return templates.TemplateResponse(
         request,
@@ -127,7 +129,8 @@ def experiment_page(
             "log_cut": max(0, len(log_text) - LOG_LIMIT),
             "error_message": log.error_message if log is not None else None,
             "samples": samples,
-            "active": view.status in (QUEUED, RUNNING),
+            "progress_run": progress_run,
+            "active": view.status in (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING),
         },
     )
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from fastapi.templating import Jinja2Templates
 
+from server.judge import fmt_p
+
 SERVER_DIR = Path(__file__).resolve().parents[1]
 TEMPLATES_DIR = SERVER_DIR / "templates"
 STATIC_DIR = SERVER_DIR / "static"
@@ -21,6 +23,11 @@ def bpb(value: float | None) -> str:
 
 def signed(value: float | None, decimals: int = 6) -> str:
     return "—" if value is None else f"{value:+.{decimals}f}"
+
+
+def pvalue(value: float | None) -> str:
+    """A p-value as decisions state it: 3 decimals, or < 0.001."""
+    return "—" if value is None else fmt_p(value).removeprefix("= ")
 
 
 def utc(moment: datetime | None) -> str:
@@ -68,7 +75,14 @@ def build_templates() -> Jinja2Templates:
     env.trim_blocks = True
     env.lstrip_blocks = True
     env.filters.update(
-        bpb=bpb, signed=signed, utc=utc, iso=iso, ago=ago, duration=duration, thousands=thousands
+        bpb=bpb,
+        signed=signed,
+        pvalue=pvalue,
+        utc=utc,
+        iso=iso,
+        ago=ago,
+        duration=duration,
+        thousands=thousands,
     )
     env.globals["static_url"] = static_url
     return templates

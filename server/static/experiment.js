@@ -16,6 +16,8 @@
   // Samples as the page embeds them: [step, loss, fraction, elapsed_s, phase, tokens_per_s].
   let samples = JSON.parse(document.getElementById("progress-data").textContent);
   let attempt = Number(section.dataset.attempt || 0);
+  let run = Number(section.dataset.run || 0);
+  const runLabel = document.getElementById("progress-run");
 
   function el(name, attributes, text) {
     const node = document.createElementNS(NS, name);
@@ -73,9 +75,11 @@
   document.addEventListener("live:event", (event) => {
     const { type, data } = event.detail;
     if (data.experiment_id !== experiment) return;
-    if (type === "started" || (type === "progress" && data.attempt !== attempt)) {
-      // A new attempt starts its curve afresh (the stored samples are the latest attempt's).
+    if (type === "started" || (type === "progress" && (data.attempt !== attempt || data.run !== run))) {
+      // A new run or attempt starts its curve afresh (the stored samples are the latest's).
       attempt = data.attempt;
+      run = data.run;
+      if (runLabel) runLabel.textContent = "run " + run;
       samples = [];
       section.dataset.active = "true";
     }

@@ -83,6 +83,9 @@ def live_server(
         "HARNESS_ID": HARNESS_ID,
         "PLATFORM": PLATFORM,
         "SSE_KEEPALIVE_SECONDS": "2",
+        # The page tests report one run per experiment: the greedy rule judges it (a test of the
+        # noise-aware rule's pages sets DECISION_RULE).
+        "DECISION_RULE": "greedy",
         **(env or {}),
     }
     command = [

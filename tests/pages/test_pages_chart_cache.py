@@ -8,10 +8,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from bench.pages import seed_experiments
+from client.states import ExperimentStatus
 from server.core.db import Database, create_db_engine
-from server.models import INFRA_FAILED, KEPT, REVERTED, Experiment
+from server.crud.project import load_project
+from server.models import Experiment, NoiseEstimate, utcnow
 from server.pages import queries
 from server.pages.chart_cache import ChartCache
 from tests.pages.live_server import init_research
@@ -51,10 +54,14 @@ def test_the_cached_chart_is_always_a_fresh_read(db: Database) -> None:
     first, _ = view_markup(cache, db)
     later = datetime.now(UTC) + timedelta(days=1)
     steps = [
-        (KEPT, 0.5, later),  # finishes after everything read so far: read incrementally
-        (REVERTED, None, later + timedelta(minutes=1)),  # a crash
-        (INFRA_FAILED, None, later + timedelta(minutes=2)),
-        (REVERTED, 0.9, datetime(2000, 1, 1, tzinfo=UTC)),  # "before" the others: read everything again
+        (ExperimentStatus.KEPT, 0.5, later),  # finishes after everything read so far: read incrementally
+        (ExperimentStatus.REVERTED, None, later + timedelta(minutes=1)),  # a crash
+        (ExperimentStatus.INFRA_FAILED, None, later + timedelta(minutes=2)),
+        (
+            ExperimentStatus.REVERTED,
+            0.9,
+            datetime(2000, 1, 1, tzinfo=UTC),
+        ),  # "before" the others: read everything again
     ]
     previous = first
     for status, val_bpb, finished_at in steps:
@@ -64,3 +71,29 @@ def test_the_cached_chart_is_always_a_fresh_read(db: Database) -> None:
         assert cached[0] != previous
         previous = cached[0]
     assert view_markup(cache, db) == (previous, view_markup(ChartCache(), db)[1])  # unchanged: same view
+
+
+def test_the_best_run_again_moves_its_line_and_band_in_the_cached_chart(db: Database) -> None:
+    """No experiment finishes, yet the chart changes: the best's repeats move its mean, and the
+    noise estimate sizes its band."""
+    seed_experiments(db, 30, in_flight=0)
+    finish(db, ExperimentStatus.KEPT, 0.95, datetime.now(UTC) + timedelta(days=1))
+    with db.write() as session:
+        best = session.scalars(select(Experiment).order_by(Experiment.id.desc()).limit(1)).one()
+        best.valid_runs = 2
+        load_project(session).best_experiment_id = best.id
+    cache = ChartCache()
+    before, _ = view_markup(cache, db)
+    with db.write() as session:
+        project = load_project(session)
+        project.platform, project.harness_id = "gpu", "harness"  # as a server's start pins them
+        best = session.get(Experiment, project.best_experiment_id)
+        assert best is not None
+        best.val_bpb, best.valid_runs = 0.951, 4
+        session.add(
+            NoiseEstimate(platform="gpu", harness_id="harness", sum_sq=3e-6, df=3, runs=4,
+                          experiments=1, updated_at=utcnow())
+        )  # fmt: skip
+    after, _ = view_markup(cache, db)
+    assert after != before and after == view_markup(ChartCache(), db)[0]
+    assert 'class="best-band" d="M' in after and 'class="best-band" d=""' in before

@@ -239,3 +239,43 @@ def test_private_reads_keep_the_pages_private(tmp_path: Path) -> None:
         assert http.get("/experiments/1").status_code == 401
         token = private.agent_tokens["alice"]
         assert http.get("/", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+
+
+def test_noise_aware_pages_state_decisions_as_effect_plus_minus_noise(tmp_path: Path) -> None:
+    """The leaderboard shows the best as the mean of its runs ± its standard error, the noise and
+    what it rests on, and the best's band in the chart; an experiment's page shows its effect ±
+    noise, the runs on each side, the p-value and each of its runs."""
+    env = {"DECISION_RULE": "noise_aware", "NOISE_RUNS": "3", "BEST_RERUN_EVERY": "0"}
+    with live_server(tmp_path, env=env) as running, httpx.Client(base_url=running.url) as http:
+        research = Research(running)
+        for value in (1.0, 1.002, 0.998):  # the baseline and its repeats: sigma 0.002
+            research.run_next(value)
+        kept = research.submit("a better learning rate")
+        research.run_next(0.994)
+        answer = research.run_next(0.995)
+        assert answer["decision"] == "keep"
+        experiment = research.agent("alice").experiment(kept)
+        comparison = experiment["comparison"]
+        page = http.get(f"/experiments/{kept}").text
+        assert answer["reason"] in page and experiment["reason"] == answer["reason"]
+        assert f'data-field="effect">{comparison["effect"]:+.4f} ± {comparison["se"]:.4f}<' in page
+        assert (
+            'data-field="runs">2 vs 3<' in page
+            and f'data-field="p_value">{comparison["p_value"]:.3f}<' in page
+        )
+        rows = re.findall(r'<tr data-run="(\d+)">(.*?)</tr>', page, re.S)
+        assert [number for number, _ in rows] == [
+            "1",
+            "2",
+            "3",
+        ]  # its runs, and the repeat it got as the best
+        assert all(
+            str(run["seed"]) in cells for run, (_, cells) in zip(experiment["runs"], rows, strict=True)
+        )
+        board = http.get("/").text
+        summary = re.search(r'<section id="summary".*?</section>', board, re.S).group(0)  # type: ignore[union-attr]
+        best = research.agent("alice").best()
+        assert f"± {best['se']:.4f}, mean of 2 runs" in summary
+        assert 'data-stat="noise">' in summary and "runs of 2 experiments, on" in summary
+        assert re.search(r'class="best-band" d="M[\d.]+ [\d.]+H', board)
+        research.close()

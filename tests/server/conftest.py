@@ -67,12 +67,15 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def make_settings(tmp_path: Path, database_url: str | None = None, **overrides: object) -> ServerSettings:
+    """Settings of a test server. The protocol tests report one run per experiment, so they judge
+    with the greedy rule; the noise-aware rule's tests ask for it (`decision_rule="noise_aware"`)."""
     values: dict[str, object] = {
         "data_dir": tmp_path / "data",
         "database_url": database_url or "",
         "harness_id": HARNESS_ID,
         "platform": DEVICE,
         "admin_token": "admin-secret",
+        "decision_rule": "greedy",
         **overrides,
     }
     return ServerSettings(**values)  # type: ignore[arg-type]

@@ -134,12 +134,21 @@ def test_results_tsv_export_in_the_autoresearch_format(live, worker_factory, bas
     worker.run_next(0.993200, peak_memory_mb=45100.0)
     worker.run_next(None, status="crash", error_class="out_of_memory")
     rows = agent.results_tsv().splitlines()
-    assert rows[0] == "commit\tval_bpb\tmemory_gb\tstatus\tdescription"
-    commits = [agent.experiment(i)["commit"][:7] for i in (1, 2, 3)]
+    # autoresearch's five columns, then each decision's runs, effect, effect_se, best_runs, p_value
+    # and reason (the greedy rule has no standard error or p-value; the baseline was not compared).
+    assert rows[0] == (
+        "commit\tval_bpb\tmemory_gb\tstatus\tdescription\truns\teffect\teffect_se\tbest_runs\tp_value\treason"
+    )
+    # The GeLU change was queued on the baseline: it ran re-applied onto the new best (experiment 4).
+    assert agent.experiment(3)["rebased_to"] == 4
+    commits = [agent.experiment(i)["commit"][:7] for i in (1, 2, 4)]
+    reasons = [" ".join(agent.experiment(i)["reason"].split()) for i in (1, 2, 4)]
+    assert reasons[0] == "baseline measured: val_bpb 0.9979" and "0.9932 < best 0.9979" in reasons[1]
+    assert "out_of_memory" in reasons[2]
     assert rows[1:] == [
-        f"{commits[0]}\t0.997900\t44.0\tkeep\tbaseline",
-        f"{commits[1]}\t0.993200\t44.0\tkeep\tincrease LR to 0.04",
-        f"{commits[2]}\t0.000000\t0.0\tcrash\tswitch to GeLU",
+        f"{commits[0]}\t0.997900\t44.0\tkeep\tbaseline\t1\t\t\t\t\t{reasons[0]}",
+        f"{commits[1]}\t0.993200\t44.0\tkeep\tincrease LR to 0.04\t1\t-0.004700\t\t1\t\t{reasons[1]}",
+        f"{commits[2]}\t0.000000\t0.0\tcrash\tswitch to GeLU\t0\t\t\t\t\t{reasons[2]}",
     ]
 
 
@@ -162,7 +171,10 @@ tsv_rows = st.lists(
 @given(rows=tsv_rows)
 @settings(max_examples=50)
 def test_tsv_lines_parse_back_to_the_same_rows(rows: list[tsv.TsvRow]) -> None:
+    """Either header: autoresearch's five columns, or the export's with the decision columns."""
     text = "\n".join([tsv.HEADER, *(row.line() for row in rows)]) + "\n"
+    assert [r.line() for r in tsv.parse(text)] == [r.line() for r in rows]
+    text = "\n".join([tsv.HEADER_WITH_DECISIONS, *(row.line_with_decision() for row in rows)]) + "\n"
     assert [r.line() for r in tsv.parse(text)] == [r.line() for r in rows]
 
 
@@ -182,7 +194,11 @@ def test_import_then_export_round_trips_and_is_admin_only(live) -> None:
     admin = live.admin()
     assert admin.import_results_tsv(log) == {"imported": 4, "skipped": 0}
     assert admin.import_results_tsv(log) == {"imported": 0, "skipped": 4}
-    assert admin.results_tsv() == log + "\n"
+    exported = admin.results_tsv()
+    # History keeps autoresearch's columns; it has no decision of this server's to add.
+    assert exported.splitlines()[0] == tsv.HEADER_WITH_DECISIONS
+    assert exported.splitlines()[1:5] == [line + "\t" * 6 for line in log.splitlines()[1:]]
+    assert admin.import_results_tsv(exported) == {"imported": 0, "skipped": 4}  # our own export reads back
     assert admin.best()["experiment_id"] == 1  # history only: never compared with the best
     for bad, words in (
         ("commit\tval_bpb\n", "header"),

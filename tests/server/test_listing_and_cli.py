@@ -67,7 +67,6 @@ def test_cursor_pages_cover_every_row_once(total: int, limit: int) -> None:
                     description=f"e{i}",
                     commit_sha="0" * 40,
                     status="queued",
-                    attempts=0,
                     cancel_requested=False,
                     created_at=utcnow(),
                     queued_at=utcnow(),
@@ -107,7 +106,6 @@ def test_commits_resolve_from_unique_prefixes(tmp_path: Path) -> None:
                 description="e",
                 commit_sha=sha,
                 status="queued",
-                attempts=0,
                 cancel_requested=False,
                 created_at=utcnow(),
                 queued_at=utcnow(),
@@ -173,7 +171,7 @@ def test_cli_init_token_db_and_serve(tmp_path: Path, baseline_source: str, cli: 
     assert token.code == 0 and token.out.startswith("ara_")
     assert "exists already" in cli(env, "token", "create", "--kind", "agent", "--name", "alice").err
     assert "--name" in cli(env, "token", "create", "--kind", "agent", "--name", "bad name!").err
-    assert cli(env, "db", "current").out.strip() == "0003"
+    assert cli(env, "db", "current").out.strip() == "0004"
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--log-level", "warning"],
@@ -200,3 +198,18 @@ def test_cli_init_token_db_and_serve(tmp_path: Path, baseline_source: str, cli: 
         server.wait(20)
     clash = cli({**env, "HARNESS_ID": "another"}, "serve", "--port", str(free_port()))
     assert clash.code == 2 and "harness_id 'cli-test'" in clash.err
+    # Decision settings out of range are refused at start, naming the setting and its range.
+    for setting, value, allowed in (
+        ("ALPHA", "0.7", "0.0 < ALPHA <= 0.5"),
+        ("ALPHA", "0", "0.0 < ALPHA <= 0.5"),
+        ("NOISE_RUNS", "1", "2 <= NOISE_RUNS <= 100"),
+        ("MAX_RUNS", "many", "2 <= MAX_RUNS <= 100"),
+        ("SCREEN_MARGIN", "-0.5", "0.0 <= SCREEN_MARGIN <= 5.0"),
+        ("FUTILITY_MARGIN", "9", "0.0 <= FUTILITY_MARGIN <= 5.0"),
+        ("MIN_DELTA", "-0.001", "0.0 <= MIN_DELTA <= 1.0"),
+        ("BEST_RERUN_EVERY", "-1", "0 <= BEST_RERUN_EVERY <= 10000"),
+        ("DECISION_RULE", "lucky", "DECISION_RULE is one of noise_aware, greedy"),
+    ):
+        refused = cli({**env, setting: value}, "serve", "--port", str(free_port()))
+        assert refused.code == 2, (setting, refused.err)
+        assert f"{setting}={value} is not allowed: {allowed}" in refused.err

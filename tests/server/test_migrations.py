@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import MetaData, Table, inspect, text
 
 from server.core.db import create_db_engine
 from server.core.migrate import current_revision, downgrade, upgrade
+from server.crud.runs import run_seed
 from server.models import Base
 
 TABLES = {
@@ -20,6 +24,8 @@ TABLES = {
     "progress_events",
     "idempotency_keys",
     "imported_results",
+    "runs",
+    "noise_estimates",
 }
 
 
@@ -33,7 +39,7 @@ def _tables(url: str) -> set[str]:
 
 def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     upgrade(database_url)
-    assert current_revision(database_url) == "0003"
+    assert current_revision(database_url) == "0004"
     assert _tables(database_url) == TABLES
     downgrade(database_url, "base")
     assert current_revision(database_url) is None
@@ -52,3 +58,149 @@ def test_migrations_match_the_models(database_url: str) -> None:
     finally:
         engine.dispose()
     assert differences == []
+
+
+def test_existing_projects_are_carried_over_to_runs(database_url: str) -> None:
+    """A project made before runs existed (revision 0003): each experiment's single run becomes its
+    run 1, results and leases follow it, its valid result is its one valid run, and the noise
+    estimate starts from the repeats there are (one train.py run twice)."""
+    upgrade(database_url, "0003")
+    engine = create_db_engine(database_url)
+    now = datetime.now(UTC)
+    try:
+        with engine.begin() as connection:
+            tables = {
+                name: Table(name, MetaData(), autoload_with=connection)
+                for name in (
+                    "project",
+                    "experiments",
+                    "api_tokens",
+                    "workers",
+                    "leases",
+                    "results",
+                    "progress_events",
+                )
+            }
+            connection.execute(
+                tables["project"].update().values(
+                    harness_id="h", platform="gpu", baseline_commit="a" * 40, best_commit="b" * 40,
+                    best_experiment_id=2, best_val_bpb=0.99,
+                )
+            )  # fmt: skip
+            connection.execute(
+                tables["api_tokens"]
+                .insert()
+                .values(id=1, kind="worker", name="w", token_hash="x" * 64, created_at=now)
+            )
+            connection.execute(
+                tables["workers"]
+                .insert()
+                .values(
+                    id="w1",
+                    token_id=1,
+                    name="w",
+                    device="gpu",
+                    memory_gb=80.0,
+                    harness_id="h",
+                    registered_at=now,
+                    last_seen_at=now,
+                )
+            )
+            rows = [
+                # id, commit, blob, status, decision, val_bpb, best before
+                (1, "a", "x", "kept", "keep", 1.0, None),
+                (2, "b", "y", "kept", "keep", 0.99, 1.0),
+                (3, "c", "z", "cancelled", None, 0.995, None),  # cancelled while running, measured
+                (4, "d", "z", "reverted", "revert", 0.993, 0.99),  # the same train.py, run again
+                (5, "e", "v", "reverted", "revert", None, 0.99),  # crashed
+                (6, "f", "u", "queued", None, None, None),
+                (7, "g", "t", "running", None, None, None),
+            ]
+            for id_, commit, blob, status, decision, val_bpb, before in rows:
+                connection.execute(
+                    tables["experiments"].insert().values(
+                        id=id_, source="agent", description=f"e{id_}",
+                        base_commit=None if id_ == 1 else "a" * 40, commit_sha=commit * 40,
+                        train_py_blob=blob * 40, status=status, attempts=1 if id_ != 6 else 0,
+                        cancel_requested=False, created_at=now, queued_at=now, decision=decision,
+                        best_before_val_bpb=before, val_bpb=val_bpb, platform="gpu",
+                        finished_at=now if status not in ("queued", "running") else None,
+                    )
+                )  # fmt: skip
+                if status == "queued":
+                    continue
+                connection.execute(
+                    tables["leases"].insert().values(
+                        id=f"l{id_}", experiment_id=id_, worker_id="w1", attempt=1,
+                        state="active" if status == "running" else "finished",
+                        claimed_at=now, expires_at=now, ended_at=None,
+                    )
+                )  # fmt: skip
+                connection.execute(
+                    tables["progress_events"]
+                    .insert()
+                    .values(
+                        experiment_id=id_,
+                        attempt=1,
+                        step=1,
+                        loss=3.0,
+                        fraction=0.5,
+                        phase="train",
+                        elapsed_s=1.0,
+                    )
+                )
+                if status == "running":
+                    continue
+                connection.execute(
+                    tables["results"].insert().values(
+                        id=f"r{id_}", experiment_id=id_, lease_id=f"l{id_}", worker_id="w1", received_at=now,
+                        status="ok" if val_bpb is not None else "crash", val_bpb=val_bpb, device="gpu",
+                        harness_id="h", sandbox=True, log_tail="", extra={},
+                    )
+                )  # fmt: skip
+        upgrade(database_url)
+        with engine.connect() as connection:
+            runs = {row.experiment_id: row for row in connection.execute(text("SELECT * FROM runs"))}
+            assert {e: (r.number, r.status, r.kind) for e, r in runs.items()} == {
+                1: (1, "finished", "first"),
+                2: (1, "finished", "first"),
+                3: (1, "finished", "first"),
+                4: (1, "finished", "first"),
+                5: (1, "finished", "first"),
+                6: (1, "queued", "first"),
+                7: (1, "running", "first"),
+            }
+            assert runs[6].seed == run_seed(6, 1) and runs[7].seed == run_seed(7, 1) and runs[1].seed is None
+            for table in ("results", "leases", "progress_events"):
+                linked = connection.execute(text(f"SELECT experiment_id, run_id FROM {table}")).all()
+                assert linked and all(runs[e].id == r for e, r in linked)
+            experiments = {
+                row.id: row
+                for row in connection.execute(text("SELECT id, valid_runs, val_bpb, effect FROM experiments"))
+            }
+            assert [experiments[i].valid_runs for i in range(1, 8)] == [1, 1, 1, 1, 0, 0, 0]
+            assert experiments[4].effect == pytest.approx(0.003) and experiments[1].effect is None
+            noise = connection.execute(
+                text("SELECT platform, harness_id, sum_sq, df, runs, experiments FROM noise_estimates")
+            ).one()
+            assert (noise.platform, noise.harness_id, noise.df, noise.runs, noise.experiments) == (
+                "gpu",
+                "h",
+                1,
+                2,
+                1,
+            )
+            assert noise.sum_sq == pytest.approx(2 * 0.001**2)  # 0.995 and 0.993 about their mean
+            best = connection.execute(
+                text("SELECT best_experiment_id, best_since_experiment_id FROM project")
+            ).one()
+            assert tuple(best) == (2, 7)
+        downgrade(database_url, "0003")  # back, keeping each experiment's run 1
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT best_val_bpb FROM project")).scalar() == pytest.approx(
+                0.99
+            )
+            assert connection.execute(text("SELECT attempts FROM experiments WHERE id = 7")).scalar() == 1
+            assert connection.execute(text("SELECT count(*) FROM results")).scalar() == 5
+    finally:
+        engine.dispose()

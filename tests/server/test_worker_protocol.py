@@ -47,6 +47,7 @@ def test_claim_heartbeat_progress_result(live, worker_factory) -> None:
     answer = worker.report(claim, val_bpb=1.25, mfu_percent=31.5)
     assert answer == {
         "experiment_id": 1,
+        "run": 1,
         "decision": "keep",
         "status": "kept",
         "reason": "baseline measured: val_bpb 1.2500",

@@ -39,3 +39,17 @@ def train(model, ctx):
 
 def bigram(lr: float) -> str:
     return TEMPLATE.format(lr=lr)
+
+
+def bigram_fixed_steps(lr: float, steps: int, seed_expression: str = "ctx.seed") -> str:
+    """The bigram trained for `steps` steps whatever the clock says (while the budget lasts), so
+    that its score depends on its seed and not on how busy the machine is; `seed_expression` is
+    what it seeds torch with."""
+    loop = f"""    for step in range({steps}):
+        if ctx.time_left() < 2:
+            break
+"""
+    source = TEMPLATE.format(lr=lr).replace("for half the budget", f"for {steps} steps")
+    source = source.replace("torch.manual_seed(ctx.seed)", f"torch.manual_seed({seed_expression})")
+    source = source.replace("    step = 0\n    while ctx.time_left() > ctx.time_budget / 2:\n", loop)
+    return source.replace("        step += 1\n", "")

@@ -23,12 +23,13 @@ from typing import Any
 import httpx
 
 from client import Client
-from client.api import FINAL_STATUSES
+from client.states import FINAL_STATUSES
 from harness.config import HarnessSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "cli.main"]
 DATABASE = "server.db"
+CLAIMED = r"experiment (\d+) run \d+ \(seed \d+, attempt \d+\): claimed"  # worker/main.py logs each claim so
 RESEARCH_REPO = "research.git"
 
 
@@ -133,7 +134,7 @@ class WorkerProcess:
 
     def claimed(self) -> list[int]:
         """Experiment ids this worker claimed, in order (from its log)."""
-        return [int(m) for m in re.findall(r"experiment (\d+) \(attempt \d+\): claimed", self.log())]
+        return [int(m) for m in re.findall(CLAIMED, self.log())]
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -254,6 +255,9 @@ class InitialisedProject:
 
 
 def server_env(folder: Path, settings: HarnessSettings, **extra: str) -> dict[str, str]:
+    """The server's environment. The worker tests judge each experiment on one run (the greedy
+    rule), so that what they run is what they submit; tests of the noise-aware rule set
+    DECISION_RULE themselves."""
     return {
         **os.environ,
         "PRESET": settings.preset,
@@ -263,6 +267,7 @@ def server_env(folder: Path, settings: HarnessSettings, **extra: str) -> dict[st
         "DATABASE_URL": f"sqlite:///{folder / DATABASE}",
         "RESEARCH_REPO": str(folder / RESEARCH_REPO),
         "PYTHONUNBUFFERED": "1",
+        "DECISION_RULE": "greedy",
         **extra,
     }
 

@@ -53,7 +53,7 @@ def test_frozen_worker_loses_its_lease_and_stops_when_it_wakes(project: Project)
     project.wait_training(1, frozen)
     frozen.signal(signal.SIGSTOP)
     other = project.worker("other")
-    other.wait_for_log(r"experiment 1 \(attempt 2\): claimed", timeout=60)
+    other.wait_for_log(r"experiment 1 run 1 \(seed \d+, attempt 2\): claimed", timeout=60)
     frozen.signal(signal.SIGCONT)
     # Awake, it learns from the server that the lease is gone: its run, or its result, is dropped.
     frozen.wait_for_log(

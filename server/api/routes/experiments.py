@@ -10,26 +10,22 @@ from fastapi.responses import PlainTextResponse
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
+from client.states import FINAL_STATUSES, ExperimentStatus
 from harness.result import ProgressEvent
 from server.api.deps import Agent, Ctx, Reader
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import experiments as crud
 from server.crud.leases import progress_of
-from server.models import CANCELLED, FINAL_STATUSES, QUEUED, RUNNING, Experiment, Result, utcnow
+from server.crud.runs import cancel_queued_runs
+from server.models import Experiment, Result, Run, utcnow
 from server.patches import make_patch
-from server.schemas import (
-    CancelOut,
-    ExperimentOut,
-    ExperimentPage,
-    ExperimentStatus,
-    ProgressOut,
-    SubmitIn,
-)
+from server.schemas import CancelOut, ExperimentOut, ExperimentPage, ProgressOut, SubmitIn
 from server.submissions import submit
 
 router = APIRouter(prefix="/experiments", tags=["experiments"])
 ExperimentId = Annotated[int, Path(ge=1, le=2**62)]
+RunNumber = Annotated[int | None, Query(ge=1, le=10_000, description="a run's number (default: the latest)")]
 _ERRORS = {
     401: {"description": "missing or unknown token"},
     403: {"description": "wrong kind of token"},
@@ -134,13 +130,21 @@ def get_diff(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> DiffResp
 
 
 @router.get("/{experiment_id}/log", response_class=PlainTextResponse, responses=_ERRORS)
-def get_log(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> PlainTextResponse:
-    """The end of the run's output (as the harness captured it); empty until a result arrives."""
+def get_log(
+    ctx: Ctx, _reader: Reader, experiment_id: ExperimentId, run: RunNumber = None
+) -> PlainTextResponse:
+    """The end of a run's output (as the harness captured it; default: the latest run with a
+    result); empty until a result arrives."""
     with ctx.db.read() as session:
         experiment = session.get(Experiment, experiment_id)
         if experiment is None:
             raise _not_found(experiment_id)
-        result = session.scalars(select(Result).where(Result.experiment_id == experiment_id)).first()
+        statement = (
+            select(Result).join(Run, Run.id == Result.run_id).where(Result.experiment_id == experiment_id)
+        )
+        if run is not None:
+            statement = statement.where(Run.number == run)
+        result = session.scalars(statement.order_by(Run.number.desc()).limit(1)).first()
     text = ""
     if result is not None:
         text = result.log_tail
@@ -150,14 +154,18 @@ def get_log(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> PlainText
 
 
 @router.get("/{experiment_id}/progress", responses=_ERRORS)
-def get_progress(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> ProgressOut:
-    """The stored progress samples (loss curve) of the latest attempt, oldest first."""
+def get_progress(
+    ctx: Ctx, _reader: Reader, experiment_id: ExperimentId, run: RunNumber = None
+) -> ProgressOut:
+    """The stored progress samples (loss curve) of a run's latest attempt, oldest first (default:
+    the latest run that reported progress)."""
     with ctx.db.read() as session:
         if session.get(Experiment, experiment_id) is None:
             raise _not_found(experiment_id)
-    samples = progress_of(ctx, experiment_id)
+    number, samples = progress_of(ctx, experiment_id, run)
     return ProgressOut(
         experiment_id=experiment_id,
+        run=number,
         events=[ProgressEvent.model_validate(sample, from_attributes=True) for sample in samples],
     )
 
@@ -175,14 +183,18 @@ def cancel_experiment(ctx: Ctx, agent: Agent, experiment_id: ExperimentId) -> Ca
             raise Problem(
                 409, "already-finished", f"experiment {experiment_id} is already {experiment.status}"
             )
-        if experiment.status == QUEUED:
-            experiment.status = CANCELLED
+        if experiment.status == ExperimentStatus.QUEUED:
+            experiment.status = ExperimentStatus.CANCELLED
             experiment.finished_at = utcnow()
             experiment.decision_reason = f"cancelled by {agent.name} while queued"
+            cancel_queued_runs(tx.session, experiment_id, experiment.finished_at)
             tx.emit(
-                "finished", experiment_id=experiment_id, status=CANCELLED, reason=experiment.decision_reason
+                "finished",
+                experiment_id=experiment_id,
+                status=ExperimentStatus.CANCELLED,
+                reason=experiment.decision_reason,
             )
-        elif experiment.status == RUNNING:
+        elif experiment.status == ExperimentStatus.RUNNING:
             experiment.cancel_requested = True
     view = _view(ctx, experiment_id)
     assert view is not None

@@ -1,4 +1,4 @@
-"""The project's state: best, leaderboard, what was tried on a commit, agents."""
+"""The project's state: best, leaderboard, noise, what was tried on a commit, agents."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from fastapi import APIRouter, Path, Query
 
 from server.api.deps import Ctx, Reader
 from server.core.problems import Problem
-from server.crud import standings
+from server.crud import noise, standings
 from server.crud.experiments import by_commit, children, resolve_commit
 from server.crud.project import load_project
-from server.schemas import AgentsOut, BestOut, ChildrenOut, LeaderboardOut
+from server.schemas import AgentsOut, BestOut, ChildrenOut, LeaderboardOut, NoiseListOut, RuleOut
 
 router = APIRouter(tags=["project"])
 _AUTH = {401: {"description": "reads need a token (PUBLIC_READS=false)"}}
@@ -36,13 +36,25 @@ def get_leaderboard(ctx: Ctx, _reader: Reader) -> LeaderboardOut:
     """The kept lineage from the baseline, the best results, and each agent's standing."""
     best = _best(ctx).model_copy(update={"train_py": ""})
     with ctx.db.read() as session:
-        platform = load_project(session).platform
+        project = load_project(session)
         return LeaderboardOut(
             best=best,
+            noise=noise.current_view(session, project.platform, project.harness_id),
             lineage=standings.lineage(session),
-            top=standings.top_results(session, platform),
+            top=standings.top_results(session, project.platform),
             agents=standings.agent_standings(session, ctx.totals.current(ctx)),
         )
+
+
+@router.get("/noise", responses=_AUTH)
+def get_noise(ctx: Ctx, _reader: Reader) -> NoiseListOut:
+    """The decision rule's settings, and the run-to-run noise of val_bpb per platform and harness
+    (sigma, its degrees of freedom, the runs it rests on); `current` marks the one decisions use."""
+    settings = ctx.settings
+    with ctx.db.read() as session:
+        project = load_project(session)
+        estimates = noise.estimates(session, project.platform, project.harness_id)
+    return NoiseListOut(rule=RuleOut.model_validate(settings, from_attributes=True), estimates=estimates)
 
 
 @router.get("/commits/{sha}/children", responses={**_AUTH, 404: {"description": "unknown commit"}})

@@ -21,9 +21,10 @@ class TsvResponse(PlainTextResponse):
 
 @router.get("/results.tsv", response_class=TsvResponse)
 def export_tsv(ctx: Ctx, _reader: Reader) -> TsvResponse:
-    """Every result so far (imported history first) as commit, val_bpb, memory_gb, status, description."""
+    """Every result so far (imported history first): commit, val_bpb, memory_gb, status, description,
+    then each decision's runs, effect, effect_se, best_runs and p_value."""
     with ctx.db.read() as session:
-        lines = [tsv.HEADER, *(row.line() for row in tsv.export_rows(session))]
+        lines = [tsv.HEADER_WITH_DECISIONS, *(row.line_with_decision() for row in tsv.export_rows(session))]
     return TsvResponse("\n".join(lines) + "\n")
 
 

@@ -1,0 +1,68 @@
+"""The words of the protocol: experiment statuses, decisions and run states, each defined once.
+
+The server's models and schemas and the SDK import these; a status or decision word is written
+nowhere else. They are `StrEnum`s, so each member is also the plain string the API sends.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ExperimentStatus(StrEnum):
+    """Where an experiment (one candidate train.py) is. queued -> running -> one of the final ones;
+    back to queued while its runs go on (a confirmation run, a lost lease)."""
+
+    QUEUED = "queued"  # its next run waits for a worker
+    RUNNING = "running"  # one of its runs is leased to a worker
+    KEPT = "kept"  # it became the best
+    REVERTED = "reverted"  # measured (or crashed) and not kept
+    REBASED = "rebased"  # better than its base, but the best moved: re-applied onto the new best
+    STALE = "stale"  # as rebased, but its change no longer applies to the new best
+    CANCELLED = "cancelled"
+    INFRA_FAILED = "infra_failed"  # a run lost its worker MAX_ATTEMPTS times
+
+
+class Decision(StrEnum):
+    """What the server decided about an experiment (its final status follows from it)."""
+
+    KEEP = "keep"
+    REVERT = "revert"
+    REBASE = "rebase"
+    STALE = "stale"
+
+
+class RunState(StrEnum):
+    """Where one run of an experiment is."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"  # a result was recorded
+    CANCELLED = "cancelled"  # dropped before it ran or while it ran
+    INFRA_FAILED = "infra_failed"
+
+
+class RunKind(StrEnum):
+    """Why a run was made."""
+
+    FIRST = "first"  # an experiment's first run: for a candidate, the screening run
+    CONFIRMATION = "confirmation"  # another run of a promising candidate
+    REPEAT = "repeat"  # another run of the best: its noise and its value get more precise
+
+
+FINAL_STATUSES = frozenset(
+    {
+        ExperimentStatus.KEPT,
+        ExperimentStatus.REVERTED,
+        ExperimentStatus.REBASED,
+        ExperimentStatus.STALE,
+        ExperimentStatus.CANCELLED,
+        ExperimentStatus.INFRA_FAILED,
+    }
+)
+DECIDED_STATUS = {
+    Decision.KEEP: ExperimentStatus.KEPT,
+    Decision.REVERT: ExperimentStatus.REVERTED,
+    Decision.REBASE: ExperimentStatus.REBASED,
+    Decision.STALE: ExperimentStatus.STALE,
+}

@@ -1,0 +1,93 @@
+"""Runs: queueing them (with their seeds), and reading an experiment's runs.
+
+An experiment is run once, and again when the decision rule asks for confirmation runs or when it
+is the best (repeats measure the noise and make its value more precise). A run takes its
+experiment's place in the queue (its `queued_at`), so confirmation runs and repeats of the best go
+ahead of everything submitted after that experiment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+
+from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from client.states import RunKind, RunState
+from server.models import RUNS, Run
+
+SEED_BITS = 31  # seeds fit a C int: every library takes them
+
+
+def run_seed(experiment_id: int, number: int) -> int:
+    """The seed of run `number` of an experiment: different for each run, the same on every retry
+    of that run (a lost lease runs it again with the same seed)."""
+    digest = hashlib.sha256(f"autoresearch run {experiment_id}:{number}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> (64 - SEED_BITS)
+
+
+_INSERT_RUN = insert(RUNS)
+_LAST_NUMBER = select(func.max(RUNS.c.number)).where(RUNS.c.experiment_id == bindparam("experiment_id"))
+_COUNT_LIVE = select(func.count()).where(
+    RUNS.c.experiment_id == bindparam("experiment_id"),
+    RUNS.c.status.in_((RunState.QUEUED, RunState.RUNNING)),
+)
+
+
+def queue_runs(
+    session: Session, experiment_id: int, kind: RunKind, queued_at: datetime, count: int = 1
+) -> list[int]:
+    """Queue `count` more runs of an experiment; returns their numbers."""
+    last = session.connection().execute(_LAST_NUMBER, {"experiment_id": experiment_id}).scalar() or 0
+    numbers = list(range(last + 1, last + 1 + count))
+    if numbers:
+        session.connection().execute(
+            _INSERT_RUN,
+            [
+                {
+                    "experiment_id": experiment_id,
+                    "number": number,
+                    "seed": run_seed(experiment_id, number),
+                    "kind": kind,
+                    "status": RunState.QUEUED,
+                    "attempts": 0,
+                    "queued_at": queued_at,
+                }
+                for number in numbers
+            ],
+        )
+    return numbers
+
+
+def run_count(session: Session, experiment_id: int) -> int:
+    """How many runs the experiment has had (any state)."""
+    return int(session.connection().execute(_LAST_NUMBER, {"experiment_id": experiment_id}).scalar() or 0)
+
+
+def live_runs(session: Session, experiment_id: int) -> int:
+    """Its runs queued or running now."""
+    return int(session.connection().execute(_COUNT_LIVE, {"experiment_id": experiment_id}).scalar() or 0)
+
+
+def cancel_queued_runs(session: Session, experiment_id: int, now: datetime) -> int:
+    """Drop the experiment's runs that have not started; returns how many."""
+    result = session.connection().execute(
+        update(RUNS)
+        .where(RUNS.c.experiment_id == experiment_id, RUNS.c.status == RunState.QUEUED)
+        .values(status=RunState.CANCELLED, finished_at=now)
+    )
+    return int(result.rowcount or 0)
+
+
+def runs_of(session: Session, experiment_ids: list[int]) -> dict[int, list[Run]]:
+    """The runs of these experiments, by experiment, in run order."""
+    if not experiment_ids:
+        return {}
+    found: dict[int, list[Run]] = {i: [] for i in experiment_ids}
+    statement = (
+        select(Run).where(Run.experiment_id.in_(experiment_ids)).order_by(Run.experiment_id, Run.number)
+    )
+    for run in session.scalars(statement):
+        found[run.experiment_id].append(run)
+    return found

@@ -1,0 +1,306 @@
+"""Keep or revert, as a pure function of the measurements: `judge(snapshot) -> Verdict`.
+
+No database, no git, no I/O: the snapshot holds everything the rule looks at, and the verdict is
+everything it says. `server/decisions.py` builds the snapshot and applies the verdict.
+
+The noise-aware rule (docs/api.md, "Decisions"), for a candidate measured against its reference
+(the best, or its own base when the best moved on):
+
+- `sigma` is the run-to-run noise of val_bpb on this platform and harness, pooled over every
+  experiment with several runs, with `df` degrees of freedom. A candidate with one run and no
+  estimate gets another run; nothing is kept against an unknown noise.
+- effect = candidate mean - reference mean, se = sigma * sqrt(1/n + 1/n_ref), t = effect / se,
+  p = P(T_df <= t): the one-sided p-value that the candidate is not better.
+- One run (the screening run): it earns a confirmation run when t < -SCREEN_MARGIN, else revert.
+  A change re-applied onto a new best passed that screen on its old base: its first run on the
+  new best earns a confirmation run when it is ahead at all (t < 0).
+- Several runs: keep when p < ALPHA and effect < -MIN_DELTA (MIN_DELTA is the smallest effect
+  worth keeping, on top of significance). Otherwise revert when the effect is significant but
+  smaller than MIN_DELTA, when the candidate has MAX_RUNS runs, or when it is no longer promising
+  (t > -FUTILITY_MARGIN); else another confirmation run.
+- When the reference is not the best any more, a keep (or a candidate still promising) is
+  re-applied onto the new best instead: `rebase`.
+
+The greedy rule is the single-run comparison of old: keep when val_bpb < reference - MIN_DELTA.
+Either way, a run measured with another harness or on another platform is never compared, and
+only `ok` runs with a val_bpb can be kept (so `over_budget` never is).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+from scipy.special import stdtr, stdtrit
+
+from client.states import Decision
+
+
+class Rule(StrEnum):
+    NOISE_AWARE = "noise_aware"
+    GREEDY = "greedy"
+
+
+class Action(StrEnum):
+    """What the verdict asks for: a decision (the same word as client.states.Decision), or one
+    more run of the candidate."""
+
+    KEEP = Decision.KEEP.value
+    REVERT = Decision.REVERT.value
+    REBASE = Decision.REBASE.value  # better (or promising) against its base, but the best moved: re-apply it
+    CONFIRM = "confirm"  # undecided: queue one more run of the candidate
+
+
+@dataclass(frozen=True)
+class RuleSettings:
+    rule: Rule
+    alpha: float
+    min_delta: float
+    screen_margin: float  # standard errors the first run must beat the reference by
+    futility_margin: float  # standard errors a confirming candidate must stay ahead by
+    max_runs: int
+
+
+@dataclass(frozen=True)
+class Sample:
+    """An experiment's valid runs: how many, and their mean (None without any)."""
+
+    runs: int
+    mean: float | None
+
+
+@dataclass(frozen=True)
+class Noise:
+    sigma: float
+    df: int
+
+
+@dataclass(frozen=True)
+class Run:
+    """The run that was just reported."""
+
+    number: int
+    status: str  # harness.result.RunStatus
+    error_class: str | None
+    val_bpb: float | None
+    device: str
+    harness_id: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    settings: RuleSettings
+    run: Run
+    platform: str | None  # the project's pins (None: not pinned yet)
+    harness_id: str | None
+    candidate: Sample  # its valid runs, this one included
+    reference: Sample  # the best's runs, or its base's when the best moved on
+    reference_is_best: bool
+    is_baseline: bool  # the project's first best (no base): measured, not judged
+    reapplied: bool  # a change re-applied onto a new best after it passed its screen on its old base
+    noise: Noise | None  # pooled over experiments with several runs, the candidate included
+
+
+@dataclass(frozen=True)
+class Comparison:
+    mean: float
+    reference_mean: float
+    runs: int
+    reference_runs: int
+    effect: float  # mean - reference_mean: negative is better
+    se: float | None  # None for the greedy rule
+    t: float | None  # effect / se
+    p_value: float | None
+    upper_bound: float | None  # the effect's one-sided (1 - alpha) upper confidence bound
+    sigma: float | None
+    df: int | None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    action: Action
+    reason: str
+    comparison: Comparison | None = None
+
+
+def fmt_bpb(value: float | None) -> str:
+    """At least 4 decimals, up to 6 when they matter: 1.0000, 0.9812, 0.98125."""
+    if value is None:
+        return "unmeasured"
+    whole, decimals = f"{value:.6f}".split(".")
+    return f"{whole}.{decimals.rstrip('0').ljust(4, '0')}"
+
+
+def fmt_effect(comparison: Comparison) -> str:
+    """`-0.0031 ± 0.0009 (3 vs 8 runs), p = 0.002`, or `-0.0031 (1 vs 1 runs)` without noise."""
+    effect = f"{comparison.effect:+.4f}" if abs(comparison.effect) >= 5e-5 else f"{comparison.effect:+.2g}"
+    runs = f"({comparison.runs} vs {comparison.reference_runs} runs)"
+    if comparison.se is None or comparison.p_value is None:
+        return f"{effect} {runs}"
+    return f"{effect} ± {comparison.se:.4f} {runs}, p {fmt_p(comparison.p_value)}"
+
+
+def fmt_p(p: float) -> str:
+    """`= 0.002`, or `< 0.001` for smaller ones."""
+    return f"= {p:.3f}" if p >= 0.001 else "< 0.001"
+
+
+def judge(snapshot: Snapshot) -> Verdict:
+    """The verdict on an experiment after one of its runs was reported."""
+    settled = _not_comparable(snapshot) or _not_valid(snapshot)
+    if settled is not None:
+        return settled
+    if snapshot.is_baseline:
+        return _baseline(snapshot)
+    if snapshot.reference.mean is None:
+        what = "the best" if snapshot.reference_is_best else "its base"
+        return _positive(snapshot, f"{what} has no valid run: any valid result replaces it")
+    if snapshot.settings.rule == Rule.GREEDY:
+        return _greedy(snapshot)
+    return _noise_aware(snapshot)
+
+
+def _not_comparable(snapshot: Snapshot) -> Verdict | None:
+    run = snapshot.run
+    if snapshot.harness_id is not None and run.harness_id != snapshot.harness_id:
+        return Verdict(
+            Action.REVERT,
+            f"measured with harness {run.harness_id!r}, the project's is {snapshot.harness_id}: not compared",
+        )
+    if snapshot.platform is not None and run.device != snapshot.platform:
+        return Verdict(
+            Action.REVERT,
+            f"measured on {run.device!r}, the project's platform is {snapshot.platform!r}: not compared",
+        )
+    return None
+
+
+def _not_valid(snapshot: Snapshot) -> Verdict | None:
+    run = snapshot.run
+    if run.status == "ok" and run.val_bpb is not None:
+        return None
+    what = f"{run.status} ({run.error_class})" if run.error_class else run.status
+    which = f"run {run.number}" if run.number > 1 else "run"
+    return Verdict(Action.REVERT, f"{which} ended {what}: only ok results with a val_bpb can be kept")
+
+
+def _baseline(snapshot: Snapshot) -> Verdict:
+    assert snapshot.run.val_bpb is not None
+    if snapshot.reference_is_best:
+        return Verdict(Action.KEEP, f"baseline measured: val_bpb {fmt_bpb(snapshot.run.val_bpb)}")
+    return Verdict(Action.REVERT, "baseline re-measured after the best moved on: not compared")
+
+
+def _positive(snapshot: Snapshot, why: str, comparison: Comparison | None = None) -> Verdict:
+    """Keep when measured on the best; when the best moved on, re-apply it there instead."""
+    if snapshot.reference_is_best:
+        return Verdict(Action.KEEP, f"{why}: kept", comparison)
+    return Verdict(Action.REBASE, f"{why} against its base, but the best moved on", comparison)
+
+
+def _greedy(snapshot: Snapshot) -> Verdict:
+    candidate, reference = snapshot.candidate, snapshot.reference
+    assert candidate.mean is not None and reference.mean is not None
+    value, against, min_delta = snapshot.run.val_bpb, reference.mean, snapshot.settings.min_delta
+    assert value is not None
+    # This run alone against the reference, without noise: the effect, no se and no p-value.
+    comparison = compare(Sample(1, value), reference, None, snapshot.settings.alpha)
+    name = "best" if snapshot.reference_is_best else "its base"
+    if value < against - min_delta:
+        why = f"{fmt_bpb(value)} < {name} {fmt_bpb(against)} - {fmt_bpb(min_delta)}"
+        if snapshot.reference_is_best:
+            return Verdict(Action.KEEP, why, comparison)
+        return Verdict(Action.REBASE, f"{why}, but the best moved on", comparison)
+    return Verdict(
+        Action.REVERT, f"{fmt_bpb(value)} >= {name} {fmt_bpb(against)} - {fmt_bpb(min_delta)}", comparison
+    )
+
+
+def compare(candidate: Sample, reference: Sample, noise: Noise | None, alpha: float) -> Comparison:
+    """effect ± se with the pooled noise (Student's t with its degrees of freedom), the one-sided
+    p-value that the candidate is not better, and the effect's one-sided upper confidence bound."""
+    assert candidate.mean is not None and reference.mean is not None
+    effect = candidate.mean - reference.mean
+    se = t = p_value = bound = None
+    if noise is not None and noise.df >= 1:
+        se = noise.sigma * math.sqrt(1 / candidate.runs + 1 / reference.runs)
+        # No noise at all (identical runs everywhere): the sign of the effect says it all.
+        t = effect / se if se > 0 else math.copysign(math.inf, effect) if effect else 0.0
+        p_value = float(stdtr(noise.df, t))
+        bound = effect + float(stdtrit(noise.df, 1 - alpha)) * se
+    return Comparison(
+        mean=candidate.mean,
+        reference_mean=reference.mean,
+        runs=candidate.runs,
+        reference_runs=reference.runs,
+        effect=effect,
+        se=se,
+        t=t,
+        p_value=p_value,
+        upper_bound=bound,
+        sigma=None if noise is None else noise.sigma,
+        df=None if noise is None else noise.df,
+    )
+
+
+def _noise_aware(snapshot: Snapshot) -> Verdict:
+    settings = snapshot.settings
+    comparison = compare(snapshot.candidate, snapshot.reference, snapshot.noise, settings.alpha)
+    runs = snapshot.candidate.runs
+    t, p_value = comparison.t, comparison.p_value
+    if t is None or p_value is None:
+        if runs < settings.max_runs:
+            return Verdict(
+                Action.CONFIRM, "no noise estimate yet: one more run before it is judged", comparison
+            )
+        return Verdict(Action.REVERT, f"no noise estimate after {runs} runs: not judged", comparison)
+    stated = fmt_effect(comparison)
+    if runs == 1 and snapshot.reapplied:
+        # Screened already, on its old base: its first run here only has to be ahead at all.
+        if t < 0:
+            return _promising(snapshot, f"{stated}: re-applied change ahead of the best", comparison)
+        return Verdict(
+            Action.REVERT, f"{stated}: re-applied change not ahead of the best: reverted", comparison
+        )
+    if runs == 1:
+        if t < -settings.screen_margin:
+            return _promising(
+                snapshot, f"{stated}: first run ahead by more than the screening margin", comparison
+            )
+        return Verdict(
+            Action.REVERT,
+            f"{stated}: first run not ahead of the {_reference(snapshot)} by the screening margin "
+            f"({settings.screen_margin:g} standard errors): reverted",
+            comparison,
+        )
+    significant = p_value < settings.alpha
+    if significant and comparison.effect < -settings.min_delta:
+        return _positive(snapshot, stated, comparison)
+    if significant:
+        return Verdict(
+            Action.REVERT,
+            f"{stated}: significant, but smaller than MIN_DELTA {fmt_bpb(settings.min_delta)}: reverted",
+            comparison,
+        )
+    if runs >= settings.max_runs:
+        return Verdict(
+            Action.REVERT,
+            f"{stated}: not significant after {runs} runs (alpha {settings.alpha:g}): reverted",
+            comparison,
+        )
+    if t > -settings.futility_margin:
+        return Verdict(
+            Action.REVERT, f"{stated}: no longer promising after {runs} runs: reverted", comparison
+        )
+    return _promising(snapshot, f"{stated}: promising, not yet significant", comparison)
+
+
+def _promising(snapshot: Snapshot, why: str, comparison: Comparison) -> Verdict:
+    if snapshot.reference_is_best:
+        return Verdict(Action.CONFIRM, f"{why}: one more run", comparison)
+    return Verdict(Action.REBASE, f"{why} against its base, but the best moved on", comparison)
+
+
+def _reference(snapshot: Snapshot) -> str:
+    return "best" if snapshot.reference_is_best else "base"

@@ -1,0 +1,309 @@
+"""The decision rule alone: `judge(snapshot) -> Verdict`, no database, no git (server/judge.py).
+
+Every rule has a unit test; hypothesis checks the statistical properties: p-values are uniform
+when nothing changed (so a keep at level alpha is wrong at most alpha of the time), the p-value
+and the confidence bound say the same thing, verdicts depend only on differences in units of
+the noise, and a better mean never gets a worse verdict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import mpmath
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from server.judge import (
+    Action,
+    Noise,
+    Rule,
+    RuleSettings,
+    Run,
+    Sample,
+    Snapshot,
+    compare,
+    judge,
+)
+
+RULE = RuleSettings(
+    rule=Rule.NOISE_AWARE, alpha=0.05, min_delta=0.0005, screen_margin=0.4, futility_margin=1.0, max_runs=4
+)
+GREEDY = replace(RULE, rule=Rule.GREEDY)
+
+
+def snapshot(
+    mean: float,
+    runs: int = 1,
+    reference: float | None = 1.0,
+    reference_runs: int = 5,
+    sigma: float | None = 0.001,
+    df: int = 20,
+    rule: RuleSettings = RULE,
+    **changes: object,
+) -> Snapshot:
+    """A candidate with `runs` valid runs of mean `mean`, its latest run ok at `mean`."""
+    base = Snapshot(
+        settings=rule,
+        run=Run(number=runs, status="ok", error_class=None, val_bpb=mean, device="gpu", harness_id="h"),
+        platform="gpu",
+        harness_id="h",
+        candidate=Sample(runs, mean),
+        reference=Sample(reference_runs if reference is not None else 0, reference),
+        reference_is_best=True,
+        is_baseline=False,
+        reapplied=False,
+        noise=Noise(sigma, df) if sigma is not None else None,
+    )
+    return replace(base, **changes)
+
+
+def t_cdf(t: float, df: int) -> float:
+    """Student's t CDF from the regularised incomplete beta function (mpmath: another code path)."""
+    x = df / (df + t * t)
+    tail = 0.5 * float(mpmath.betainc(df / 2, 0.5, 0, x, regularized=True))
+    return tail if t < 0 else 1 - tail
+
+
+# Rules ---------------------------------------------------------------------------------------
+
+
+def test_runs_of_another_harness_or_platform_are_never_compared() -> None:
+    for run in (
+        Run(1, "ok", None, 0.5, device="gpu", harness_id="other"),
+        Run(1, "ok", None, 0.5, device="other gpu", harness_id="h"),
+    ):
+        verdict = judge(snapshot(0.5, run=run))
+        assert verdict.action is Action.REVERT and verdict.reason.endswith("not compared")
+
+
+@pytest.mark.parametrize(
+    ("status", "error_class"),
+    [("crash", "train_error"), ("over_budget", "over_budget"), ("invalid", "non_causal")],
+)
+def test_only_ok_runs_can_be_kept_whatever_their_score(status: str, error_class: str) -> None:
+    # over_budget runs are scored for the record: a fine val_bpb does not make them keepable.
+    for number in (1, 3):
+        run = Run(number, status, error_class, 0.1, device="gpu", harness_id="h")
+        verdict = judge(snapshot(0.1, runs=number, run=run))
+        assert verdict.action is Action.REVERT
+        assert f"ended {status} ({error_class}): only ok results" in verdict.reason
+        assert verdict.reason.startswith("run 3 ended" if number == 3 else "run ended")
+
+
+def test_the_baseline_is_measured_not_judged() -> None:
+    assert (
+        judge(snapshot(1.23, is_baseline=True, reference=None)).reason == "baseline measured: val_bpb 1.2300"
+    )
+    moved = judge(snapshot(1.23, is_baseline=True, reference=None, reference_is_best=False))
+    assert moved.action is Action.REVERT and "best moved on" in moved.reason
+
+
+def test_a_best_without_a_valid_run_is_replaced_by_any_valid_result() -> None:
+    verdict = judge(snapshot(3.0, reference=None, sigma=None))
+    assert verdict.action is Action.KEEP and "the best has no valid run" in verdict.reason
+    assert judge(snapshot(3.0, reference=None, reference_is_best=False)).action is Action.REBASE
+
+
+def test_greedy_keeps_one_run_better_than_the_best_by_min_delta() -> None:
+    kept = judge(snapshot(0.998, rule=GREEDY, sigma=None))
+    assert kept.action is Action.KEEP and kept.reason == "0.9980 < best 1.0000 - 0.0005"
+    assert kept.comparison is not None and kept.comparison.effect == pytest.approx(-0.002)
+    assert kept.comparison.se is None and kept.comparison.p_value is None  # greedy states no noise
+    small = judge(snapshot(0.9996, rule=GREEDY))
+    assert small.action is Action.REVERT and small.reason == "0.9996 >= best 1.0000 - 0.0005"
+    moved = judge(snapshot(0.998, rule=GREEDY, reference_is_best=False))
+    assert moved.action is Action.REBASE and moved.reason.startswith("0.9980 < its base 1.0000 - 0.0005")
+
+
+def test_without_a_noise_estimate_nothing_is_kept() -> None:
+    verdict = judge(snapshot(0.9, sigma=None))
+    assert verdict.action is Action.CONFIRM and "no noise estimate" in verdict.reason
+    last = judge(snapshot(0.9, runs=4, sigma=None))
+    assert last.action is Action.REVERT and "no noise estimate after 4 runs" in last.reason
+
+
+def test_the_first_run_earns_confirmation_only_ahead_by_the_screening_margin() -> None:
+    se = 0.001 * math.sqrt(1 + 1 / 5)
+    ahead = judge(snapshot(1.0 - 0.5 * se))
+    assert ahead.action is Action.CONFIRM and "screening margin: one more run" in ahead.reason
+    behind = judge(snapshot(1.0 - 0.3 * se))
+    assert behind.action is Action.REVERT
+    assert "first run not ahead of the best by the screening margin (0.4 standard errors)" in behind.reason
+    # Never kept on its first run, however good: one run is not evidence.
+    assert judge(snapshot(0.9)).action is Action.CONFIRM
+
+
+def test_a_re_applied_change_was_screened_on_its_old_base() -> None:
+    se = 0.001 * math.sqrt(1 + 1 / 5)
+    assert judge(snapshot(1.0 - 0.1 * se, reapplied=True)).action is Action.CONFIRM  # ahead at all
+    assert judge(snapshot(1.0 - 0.1 * se)).action is Action.REVERT  # a new change needs the margin
+    behind = judge(snapshot(1.0 + 0.1 * se, reapplied=True))
+    assert behind.action is Action.REVERT and "re-applied change not ahead of the best" in behind.reason
+
+
+def test_kept_with_its_effect_standard_error_runs_and_p_value_in_the_reason() -> None:
+    verdict = judge(snapshot(0.9969, runs=3, reference=1.0, reference_runs=8, sigma=0.0018, df=30))
+    comparison = verdict.comparison
+    assert verdict.action is Action.KEEP and comparison is not None
+    se = 0.0018 * math.sqrt(1 / 3 + 1 / 8)
+    assert comparison.se == pytest.approx(se, rel=1e-12)
+    assert comparison.p_value == pytest.approx(t_cdf(-0.0031 / se, 30), rel=1e-9)
+    assert verdict.reason == "-0.0031 ± 0.0012 (3 vs 8 runs), p = 0.008: kept"
+    tiny = judge(snapshot(0.99, runs=3, reference_runs=8, sigma=0.0018, df=30))
+    assert tiny.reason == "-0.0100 ± 0.0012 (3 vs 8 runs), p < 0.001: kept"
+
+
+def test_significant_but_smaller_than_min_delta_is_reverted() -> None:
+    verdict = judge(snapshot(0.9996, runs=4, reference_runs=40, sigma=0.0001, df=200))
+    assert verdict.action is Action.REVERT and "smaller than MIN_DELTA 0.0005" in verdict.reason
+
+
+def test_confirmation_stops_at_max_runs_or_when_no_longer_promising() -> None:
+    # t = -1.5: promising but not significant.
+    se = 0.001 * math.sqrt(1 / 2 + 1 / 5)
+    assert judge(snapshot(1.0 - 1.5 * se, runs=2)).action is Action.CONFIRM
+    se4 = 0.001 * math.sqrt(1 / 4 + 1 / 5)
+    at_max = judge(snapshot(1.0 - 1.5 * se4, runs=4))
+    assert at_max.action is Action.REVERT and "not significant after 4 runs (alpha 0.05)" in at_max.reason
+    futile = judge(snapshot(1.0 - 0.5 * se, runs=2))
+    assert futile.action is Action.REVERT and "no longer promising after 2 runs" in futile.reason
+
+
+def test_when_the_best_moved_on_good_and_promising_changes_are_re_applied() -> None:
+    moved = {"reference_is_best": False}
+    kept = judge(snapshot(0.99, runs=3, **moved))
+    assert kept.action is Action.REBASE and kept.reason.endswith("against its base, but the best moved on")
+    promising = judge(snapshot(0.999, **moved))  # a first run past the screen
+    assert promising.action is Action.REBASE
+    assert judge(snapshot(1.001, **moved)).action is Action.REVERT
+
+
+def test_identical_runs_everywhere_leave_the_sign_to_decide() -> None:
+    better = judge(snapshot(0.99, runs=2, sigma=0.0))
+    assert better.action is Action.KEEP and better.comparison is not None and better.comparison.p_value == 0.0
+    assert judge(snapshot(1.01, runs=2, sigma=0.0)).action is Action.REVERT
+
+
+# Statistical properties -------------------------------------------------------------------------
+
+sizes = st.integers(1, 12)
+dfs = st.integers(1, 200)
+alphas = st.floats(0.001, 0.5)
+
+
+@given(runs=sizes, reference_runs=sizes, df=st.integers(2, 60), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=25, deadline=None)
+def test_p_values_are_uniform_when_nothing_changed(
+    runs: int, reference_runs: int, df: int, seed: int
+) -> None:
+    """Candidate and reference measured from the same distribution, sigma estimated with `df`
+    degrees of freedom: P(p < a) = a for every a (checked at 0.01, 0.05, 0.2, 0.5), so a keep at
+    level alpha is a false keep at most alpha of the time."""
+    rng = np.random.default_rng(seed)
+    draws = 4000
+    candidate = rng.standard_normal(draws) / math.sqrt(runs)
+    reference = rng.standard_normal(draws) / math.sqrt(reference_runs)
+    sigma = np.sqrt(rng.chisquare(df, draws) / df)
+    p = np.array(
+        [
+            compare(Sample(runs, c), Sample(reference_runs, r), Noise(s, df), 0.05).p_value
+            for c, r, s in zip(candidate, reference, sigma, strict=True)
+        ]
+    )
+    for level in (0.01, 0.05, 0.2, 0.5):
+        tolerance = 4 * math.sqrt(level * (1 - level) / draws)
+        assert abs(float(np.mean(p < level)) - level) < tolerance
+
+
+@given(
+    mean=st.floats(0.5, 1.5),
+    reference=st.floats(0.5, 1.5),
+    runs=sizes,
+    reference_runs=sizes,
+    sigma=st.floats(1e-5, 0.1),
+    df=dfs,
+    alpha=alphas,
+)
+@settings(deadline=None)  # pure arithmetic: a loaded machine must not fail it
+def test_p_value_and_upper_bound_agree(
+    mean: float, reference: float, runs: int, reference_runs: int, sigma: float, df: int, alpha: float
+) -> None:
+    """The one-sided test and the one-sided confidence bound are one statement: p < alpha exactly
+    when the effect's (1 - alpha) upper bound is below zero."""
+    comparison = compare(Sample(runs, mean), Sample(reference_runs, reference), Noise(sigma, df), alpha)
+    assert comparison.p_value is not None and comparison.upper_bound is not None
+    if abs(comparison.p_value - alpha) > 1e-9:
+        assert (comparison.p_value < alpha) == (comparison.upper_bound < 0)
+
+
+verdicts = st.builds(
+    dict,
+    runs=st.integers(1, 6),
+    reference_runs=st.integers(1, 12),
+    t=st.floats(-6, 6),
+    df=dfs,
+)
+
+
+@given(case=verdicts, shift=st.floats(-0.5, 0.5), scale=st.floats(0.1, 10))
+@settings(deadline=None)  # pure arithmetic: a loaded machine must not fail it
+def test_verdicts_depend_only_on_differences_in_units_of_the_noise(
+    case: dict, shift: float, scale: float
+) -> None:
+    """Moving every value by `shift`, or scaling differences, sigma and MIN_DELTA together, changes
+    no verdict: the rule reads effects relative to the noise, not raw numbers."""
+    sigma, reference = 0.001, 1.0
+    se = sigma * math.sqrt(1 / case["runs"] + 1 / case["reference_runs"])
+    mean = reference + case["t"] * se
+    common = {"runs": case["runs"], "reference_runs": case["reference_runs"], "df": case["df"]}
+    base = judge(snapshot(mean, reference=reference, sigma=sigma, **common))
+    shifted = judge(snapshot(mean + shift, reference=reference + shift, sigma=sigma, **common))
+    rule = replace(RULE, min_delta=RULE.min_delta * scale)
+    scaled = judge(
+        snapshot(
+            reference + (mean - reference) * scale,
+            reference=reference,
+            sigma=sigma * scale,
+            rule=rule,
+            **common,
+        )
+    )
+    assert base.action is shifted.action is scaled.action
+
+
+RANK = {Action.REVERT: 0, Action.CONFIRM: 1, Action.KEEP: 2}
+
+
+@given(
+    runs=st.integers(1, 6),
+    reference_runs=st.integers(1, 12),
+    df=dfs,
+    better=st.floats(0.9, 1.1),
+    worse=st.floats(0.9, 1.1),
+)
+@settings(deadline=None)  # pure arithmetic: a loaded machine must not fail it
+def test_a_better_mean_never_gets_a_worse_verdict(
+    runs: int, reference_runs: int, df: int, better: float, worse: float
+) -> None:
+    better, worse = min(better, worse), max(better, worse)
+    common = {"runs": runs, "reference_runs": reference_runs, "df": df}
+    assert RANK[judge(snapshot(better, **common)).action] >= RANK[judge(snapshot(worse, **common)).action]
+
+
+@given(runs=st.integers(2, 8), reference_runs=st.integers(1, 12), df=dfs, mean=st.floats(0.9, 1.1))
+@settings(deadline=None)  # pure arithmetic: a loaded machine must not fail it
+def test_a_keep_is_significant_better_by_min_delta_and_rests_on_several_runs(
+    runs: int, reference_runs: int, df: int, mean: float
+) -> None:
+    verdict = judge(snapshot(mean, runs=runs, reference_runs=reference_runs, df=df))
+    if verdict.action is Action.KEEP:
+        comparison = verdict.comparison
+        assert (
+            comparison is not None and comparison.p_value is not None and comparison.upper_bound is not None
+        )
+        assert comparison.p_value < RULE.alpha and comparison.upper_bound < 0
+        assert comparison.effect < -RULE.min_delta and comparison.runs >= 2
