@@ -172,6 +172,10 @@ class Client:
     def cancel(self, experiment_id: int) -> JSON:
         return self._json("POST", f"/experiments/{experiment_id}/cancel")
 
+    def retry(self, experiment_id: int) -> JSON:
+        """Queue an infra_failed or cancelled experiment again (admin token)."""
+        return self._json("POST", f"/experiments/{experiment_id}/retry")
+
     def best(self) -> JSON:
         return self._json("GET", "/best")
 

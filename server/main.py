@@ -26,6 +26,7 @@ from server.core.body_limit import BodyLimit
 from server.core.config import ServerSettings, get_settings
 from server.core.db import Database, create_db_engine
 from server.core.migrate import upgrade
+from server.core.no_nul import RefuseNul
 from server.core.problems import install_problem_handlers
 from server.core.request_metrics import RequestTimer, RequestTimes
 from server.core.ttl_cache import TtlCache
@@ -72,7 +73,11 @@ def build_context(settings: ServerSettings) -> AppContext:
         settings=settings,
         db=db,
         repo=repo,
-        bus=Broadcaster(history_size=settings.sse_history),
+        bus=Broadcaster(
+            history_size=settings.sse_history,
+            max_subscribers=settings.sse_max_subscribers,
+            max_per_client=settings.sse_max_per_client,
+        ),
         presence=Presence(write_every_s=min(10.0, settings.lease_seconds / 3)),
         principals=TtlCache(settings.token_cache_seconds),
         totals=TotalsCache(),
@@ -138,5 +143,6 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         app.include_router(importlib.import_module(f"server.api.routes.{name}").router, prefix=API_PREFIX)
     _include_pages(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(RefuseNul)
     app.add_middleware(RequestTimer, times=ctx.request_times, api_prefix=API_PREFIX)
     return app

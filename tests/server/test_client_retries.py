@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from client import Client
-from server.core.pg_scratch import free_port
+from bench.pg_scratch import free_port
 from server.main import create_app
 from tests.server.conftest import init_with_small_baseline, make_settings, serve
 

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
 from client import ApiError, Client
-from server.core.pg_scratch import new_database
+from bench.pg_scratch import new_database
 from server.crud import tsv
 from server.models import Experiment
 

@@ -11,20 +11,25 @@ from fastapi.responses import StreamingResponse
 
 from server.api.deps import Ctx, Reader
 from server.core.problems import Problem
-from server.events import EVENT_TYPES
+from server.events import EVENT_TYPES, TooManySubscribers
 
 router = APIRouter(tags=["events"])
+# A refused subscriber retries after this long: streams end when their clients leave.
+_RETRY_AFTER_S = 10
 
 
 @router.get(
     "/events",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "an endless event stream"}},
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "an endless event stream"},
+        503: {"description": "too many event streams open, in all or from this client (see Retry-After)"},
+    },
 )
 async def events(
     request: Request,
     ctx: Ctx,
-    _reader: Reader,
+    reader: Reader,
     types: Annotated[
         str | None,
         Query(max_length=200, description=f"comma-separated subset of: {', '.join(EVENT_TYPES)}"),
@@ -44,7 +49,14 @@ async def events(
                 422, "unknown-event-type", f"unknown event types {unknown}; choose from {list(EVENT_TYPES)}"
             )
     resume = int(last_event_id) if last_event_id and last_event_id.isdigit() else None
-    subscriber = ctx.bus.subscribe(wanted, resume)
+    # Per client: a token is one client wherever it connects from; without one, an address is.
+    client = f"token:{reader.id}" if reader is not None else f"address:{request.client.host if request.client else ''}"
+    try:
+        subscriber = ctx.bus.subscribe(wanted, resume, client)
+    except TooManySubscribers as exc:
+        raise Problem(
+            503, "too-many-streams", f"{exc}; retry later", headers={"Retry-After": str(_RETRY_AFTER_S)}
+        ) from exc
     keepalive = ctx.settings.sse_keepalive_seconds
 
     async def stream() -> AsyncIterator[str]:

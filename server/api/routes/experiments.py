@@ -1,8 +1,8 @@
-"""Experiments: submit, read, list, diff, log, progress, cancel."""
+"""Experiments: submit, read, list, diff, log, progress, cancel, retry."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Response
@@ -11,12 +11,21 @@ from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
 from harness.result import ProgressEvent
-from server.api.deps import Agent, Ctx, Reader
+from server.api.deps import Admin, Agent, Ctx, Reader
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import experiments as crud
 from server.crud.leases import progress_of
-from server.models import CANCELLED, FINAL_STATUSES, QUEUED, RUNNING, Experiment, Result, utcnow
+from server.models import (
+    CANCELLED,
+    FINAL_STATUSES,
+    INFRA_FAILED,
+    QUEUED,
+    RUNNING,
+    Experiment,
+    Result,
+    utcnow,
+)
 from server.patches import make_patch
 from server.schemas import (
     CancelOut,
@@ -39,6 +48,15 @@ _ERRORS = {
 
 def _not_found(experiment_id: int) -> Problem:
     return Problem(404, "unknown-experiment", f"no experiment {experiment_id}")
+
+
+def _utc(since: datetime) -> datetime:
+    if since.tzinfo is None:
+        raise Problem(422, "naive-datetime", "`since` needs a timezone, e.g. 2025-01-01T00:00:00Z")
+    try:
+        return since.astimezone(UTC)
+    except OverflowError as exc:  # e.g. 9999-12-31T23:59:59-23:59 is past the last datetime in UTC
+        raise Problem(422, "since-out-of-range", "`since` is out of range once converted to UTC") from exc
 
 
 @router.post(
@@ -85,8 +103,8 @@ def list_experiments(
     ] = None,
 ) -> ExperimentPage:
     """Experiments, newest first, one page at a time (follow `next_cursor`)."""
-    if since is not None and since.tzinfo is None:
-        raise Problem(422, "naive-datetime", "`since` needs a timezone, e.g. 2025-01-01T00:00:00Z")
+    if since is not None:
+        since = _utc(since)
     with ctx.db.read() as session:
         return crud.list_page(
             session,
@@ -187,3 +205,39 @@ def cancel_experiment(ctx: Ctx, agent: Agent, experiment_id: ExperimentId) -> Ca
     view = _view(ctx, experiment_id)
     assert view is not None
     return CancelOut(experiment=view)
+
+
+RETRYABLE = (INFRA_FAILED, CANCELLED)
+
+
+@router.post(
+    "/{experiment_id}/retry",
+    responses={409: {"description": "not infra_failed or cancelled, or it has a result"}, **_ERRORS},
+)
+def retry_experiment(ctx: Ctx, admin: Admin, experiment_id: ExperimentId) -> ExperimentOut:
+    """Queue an `infra_failed` or `cancelled` experiment again, at the back, with its attempts reset
+    (e.g. once the broken workers are fixed). Admin only."""
+    with ctx.transaction() as tx:
+        experiment = tx.session.get(Experiment, experiment_id, with_for_update=True)
+        if experiment is None:
+            raise _not_found(experiment_id)
+        if experiment.status not in RETRYABLE:
+            raise Problem(
+                409,
+                "not-retryable",
+                f"experiment {experiment_id} is {experiment.status}; only {' or '.join(RETRYABLE)} "
+                "experiments can be queued again",
+            )
+        if tx.session.scalar(select(Result.id).where(Result.experiment_id == experiment_id)) is not None:
+            raise Problem(409, "has-result", f"experiment {experiment_id} already has a result")
+        why = f"queued again by {admin.name} (was {experiment.status})"
+        experiment.status = QUEUED
+        experiment.attempts = 0
+        experiment.cancel_requested = False
+        experiment.queued_at = utcnow()
+        experiment.started_at = experiment.finished_at = None
+        experiment.decision = experiment.decision_reason = None
+        tx.emit("queued", experiment_id=experiment_id, attempts=0, why=why)
+    view = _view(ctx, experiment_id)
+    assert view is not None
+    return view
