@@ -18,4 +18,3 @@ def new_token(kind: str) -> str:
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
-

@@ -46,13 +46,15 @@ def test_nul_is_refused_in_queries_paths_and_bodies(live_any_db: Live) -> None:
         httpx.get(f"{live.url}/static/%00.css"),
         httpx.post(f"{api}/worker/leases/%00/heartbeat", headers=as_worker),
         httpx.post(f"{api}/worker/claim", json={"worker_id": "\0"}, headers=as_worker),
-        httpx.post(f"{api}/worker/claim", json={"worker_id": worker_id + "\0"}, headers=as_worker),
+        httpx.post(f"{api}/worker/claim", json={"worker_id": worker_id[:35] + "\0"}, headers=as_worker),
         httpx.post(
             f"{api}/worker/register",
             json={"name": "gpu1", "device": "cpu\0", "memory_gb": 1, "harness_id": HARNESS_ID},
             headers=as_worker,
         ),
-        httpx.post(f"{api}/experiments", json={"description": "x\0", "train_py": "x = 1\n"}, headers=as_agent),
+        httpx.post(
+            f"{api}/experiments", json={"description": "x\0", "train_py": "x = 1\n"}, headers=as_agent
+        ),
         httpx.post(
             f"{api}/experiments", json={"description": "x", "train_py": "x = '\0'\n"}, headers=as_agent
         ),

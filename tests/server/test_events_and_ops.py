@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
-from client import ApiError, Client
 from bench.pg_scratch import new_database
+from client import ApiError, Client
 from server.crud import tsv
 from server.models import Experiment
 

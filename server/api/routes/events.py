@@ -50,7 +50,11 @@ async def events(
             )
     resume = int(last_event_id) if last_event_id and last_event_id.isdigit() else None
     # Per client: a token is one client wherever it connects from; without one, an address is.
-    client = f"token:{reader.id}" if reader is not None else f"address:{request.client.host if request.client else ''}"
+    client = (
+        f"token:{reader.id}"
+        if reader is not None
+        else f"address:{request.client.host if request.client else ''}"
+    )
     try:
         subscriber = ctx.bus.subscribe(wanted, resume, client)
     except TooManySubscribers as exc:
