@@ -27,6 +27,7 @@ from server.core.config import ServerSettings, get_settings
 from server.core.db import Database, create_db_engine
 from server.core.migrate import upgrade
 from server.core.no_nul import RefuseNul
+from server.core.openapi import install_openapi
 from server.core.problems import install_problem_handlers
 from server.core.request_metrics import RequestTimer, RequestTimes
 from server.core.ttl_cache import TtlCache
@@ -139,6 +140,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     )
     app.state.ctx = ctx
     install_problem_handlers(app)
+    install_openapi(app)
     for name in ROUTERS:
         app.include_router(importlib.import_module(f"server.api.routes.{name}").router, prefix=API_PREFIX)
     _include_pages(app)

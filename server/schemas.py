@@ -69,6 +69,16 @@ class Strict(Input):
 
 
 class SubmitIn(Strict):
+    # Exactly one of the two, as a string (`submit` refuses anything else with 422).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["patch"], "properties": {"patch": {"type": "string"}}},
+                {"required": ["train_py"], "properties": {"train_py": {"type": "string"}}},
+            ]
+        }
+    )
+
     description: Annotated[str, Field(min_length=1, max_length=500)]
     hypothesis: Annotated[str, Field(max_length=2000)] | None = None
     base: Sha | None = Field(None, description="commit to apply the change to; default: the current best")

@@ -50,11 +50,16 @@ def _not_found(experiment_id: int) -> Problem:
     return Problem(404, "unknown-experiment", f"no experiment {experiment_id}")
 
 
-def _utc(since: datetime) -> datetime:
-    if since.tzinfo is None:
-        raise Problem(422, "naive-datetime", "`since` needs a timezone, e.g. 2025-01-01T00:00:00Z")
+# RFC 3339 date-times, which have a time zone (a number, which pydantic would read as a Unix time,
+# or a naive time is refused).
+_RFC3339 = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+
+
+def _utc(since: str) -> datetime:
     try:
-        return since.astimezone(UTC)
+        return datetime.fromisoformat(since).astimezone(UTC)
+    except ValueError as exc:
+        raise Problem(422, "bad-datetime", f"`since`: {exc}") from exc
     except OverflowError as exc:  # e.g. 9999-12-31T23:59:59-23:59 is past the last datetime in UTC
         raise Problem(422, "since-out-of-range", "`since` is out of range once converted to UTC") from exc
 
@@ -96,22 +101,27 @@ def list_experiments(
     status: ExperimentStatus | None = None,
     agent: Annotated[str | None, Query(max_length=100)] = None,
     base: Annotated[str | None, Query(pattern=r"^[0-9a-fA-F]{40}$", description="full commit id")] = None,
-    since: datetime | None = None,
+    since: Annotated[
+        str | None,
+        Query(
+            pattern=_RFC3339,
+            json_schema_extra={"format": "date-time"},
+            description="only experiments created at or after this time, e.g. 2025-01-01T00:00:00Z",
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[
         str | None, Query(pattern=r"^[1-9][0-9]{0,17}$", description="next_cursor of the previous page")
     ] = None,
 ) -> ExperimentPage:
     """Experiments, newest first, one page at a time (follow `next_cursor`)."""
-    if since is not None:
-        since = _utc(since)
     with ctx.db.read() as session:
         return crud.list_page(
             session,
             status=status,
             agent=agent,
             base=base,
-            since=since,
+            since=_utc(since) if since is not None else None,
             limit=limit,
             before_id=int(cursor) if cursor else None,
         )
