@@ -17,6 +17,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from cachetools import TTLCache
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
@@ -29,13 +30,13 @@ from server.core.migrate import upgrade
 from server.core.no_nul import RefuseNul
 from server.core.openapi import install_openapi
 from server.core.problems import install_problem_handlers
-from server.core.request_metrics import RequestTimer, RequestTimes
-from server.core.ttl_cache import TtlCache
+from server.core.request_metrics import RequestTimer, request_times
 from server.crud.leases import expire_leases
 from server.crud.project import load_project
 from server.crud.tokens import sync_env_admin
 from server.events import Broadcaster
 from server.harness_pin import configured_harness_id, pin
+from server.metrics import metrics_registry
 from server.presence import Presence
 from server.research_repo import ResearchRepo
 from server.standings_cache import TotalsCache
@@ -80,9 +81,9 @@ def build_context(settings: ServerSettings) -> AppContext:
             max_per_client=settings.sse_max_per_client,
         ),
         presence=Presence(write_every_s=min(10.0, settings.lease_seconds / 3)),
-        principals=TtlCache(settings.token_cache_seconds),
+        principals=TTLCache(maxsize=10_000, ttl=settings.token_cache_seconds),
         totals=TotalsCache(),
-        request_times=RequestTimes(),
+        request_times=request_times(),
     )
 
 
@@ -139,6 +140,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.ctx = ctx
+    app.state.metrics = metrics_registry(ctx)
     install_problem_handlers(app)
     install_openapi(app)
     for name in ROUTERS:

@@ -52,7 +52,9 @@ def _not_found(experiment_id: int) -> Problem:
 
 # RFC 3339 date-times, which have a time zone (a number, which pydantic would read as a Unix time,
 # or a naive time is refused).
-_RFC3339 = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+_RFC3339 = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+)
 
 
 def _utc(since: str) -> datetime:

@@ -7,8 +7,9 @@ with PUBLIC_READS=false it needs a token like every other read.
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from sqlalchemy import text
 
 from server.api.deps import Ctx, Reader
@@ -49,6 +50,6 @@ def healthz(ctx: Ctx) -> HealthOut | JSONResponse:
     response_class=PlainTextResponse,
     responses={401: {"description": "reads need a token (PUBLIC_READS=false)"}},
 )
-def metrics(ctx: Ctx, _reader: Reader) -> PlainTextResponse:
+def metrics(request: Request, _reader: Reader) -> PlainTextResponse:
     """Prometheus text format: queue depth, running, finished by status, durations, workers online."""
-    return PlainTextResponse(render_metrics(ctx), media_type="text/plain; version=0.0.4")
+    return PlainTextResponse(render_metrics(request.app.state.metrics), media_type=CONTENT_TYPE_PLAIN_0_0_4)
