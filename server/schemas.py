@@ -16,7 +16,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from harness.result import ErrorClass, ProgressEvent, RunResult, RunStatus
 
-MAX_INT = 2**63 - 1
+# The largest integer accepted: exact as a JSON double, so that every client reads the bound alike
+# (2**63 - 1 is not), and far beyond any count of steps, tokens or parameters.
+MAX_INT = 2**53
 ExperimentStatus = Literal[
     "queued", "running", "kept", "reverted", "rebased", "stale", "cancelled", "infra_failed"
 ]
