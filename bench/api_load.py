@@ -46,11 +46,11 @@ from pathlib import Path
 
 import httpx
 from lean_http import LeanClient
+from pg_scratch import free_port, new_database, scratch_cluster
 from sqlalchemy import func, insert, select
 
 from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
-from server.core.pg_scratch import free_port, new_database, scratch_cluster
 from server.core.request_metrics import BUCKETS
 from server.crud.project import load_project
 from server.crud.runs import run_seed

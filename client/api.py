@@ -21,6 +21,14 @@ from typing import Any
 
 import httpx
 from pydantic import BaseModel
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    retry_if_result,
+    stop_before_delay,
+    wait_exponential,
+)
 
 from client.errors import ApiError
 from client.states import FINAL_STATUSES
@@ -33,6 +41,34 @@ def _plain(value: BaseModel | Mapping[str, Any]) -> JSON:
     """A JSON-ready dict. NaN and infinities (a diverged loss) are not JSON: they are sent as null."""
     fields = value.model_dump(mode="json") if isinstance(value, BaseModel) else dict(value)
     return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in fields.items()}
+
+
+_PAUSES = wait_exponential(multiplier=0.25, max=5.0)  # 0.25 s, 0.5 s, 1 s ... at most 5 s
+
+
+def _pause(state: RetryCallState) -> float:
+    """The next pause: exponential, but never shorter than a 503's Retry-After."""
+    pause = _PAUSES(state)
+    if state.outcome is not None and not state.outcome.failed:
+        after = state.outcome.result().headers.get("Retry-After", "")
+        pause = max(pause, float(after)) if after.isdigit() else pause
+    return pause
+
+
+def _outage_policy(retry_for_s: float, repeatable: bool) -> Retrying:
+    """The SDK's outage retry: a refused connection always (nothing was sent), any transport error
+    when the request is repeatable, and a 503; no pause may end past `retry_for_s`. Once it gives
+    up, the last answer is returned (a 503) or its error raised."""
+
+    def lost(exc: BaseException) -> bool:
+        return isinstance(exc, httpx.ConnectError) or (repeatable and isinstance(exc, httpx.TransportError))
+
+    return Retrying(
+        retry=retry_if_exception(lost) | retry_if_result(lambda response: response.status_code == 503),
+        wait=_pause,
+        stop=stop_before_delay(retry_for_s),
+        retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
+    )
 
 
 class Client:
@@ -78,22 +114,7 @@ class Client:
     def _request_retrying(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One request, retried for `retry_for_s` when that is safe (see the module's docstring)."""
         repeatable = method == "GET" or "Idempotency-Key" in kwargs.get("headers", {})
-        deadline = time.monotonic() + self.retry_for_s
-        pause = 0.25
-        while True:
-            try:
-                response = self.http.request(method, path, **kwargs)
-            except httpx.TransportError as exc:
-                retry = isinstance(exc, httpx.ConnectError) or repeatable
-                if not retry or time.monotonic() + pause > deadline:
-                    raise
-            else:
-                if response.status_code != 503 or time.monotonic() + pause > deadline:
-                    return response
-                after = response.headers.get("Retry-After", "")
-                pause = max(pause, float(after)) if after.isdigit() else pause
-            time.sleep(pause)
-            pause = min(pause * 2, 5.0)
+        return _outage_policy(self.retry_for_s, repeatable)(self.http.request, method, path, **kwargs)
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self._send(method, path, **kwargs).json()
@@ -178,6 +199,10 @@ class Client:
 
     def cancel(self, experiment_id: int) -> JSON:
         return self._json("POST", f"/experiments/{experiment_id}/cancel")
+
+    def retry(self, experiment_id: int) -> JSON:
+        """Queue an infra_failed or cancelled experiment again (admin token)."""
+        return self._json("POST", f"/experiments/{experiment_id}/retry")
 
     def best(self) -> JSON:
         return self._json("GET", "/best")

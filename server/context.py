@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio.to_thread
 from anyio import CapacityLimiter
+from cachetools import TTLCache
+from prometheus_client import Histogram
 from sqlalchemy.orm import Session
 
 from server.core.config import ServerSettings
 from server.core.db import Database
-from server.core.request_metrics import RequestTimes
-from server.core.ttl_cache import TtlCache
 from server.crud.tokens import Principal
 from server.events import Broadcaster, Event
 from server.fleet import Fleet
@@ -52,9 +52,10 @@ class AppContext:
     bus: Broadcaster
     presence: Presence
     # Token hash -> caller, for TOKEN_CACHE_SECONDS: a revoked token stops working within that time.
-    principals: TtlCache[str, Principal]
+    # Used on the event loop only (the auth dependencies are async), so it needs no lock.
+    principals: TTLCache[str, Principal]
     totals: TotalsCache
-    request_times: RequestTimes
+    request_times: Histogram
     fleet: Fleet
     # Set once the best is measured (a valid run, and the noise estimate under the noise-aware
     # rule); a measurement is never lost, so claims then skip the check (crud/leases.py, _gate).

@@ -3,7 +3,9 @@
 Handlers run in worker threads, subscribers in the event loop, so `publish` hands events to the
 loop with `call_soon_threadsafe`. Each subscriber has a bounded queue; one that falls that far
 behind is dropped (its stream ends and the client reconnects with Last-Event-ID). A ring buffer
-of recent events lets a reconnecting client resume. This bus lives in one process: running
+of recent events lets a reconnecting client resume. Subscribers are capped in total and per
+client (a token, else an address): each holds a queue and a connection, and anyone may subscribe
+when reads are public. This bus lives in one process: running
 several server processes needs a shared bus (e.g. PostgreSQL LISTEN/NOTIFY) instead.
 """
 
@@ -13,7 +15,7 @@ import asyncio
 import itertools
 import json
 import threading
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,14 +45,22 @@ class Event:
 class _Subscriber:
     queue: asyncio.Queue[Event | None]
     types: frozenset[str]
+    client: str
+
+
+class TooManySubscribers(Exception):
+    """The bus, or this client, already has as many subscribers as allowed."""
 
 
 @dataclass
 class Broadcaster:
     history_size: int = 1000
     queue_size: int = 1000
+    max_subscribers: int = 500
+    max_per_client: int = 10
     _loop: asyncio.AbstractEventLoop | None = None
     _subscribers: list[_Subscriber] = field(default_factory=list)
+    _per_client: Counter[str] = field(default_factory=Counter)
     _history: deque[Event] = field(default_factory=deque)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -108,24 +118,34 @@ class Broadcaster:
                 return
 
     def _drop(self, subscriber: _Subscriber) -> None:
-        self._subscribers.remove(subscriber)
+        self.unsubscribe(subscriber)
         while not subscriber.queue.empty():
             subscriber.queue.get_nowait()
         subscriber.queue.put_nowait(None)  # tells the stream to end
 
-    def subscribe(self, types: frozenset[str], last_event_id: int | None) -> _Subscriber:
-        """Must be called in the loop. Replays buffered events after `last_event_id`."""
-        subscriber = _Subscriber(asyncio.Queue(self.queue_size), types)
+    def subscribe(self, types: frozenset[str], last_event_id: int | None, client: str) -> _Subscriber:
+        """Must be called in the loop. Replays buffered events after `last_event_id`.
+
+        Raises TooManySubscribers past `max_subscribers` in all or `max_per_client` for `client`."""
+        if len(self._subscribers) >= self.max_subscribers:
+            raise TooManySubscribers(f"the server has {len(self._subscribers)} event streams open, its limit")
+        if self._per_client[client] >= self.max_per_client:
+            raise TooManySubscribers(f"this client has {self.max_per_client} event streams open, its limit")
+        subscriber = _Subscriber(asyncio.Queue(self.queue_size), types, client)
         if last_event_id is not None:
             for event in self._history:
                 if event.id > last_event_id and event.type in types and not subscriber.queue.full():
                     subscriber.queue.put_nowait(event)
         self._subscribers.append(subscriber)
+        self._per_client[subscriber.client] += 1
         return subscriber
 
     def unsubscribe(self, subscriber: _Subscriber) -> None:
         if subscriber in self._subscribers:
             self._subscribers.remove(subscriber)
+            self._per_client[subscriber.client] -= 1
+            if not self._per_client[subscriber.client]:
+                del self._per_client[subscriber.client]
 
     @property
     def subscriber_count(self) -> int:

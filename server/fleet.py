@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
+from client.states import RunState
 from server.core.db import Database
-from server.models import EXPERIMENTS, QUEUED
+from server.models import RUNS
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class Fleet:
 
 
 def queue_not_empty(db: Database) -> bool:
-    """Whether any experiment is queued (one row of the queue index)."""
+    """Whether any run is queued (one row of the queue index)."""
     with db.read() as session:
-        first = session.scalar(select(EXPERIMENTS.c.id).where(EXPERIMENTS.c.status == QUEUED).limit(1))
+        first = session.scalar(select(RUNS.c.id).where(RUNS.c.status == RunState.QUEUED).limit(1))
     return first is not None

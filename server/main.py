@@ -17,6 +17,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from cachetools import TTLCache
 from fastapi import FastAPI
 from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
@@ -28,9 +29,10 @@ from server.core.body_limit import BodyLimit
 from server.core.config import ServerSettings, get_settings
 from server.core.db import Database, create_db_engine
 from server.core.migrate import upgrade
+from server.core.no_nul import RefuseNul
+from server.core.openapi import install_openapi
 from server.core.problems import install_problem_handlers
-from server.core.request_metrics import RequestTimer, RequestTimes
-from server.core.ttl_cache import TtlCache
+from server.core.request_metrics import RequestTimer, request_times
 from server.crud.leases import expire_leases
 from server.crud.project import load_project
 from server.crud.runs import queue_runs
@@ -40,6 +42,7 @@ from server.decisions import best_repeats_due
 from server.events import Broadcaster
 from server.fleet import Fleet
 from server.harness_pin import configured_harness_id, pin
+from server.metrics import metrics_registry
 from server.models import Experiment
 from server.presence import Presence
 from server.research_repo import ResearchRepo
@@ -79,11 +82,15 @@ def build_context(settings: ServerSettings) -> AppContext:
         settings=settings,
         db=db,
         repo=repo,
-        bus=Broadcaster(history_size=settings.sse_history),
+        bus=Broadcaster(
+            history_size=settings.sse_history,
+            max_subscribers=settings.sse_max_subscribers,
+            max_per_client=settings.sse_max_per_client,
+        ),
         presence=Presence(write_every_s=min(10.0, settings.lease_seconds / 3)),
-        principals=TtlCache(settings.token_cache_seconds),
+        principals=TTLCache(maxsize=10_000, ttl=settings.token_cache_seconds),
         totals=TotalsCache(),
-        request_times=RequestTimes(),
+        request_times=request_times(),
         fleet=Fleet(settings.fleet_progress_per_s),
     )
     queue_due_repeats(context)
@@ -163,10 +170,13 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.ctx = ctx
+    app.state.metrics = metrics_registry(ctx)
     install_problem_handlers(app)
+    install_openapi(app)
     for name in ROUTERS:
         app.include_router(importlib.import_module(f"server.api.routes.{name}").router, prefix=API_PREFIX)
     _include_pages(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(RefuseNul)
     app.add_middleware(RequestTimer, times=ctx.request_times, api_prefix=API_PREFIX)
     return app

@@ -1,11 +1,22 @@
-"""Prometheus metrics, computed from the database at scrape time (exposition format 0.0.4).
+"""Prometheus metrics (prometheus_client): database values computed at scrape time, request timing.
 
 Computing at scrape time keeps the numbers right across restarts and with several readers of
-one database; each scrape is a handful of indexed aggregate queries.
+one database; each scrape is a handful of indexed aggregate queries. Each app has a registry of
+its own (tests run several apps in one process).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
 from sqlalchemy import case, func, select
 
 from client.states import FINAL_STATUSES, ExperimentStatus, RunState
@@ -16,81 +27,81 @@ from server.models import Experiment, Result, Run
 DURATION_BUCKETS = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 3600.0)
 
 
-def _family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> list[str]:
-    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-    lines += [f"{name}{labels} {value:g}" for labels, value in samples]
-    return lines
+class DatabaseCollector(Collector):
+    """The queue, the experiments by status, run durations and workers, read from the database."""
 
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
 
-def render_metrics(ctx: AppContext) -> str:
-    with ctx.db.read() as session:
-        by_status = dict(
-            session.execute(select(Experiment.status, func.count()).group_by(Experiment.status)).all()
-        )
-        runs_by_state = dict(
-            session.execute(
-                select(Run.status, func.count())
-                .where(Run.status.in_((RunState.QUEUED, RunState.RUNNING)))
-                .group_by(Run.status)
-            ).all()
-        )
-        bucket_columns = [
-            func.sum(case((Result.total_seconds <= bound, 1), else_=0)) for bound in DURATION_BUCKETS
-        ]
-        row = session.execute(
-            select(
-                func.count(Result.total_seconds),
-                func.coalesce(func.sum(Result.total_seconds), 0.0),
-                *bucket_columns,
+    def describe(self) -> list[Metric]:
+        return []  # registering must not query the database
+
+    def collect(self) -> Iterator[Metric]:
+        with self.ctx.db.read() as session:
+            by_status = dict(
+                session.execute(select(Experiment.status, func.count()).group_by(Experiment.status)).all()
             )
-        ).one()
-    count, total, buckets = row[0], row[1], row[2:]
-    histogram = [
-        (f'{{le="{bound:g}"}}', float(b or 0)) for bound, b in zip(DURATION_BUCKETS, buckets, strict=True)
-    ]
-    histogram.append(('{le="+Inf"}', float(count)))
-    lines = [
-        *_family(
+            runs_by_state = dict(
+                session.execute(
+                    select(Run.status, func.count())
+                    .where(Run.status.in_((RunState.QUEUED, RunState.RUNNING)))
+                    .group_by(Run.status)
+                ).all()
+            )
+            bucket_columns = [
+                func.sum(case((Result.total_seconds <= bound, 1), else_=0)) for bound in DURATION_BUCKETS
+            ]
+            row = session.execute(
+                select(
+                    func.count(Result.total_seconds),
+                    func.coalesce(func.sum(Result.total_seconds), 0.0),
+                    *bucket_columns,
+                )
+            ).one()
+        count, total, buckets = row[0], row[1], row[2:]
+        yield GaugeMetricFamily(
             "autoresearch_queue_depth",
-            "gauge",
             "Runs waiting in the queue (first runs, confirmation runs, repeats of the best).",
-            [("", runs_by_state.get(RunState.QUEUED, 0))],
-        ),
-        *_family(
-            "autoresearch_running",
-            "gauge",
-            "Runs being run by a worker.",
-            [("", runs_by_state.get(RunState.RUNNING, 0))],
-        ),
-        *_family(
-            "autoresearch_experiments_finished_total",
-            "counter",
-            "Experiments that ended, by final status.",
-            [(f'{{status="{s}"}}', by_status.get(s, 0)) for s in ExperimentStatus if s in FINAL_STATUSES],
-        ),
-        *_family(
-            "autoresearch_experiments",
-            "gauge",
-            "Experiments stored, by status.",
-            [(f'{{status="{s}"}}', by_status.get(s, 0)) for s in ExperimentStatus],
-        ),
-        "# HELP autoresearch_run_duration_seconds Wall time of a run (train and score), by the harness.",
-        "# TYPE autoresearch_run_duration_seconds histogram",
-        *[f"autoresearch_run_duration_seconds_bucket{labels} {value:g}" for labels, value in histogram],
-        f"autoresearch_run_duration_seconds_sum {float(total):g}",
-        f"autoresearch_run_duration_seconds_count {count}",
-        *_family(
-            "autoresearch_workers_online",
-            "gauge",
-            "Workers seen within two lease periods.",
-            [("", online_count(ctx))],
-        ),
-        *_family(
-            "autoresearch_sse_subscribers",
-            "gauge",
-            "Open GET /events streams.",
-            [("", ctx.bus.subscriber_count)],
-        ),
-        *ctx.request_times.render(),
-    ]
-    return "\n".join(lines) + "\n"
+            runs_by_state.get(RunState.QUEUED, 0),
+        )
+        yield GaugeMetricFamily(
+            "autoresearch_running", "Runs being run by a worker.", runs_by_state.get(RunState.RUNNING, 0)
+        )
+        finished = CounterMetricFamily(
+            "autoresearch_experiments_finished", "Experiments that ended, by final status.", labels=["status"]
+        )
+        stored = GaugeMetricFamily(
+            "autoresearch_experiments", "Experiments stored, by status.", labels=["status"]
+        )
+        for status in ExperimentStatus:
+            stored.add_metric([status], by_status.get(status, 0))
+            if status in FINAL_STATUSES:
+                finished.add_metric([status], by_status.get(status, 0))
+        yield finished
+        yield stored
+        yield HistogramMetricFamily(
+            "autoresearch_run_duration_seconds",
+            "Wall time of a run (train and score), by the harness.",
+            buckets=[
+                *((f"{bound:g}", float(b or 0)) for bound, b in zip(DURATION_BUCKETS, buckets, strict=True)),
+                ("+Inf", float(count)),
+            ],
+            sum_value=float(total),
+        )
+        yield GaugeMetricFamily(
+            "autoresearch_workers_online", "Workers seen within two lease periods.", online_count(self.ctx)
+        )
+        yield GaugeMetricFamily(
+            "autoresearch_sse_subscribers", "Open GET /events streams.", self.ctx.bus.subscriber_count
+        )
+
+
+def metrics_registry(ctx: AppContext) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DatabaseCollector(ctx))
+    registry.register(ctx.request_times)
+    return registry
+
+
+def render_metrics(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

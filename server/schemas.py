@@ -1,8 +1,9 @@
 """Request and response bodies of the HTTP API (pydantic). docs/api.md describes them in prose.
 
 Every string that reaches the database is bounded and free of NUL characters and unpaired
-surrogates (PostgreSQL stores neither), and every number is finite and within the column's
-range, so that bad input is a 422 and never a database error.
+surrogates (PostgreSQL stores neither: `Input` checks every string field of every request body),
+and every number is finite and within the column's range, so that bad input is a 422 and never a
+database error. Paths and query strings are checked for NUL by `server.core.no_nul`.
 """
 
 from __future__ import annotations
@@ -17,17 +18,28 @@ from client.states import Decision, ExperimentStatus, RunKind, RunState
 from harness.result import ErrorClass, ProgressEvent, RunResult, RunStatus
 from server.judge import Rule
 
-MAX_INT = 2**63 - 1
+# The largest integer accepted: exact as a JSON double, so that every client reads the bound alike
+# (2**63 - 1 is not), and far beyond any count of steps, tokens or parameters.
+MAX_INT = 2**53
 Name = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")]
 
 
-def storable_text(value: str) -> str:
-    if "\0" in value:
-        raise ValueError("must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError("must be valid Unicode text (unpaired surrogate)") from exc
+def storable_text(value: object) -> object:
+    """`value` (a string, or a list or dict of them) if PostgreSQL can store every string in it."""
+    if isinstance(value, str):
+        if "\0" in value:
+            raise ValueError("must not contain NUL characters")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError("must be valid Unicode text (unpaired surrogate)") from exc
+    elif isinstance(value, list | tuple):
+        for item in value:
+            storable_text(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            storable_text(key)
+            storable_text(item)
     return value
 
 
@@ -36,11 +48,20 @@ def storable_log(value: str) -> str:
     return value.replace("\0", "\ufffd").encode("utf-8", "replace").decode("utf-8")
 
 
-Text = Annotated[str, AfterValidator(storable_text)]
 Sha = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{4,40}$")]
 
 
-class Strict(BaseModel):
+class Input(BaseModel):
+    """A request body: every string in every field must be storable (checked after the field's
+    own validators, so a log that replaced its NUL characters passes)."""
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _storable(cls, value: object) -> object:
+        return storable_text(value)
+
+
+class Strict(Input):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
@@ -48,11 +69,21 @@ class Strict(BaseModel):
 
 
 class SubmitIn(Strict):
-    description: Annotated[Text, Field(min_length=1, max_length=500)]
-    hypothesis: Annotated[Text, Field(max_length=2000)] | None = None
+    # Exactly one of the two, as a string (`submit` refuses anything else with 422).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["patch"], "properties": {"patch": {"type": "string"}}},
+                {"required": ["train_py"], "properties": {"train_py": {"type": "string"}}},
+            ]
+        }
+    )
+
+    description: Annotated[str, Field(min_length=1, max_length=500)]
+    hypothesis: Annotated[str, Field(max_length=2000)] | None = None
     base: Sha | None = Field(None, description="commit to apply the change to; default: the current best")
-    patch: Text | None = Field(None, description="unified diff of train.py against base")
-    train_py: Text | None = Field(None, description="the whole new train.py (instead of patch)")
+    patch: str | None = Field(None, description="unified diff of train.py against base")
+    train_py: str | None = Field(None, description="the whole new train.py (instead of patch)")
 
 
 class BestBefore(BaseModel):
@@ -270,9 +301,9 @@ class HealthOut(BaseModel):
 
 class RegisterIn(Strict):
     name: Name
-    device: Annotated[Text, Field(min_length=1, max_length=200)]
+    device: Annotated[str, Field(min_length=1, max_length=200)]
     memory_gb: float = Field(ge=0, le=1e6)
-    harness_id: Annotated[Text, Field(min_length=1, max_length=128)]
+    harness_id: Annotated[str, Field(min_length=1, max_length=128)]
 
 
 class RegisterOut(BaseModel):
@@ -307,7 +338,7 @@ class HeartbeatOut(BaseModel):
     progress_seconds: float = Field(1.0, description="send progress this often (scaled to the fleet)")
 
 
-class ProgressEventIn(ProgressEvent):
+class ProgressEventIn(ProgressEvent, Input):
     """A progress sample. A non-finite loss (a diverged run) is stored as null."""
 
     model_config = ConfigDict(extra="ignore")
@@ -327,7 +358,7 @@ class ProgressIn(Strict):
     events: list[ProgressEventIn] = Field(max_length=1000)
 
 
-class RunResultIn(RunResult):
+class RunResultIn(RunResult, Input):
     """RunResult as the worker measured it; bounded so that it can always be stored."""
 
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
@@ -344,14 +375,20 @@ class RunResultIn(RunResult):
     steps: int | None = Field(None, ge=0, le=MAX_INT)
     num_params: int | None = Field(None, ge=0, le=MAX_INT)
     mfu_percent: float | None = Field(None, ge=0.0, le=1e6)
-    device: Annotated[Text, Field(min_length=1, max_length=200)] = "cpu"
-    harness_id: Annotated[Text, Field(max_length=128)] = ""
-    seed: int | None = Field(None, ge=0, le=MAX_INT)
+    device: Annotated[str, Field(min_length=1, max_length=200)] = "cpu"
+    harness_id: Annotated[str, Field(max_length=128)] = ""
     log_tail: Annotated[str, AfterValidator(storable_log), Field(max_length=1_000_000)] = ""
 
 
 class ResultIn(Strict):
-    result_id: Annotated[str, Field(pattern=r"^[0-9a-fA-F-]{32,36}$")]
+    result_id: Annotated[
+        str,
+        Field(
+            pattern=r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$",
+            json_schema_extra={"format": "uuid"},
+            description="a UUID the worker chose for this result (the same again: the same answer)",
+        ),
+    ]
     result: RunResultIn
 
 
@@ -364,7 +401,7 @@ class ResultOutcome(BaseModel):
 
 
 class ReleaseIn(Strict):
-    reason: Annotated[Text, Field(max_length=2000)] = ""
+    reason: Annotated[str, Field(max_length=2000)] = ""
     count_attempt: bool = Field(
         False,
         description="true when the run failed on this worker (the runner broke, not the candidate): "

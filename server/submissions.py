@@ -72,7 +72,7 @@ def _resolve_base(session: Session, base: str | None) -> str:
         return resolve_commit(session, base)
     except LookupError as exc:
         raise Problem(
-            422,
+            404,
             "unknown-base",
             f"base {base!r}: {exc}; use a commit from GET /experiments or GET /best",
         ) from exc

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import httpx
+from tenacity import RetryCallState, Retrying, retry_if_exception
 
 from client import ApiError
 
@@ -69,23 +70,30 @@ def retry(
 ) -> T:
     """Run `call` until it succeeds or fails for a non-transient reason (which is raised).
 
-    Between attempts it logs what it is waiting for and sleeps with backoff; setting `stop`
-    ends the wait at once with `Stopped`.
+    The worker's server policy (tenacity): transient errors only, `backoff`'s delays, a log line
+    saying what it waits for before each pause; setting `stop` ends a pause at once with `Stopped`.
     """
-    backoff = backoff or Backoff()
-    while True:
-        try:
-            value = call()
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            delay = backoff.next_delay()
-            log.warning(
-                "waiting for %s: %s; retry %d in %.1f s", waiting_for, describe(exc), backoff.attempt, delay
-            )
-            if stop.wait(delay):
-                raise Stopped(waiting_for) from exc
-            continue
-        if backoff.attempt:
-            log.info("%s: server answered again after %d retries", waiting_for, backoff.attempt)
-        return value
+    delays = backoff or Backoff()
+
+    def pause(seconds: float) -> None:
+        if stop.wait(seconds):
+            raise Stopped(waiting_for)
+
+    def say_why(state: RetryCallState) -> None:
+        assert state.outcome is not None and state.next_action is not None
+        reason = describe(state.outcome.exception())
+        retry_number, delay = state.attempt_number, state.next_action.sleep
+        log.warning("waiting for %s: %s; retry %d in %.1f s", waiting_for, reason, retry_number, delay)
+
+    policy = Retrying(
+        retry=retry_if_exception(is_transient),
+        wait=lambda _state: delays.next_delay(),
+        sleep=pause,
+        before_sleep=say_why,
+        reraise=True,
+    )
+    value = policy(call)
+    retries = policy.statistics.get("attempt_number", 1) - 1
+    if retries:
+        log.info("%s: server answered again after %d retries", waiting_for, retries)
+    return value

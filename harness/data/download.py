@@ -9,7 +9,6 @@ that already has its final name is never fetched again, so re-running resumes a 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from harness.data.errors import DataError
 
@@ -90,22 +90,27 @@ def download_file(client: httpx.Client, url: str, dest: Path, policy: DownloadPo
         return
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
-    last_error: Exception | None = None
-    for attempt in range(policy.retries):
-        if attempt:
-            time.sleep(policy.backoff_s * 2 ** (attempt - 1))
-        try:
-            _attempt(client, url, part, policy)
-            _verify_parquet(part)
-        except (RetryableError, httpx.TransportError) as exc:
-            last_error = exc
-            continue
-        os.replace(part, dest)
-        return
-    raise DataError(
-        f"{url}: download failed after {policy.retries} attempts (last error: {last_error}); "
-        "check the network and run `autoresearch prepare` again, it resumes where it stopped"
+    # The download policy (tenacity): retryable failures only, `retries` attempts in all, pauses
+    # of backoff_s, 2*backoff_s, 4*backoff_s ...
+    attempts = Retrying(
+        retry=retry_if_exception_type((RetryableError, httpx.TransportError)),
+        stop=stop_after_attempt(policy.retries),
+        wait=wait_exponential(multiplier=policy.backoff_s),
+        reraise=True,
     )
+    try:
+        attempts(_fetch, client, url, part, policy)
+    except (RetryableError, httpx.TransportError) as last_error:
+        raise DataError(
+            f"{url}: download failed after {policy.retries} attempts (last error: {last_error}); "
+            "check the network and run `autoresearch prepare` again, it resumes where it stopped"
+        ) from last_error
+    os.replace(part, dest)
+
+
+def _fetch(client: httpx.Client, url: str, part: Path, policy: DownloadPolicy) -> None:
+    _attempt(client, url, part, policy)
+    _verify_parquet(part)
 
 
 def download_all(

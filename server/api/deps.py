@@ -43,7 +43,7 @@ async def _lookup(ctx: AppContext, token: str) -> Principal:
     if principal is None:
         principal = await run_in_threadpool(_find, ctx, token)
         if principal is not None:
-            ctx.principals.put(key, principal)
+            ctx.principals[key] = principal
     if principal is None:
         raise Problem(401, "invalid-token", "the bearer token is unknown or revoked", headers=_CHALLENGE)
     return principal

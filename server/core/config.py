@@ -56,6 +56,8 @@ class ServerSettings(BaseSettings):
     sqlite_busy_timeout_ms: int = Field(30_000, ge=0)
     sse_keepalive_seconds: float = Field(15.0, gt=0.0)
     sse_history: int = Field(1000, ge=0)
+    sse_max_subscribers: int = Field(500, ge=1, description="open GET /events streams in all")
+    sse_max_per_client: int = Field(10, ge=1, description="open GET /events streams per token or address")
     standings_refresh_seconds: float = Field(2.0, gt=0.0)
     worker_db_threads: int = Field(
         4, ge=1, description="threads for the worker endpoints' database work (more only contend for the GIL)"

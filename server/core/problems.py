@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 TYPE_BASE = "https://autoresearch.invalid/problems/"
@@ -72,12 +73,23 @@ async def _on_validation(_request: Request, exc: Exception) -> JSONResponse:
     return problem_response(422, "validation-error", "Invalid request", detail, errors=errors)
 
 
-async def _on_http(_request: Request, exc: Exception) -> JSONResponse:
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves at this path (Starlette's 405 names only one route's)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, BaseRoute) and route.matches(request.scope)[0] != Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return ", ".join(sorted(methods))
+
+
+async def _on_http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     kinds = {401: "unauthorized", 403: "forbidden", 404: "not-found", 405: "method-not-allowed"}
     kind = kinds.get(exc.status_code, f"http-{exc.status_code}")
     detail = str(exc.detail)
     headers = dict(exc.headers) if exc.headers else None
+    if exc.status_code == 405:
+        headers = {**(headers or {}), "Allow": _allowed_methods(request)}
     return problem_response(exc.status_code, kind, kind.replace("-", " ").capitalize(), detail, headers)
 
 

@@ -7,7 +7,6 @@ preimage, and lookups by hash stay one indexed query per request.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import secrets
 
 TOKEN_PREFIX = {"agent": "ara", "worker": "arw", "admin": "arx"}
@@ -19,7 +18,3 @@ def new_token(kind: str) -> str:
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def same_secret(given: str, expected: str) -> bool:
-    return bool(expected) and hmac.compare_digest(given.encode(), expected.encode())

@@ -7,6 +7,7 @@ import uuid
 from datetime import timedelta
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from server.context import AppContext
 from server.core.problems import Problem
@@ -54,6 +55,7 @@ def register(ctx: AppContext, principal: Principal, body: RegisterIn) -> Registe
             select(Worker).where(Worker.token_id == principal.id, Worker.name == body.name)
         ).first()
         if worker is None:
+            _refuse_taken_name(tx.session, principal, body.name)
             worker = Worker(id=str(uuid.uuid4()), token_id=principal.id, name=body.name, registered_at=now)
             tx.session.add(worker)
         worker.device = body.device
@@ -69,6 +71,18 @@ def register(ctx: AppContext, principal: Principal, body: RegisterIn) -> Registe
         )
     ctx.presence.remember(answer.worker_id, principal.id, body.name)
     return answer
+
+
+def _refuse_taken_name(session: Session, principal: Principal, name: str) -> None:
+    """A worker's name belongs to the token that registered it first: pages and events name workers,
+    so another token must not run under it (registrations are serialised by the project lock)."""
+    taken = session.scalar(select(Worker.id).where(Worker.name == name, Worker.token_id != principal.id))
+    if taken is not None:
+        raise Problem(
+            409,
+            "worker-name-taken",
+            f"another worker token already registered a worker named {name!r}; choose another name",
+        )
 
 
 def online_count(ctx: AppContext) -> int:

@@ -20,10 +20,10 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
+from bench.pg_scratch import free_port, new_database, scratch_cluster
 from client import Client
 from server.context import AppContext
 from server.core.config import ServerSettings
-from server.core.pg_scratch import free_port, new_database, scratch_cluster
 from server.crud.tokens import create_token
 from server.main import create_app
 from server.project_init import init_project

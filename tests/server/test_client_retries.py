@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.pg_scratch import free_port
 from client import Client
-from server.core.pg_scratch import free_port
 from server.main import create_app
 from tests.server.conftest import init_with_small_baseline, make_settings, serve
 

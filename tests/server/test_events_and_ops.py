@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
+from bench.pg_scratch import new_database
 from client import ApiError, Client
-from server.core.pg_scratch import new_database
 from server.crud import tsv
 from server.models import Experiment
 
@@ -113,16 +113,19 @@ def test_health_and_metrics(live, worker_factory, baseline_source: str) -> None:
     health = httpx.get(f"{live.url}/api/v1/healthz").json()
     assert health == {"status": "ok", "database": "ok", "research_repo": "ok"}
     text = httpx.get(f"{live.url}/api/v1/metrics").text
-    samples = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
-    assert samples["autoresearch_queue_depth"] == "1" and samples["autoresearch_running"] == "1"
-    assert samples['autoresearch_experiments_finished_total{status="kept"}'] == "1"
-    assert samples['autoresearch_run_duration_seconds_bucket{le="10"}'] == "1"  # 5.5 s
-    assert samples["autoresearch_run_duration_seconds_count"] == "1"
-    assert samples["autoresearch_workers_online"] == "1"
+    lines = [line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#")]
+    samples = {name: float(value) for name, value in lines}
+    assert samples["autoresearch_queue_depth"] == 1 and samples["autoresearch_running"] == 1
+    assert samples['autoresearch_experiments_finished_total{status="kept"}'] == 1
+    assert samples['autoresearch_experiments{status="queued"}'] == 1
+    assert samples['autoresearch_run_duration_seconds_bucket{le="10"}'] == 1  # 5.5 s
+    assert samples["autoresearch_run_duration_seconds_count"] == 1
+    assert samples["autoresearch_run_duration_seconds_sum"] == 5.5
+    assert samples["autoresearch_workers_online"] == 1
     submits = 'autoresearch_http_request_duration_seconds_count{method="POST",route="/api/v1/experiments"}'
-    assert samples[submits] == "2"
+    assert samples[submits] == 2
     route = 'method="POST",route="/api/v1/experiments"'
-    assert samples[f'autoresearch_http_request_duration_seconds_bucket{{{route},le="+Inf"}}'] == "2"
+    assert samples[f'autoresearch_http_request_duration_seconds_bucket{{le="+Inf",{route}}}'] == 2
 
 
 def test_results_tsv_export_in_the_autoresearch_format(live, worker_factory, baseline_source: str) -> None:

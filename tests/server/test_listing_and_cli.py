@@ -40,7 +40,9 @@ def test_filters_and_cursor_pages(live, worker_factory, baseline_source: str) ->
     for params, words in (
         ({"cursor": "abc"}, "cursor"),
         ({"limit": 0}, "limit"),
-        ({"since": "2025-01-01T00:00:00"}, "timezone"),
+        ({"since": "2025-01-01T00:00:00"}, "since"),  # no time zone
+        ({"since": "0.5"}, "since"),  # not a Unix time either
+        ({"since": "2025-02-30T00:00:00Z"}, "day is out of range"),
     ):
         response = alice.http.get("/experiments", params=params)
         assert response.status_code == 422 and words in response.json()["detail"]
@@ -148,7 +150,7 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> 
 
 def test_cli_init_token_db_and_serve(tmp_path: Path, baseline_source: str, cli: Callable[..., Ran]) -> None:
     """init, token and db in this process; serve as its own process, as an operator starts it."""
-    from server.core.pg_scratch import free_port
+    from bench.pg_scratch import free_port
 
     (tmp_path / "train.py").write_text(baseline_source)
     (tmp_path / "program.md").write_text("# program\n")

@@ -107,7 +107,7 @@ def test_precise_refusals(live, refused: Callable[..., ApiError], baseline_sourc
         (dict(), 422, "patch-or-train-py", "exactly one"),
         (
             dict(patch=good, base="0123456789abcdef0123456789abcdef01234567"),
-            422,
+            404,
             "unknown-base",
             "no experiment has commit",
         ),

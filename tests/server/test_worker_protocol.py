@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import subprocess
+import sys
 import time
 import uuid
 
@@ -228,3 +230,51 @@ def test_progress_is_thinned_evenly_to_its_bound(live_factory, worker_factory) -
     # Evenly: no stretch of the run thinned far more than the rest (halving everything each time
     # the bound is hit left one 27-step hole here).
     assert max(b - a for a, b in itertools.pairwise(steps)) <= 2 * ideal
+
+
+def test_an_admin_queues_failed_or_cancelled_experiments_again(
+    live_factory, worker_factory, baseline_source: str, database_url: str
+) -> None:
+    live = live_factory(database_url, max_attempts=1)
+    worker = worker_factory(live)
+    worker.client.release(worker.claim()["lease_id"], "worker error: no sandbox", count_attempt=True)
+    agent = live.client("agent")
+    queued = agent.submit("wider", train_py=baseline_source.replace("WIDTH = 64", "WIDTH = 96"))
+    agent.cancel(queued["id"])
+    assert [live.client().experiment(i)["status"] for i in (1, queued["id"])] == ["infra_failed", "cancelled"]
+    for refused_by in (agent, worker.client, Client(live.url)):  # admins only
+        with pytest.raises(ApiError) as caught:
+            refused_by.retry(1)
+        assert caught.value.status in (401, 403)
+    admin = live.admin()
+    again = admin.retry(1)
+    assert (again["status"], again["attempts"], again["finished_at"], again["reason"]) == (
+        "queued",
+        0,
+        None,
+        None,
+    )
+    assert admin.retry(queued["id"])["status"] == "queued"
+    claim = worker.claim()
+    assert (claim["experiment_id"], claim["attempt"]) == (1, 1)
+    with pytest.raises(ApiError) as caught:  # running: not retryable
+        admin.retry(1)
+    assert caught.value.status == 409 and caught.value.problem["type"].endswith("/not-retryable")
+    worker.report(claim, 1.0)
+    with pytest.raises(ApiError) as caught:  # kept: not retryable either
+        admin.retry(1)
+    assert caught.value.status == 409
+    with pytest.raises(ApiError) as caught:
+        admin.retry(999)
+    assert caught.value.status == 404
+
+
+def test_cli_retry(live_factory, worker_factory) -> None:
+    live = live_factory(max_attempts=1)
+    worker = worker_factory(live)
+    worker.client.release(worker.claim()["lease_id"], "worker error", count_attempt=True)
+    command = [sys.executable, "-m", "cli.main", "retry", "1", "--server", live.url]
+    ran = subprocess.run([*command, "--token", "admin-secret"], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0 and "experiment 1 is queued again" in ran.stdout, ran.stderr
+    ran = subprocess.run([*command, "--token", "admin-secret"], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 1 and "only infra_failed or cancelled" in ran.stderr, ran.stderr

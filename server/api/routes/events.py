@@ -11,23 +11,34 @@ from fastapi.responses import StreamingResponse
 
 from server.api.deps import Ctx, Reader
 from server.core.problems import Problem
-from server.events import EVENT_TYPES
+from server.events import EVENT_TYPES, TooManySubscribers
 
 router = APIRouter(tags=["events"])
+# A refused subscriber retries after this long: streams end when their clients leave.
+_RETRY_AFTER_S = 10
+_TYPE = "(" + "|".join(EVENT_TYPES) + ")"
+_TYPES_PATTERN = f"^{_TYPE}(,{_TYPE})*$"
 
 
 @router.get(
     "/events",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "an endless event stream"}},
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "an endless event stream"},
+        503: {"description": "too many event streams open, in all or from this client (see Retry-After)"},
+    },
 )
 async def events(
     request: Request,
     ctx: Ctx,
-    _reader: Reader,
+    reader: Reader,
     types: Annotated[
         str | None,
-        Query(max_length=200, description=f"comma-separated subset of: {', '.join(EVENT_TYPES)}"),
+        Query(
+            max_length=200,
+            pattern=_TYPES_PATTERN,
+            description=f"comma-separated subset of: {', '.join(EVENT_TYPES)}",
+        ),
     ] = None,
     last_event_id: Annotated[str | None, Header(max_length=20)] = None,
 ) -> StreamingResponse:
@@ -35,16 +46,20 @@ async def events(
 
     Reconnect with `Last-Event-ID` to receive what was missed (from a bounded in-memory buffer).
     """
-    wanted = frozenset(EVENT_TYPES)
-    if types:
-        wanted = frozenset(t.strip() for t in types.split(",") if t.strip())
-        unknown = sorted(wanted - set(EVENT_TYPES))
-        if unknown or not wanted:
-            raise Problem(
-                422, "unknown-event-type", f"unknown event types {unknown}; choose from {list(EVENT_TYPES)}"
-            )
+    wanted = frozenset(types.split(",") if types else EVENT_TYPES)  # the pattern allows known types only
     resume = int(last_event_id) if last_event_id and last_event_id.isdigit() else None
-    subscriber = ctx.bus.subscribe(wanted, resume)
+    # Per client: a token is one client wherever it connects from; without one, an address is.
+    client = (
+        f"token:{reader.id}"
+        if reader is not None
+        else f"address:{request.client.host if request.client else ''}"
+    )
+    try:
+        subscriber = ctx.bus.subscribe(wanted, resume, client)
+    except TooManySubscribers as exc:
+        raise Problem(
+            503, "too-many-streams", f"{exc}; retry later", headers={"Retry-After": str(_RETRY_AFTER_S)}
+        ) from exc
     keepalive = ctx.settings.sse_keepalive_seconds
 
     async def stream() -> AsyncIterator[str]:

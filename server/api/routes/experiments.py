@@ -1,8 +1,8 @@
-"""Experiments: submit, read, list, diff, log, progress, cancel."""
+"""Experiments: submit, read, list, diff, log, progress, cancel, retry."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Response
@@ -12,12 +12,12 @@ from starlette.concurrency import run_in_threadpool
 
 from client.states import FINAL_STATUSES, ExperimentStatus
 from harness.result import ProgressEvent
-from server.api.deps import Agent, Ctx, Reader
+from server.api.deps import Admin, Agent, Ctx, Reader
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import experiments as crud
 from server.crud.leases import progress_of
-from server.crud.runs import cancel_queued_runs
+from server.crud.runs import cancel_queued_runs, requeue_failed_runs
 from server.models import Experiment, Result, Run, utcnow
 from server.patches import make_patch
 from server.schemas import CancelOut, ExperimentOut, ExperimentPage, ProgressOut, SubmitIn
@@ -35,6 +35,22 @@ _ERRORS = {
 
 def _not_found(experiment_id: int) -> Problem:
     return Problem(404, "unknown-experiment", f"no experiment {experiment_id}")
+
+
+# RFC 3339 date-times, which have a time zone (a number, which pydantic would read as a Unix time,
+# or a naive time is refused).
+_RFC3339 = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+)
+
+
+def _utc(since: str) -> datetime:
+    try:
+        return datetime.fromisoformat(since).astimezone(UTC)
+    except ValueError as exc:
+        raise Problem(422, "bad-datetime", f"`since`: {exc}") from exc
+    except OverflowError as exc:  # e.g. 9999-12-31T23:59:59-23:59 is past the last datetime in UTC
+        raise Problem(422, "since-out-of-range", "`since` is out of range once converted to UTC") from exc
 
 
 @router.post(
@@ -74,22 +90,27 @@ def list_experiments(
     status: ExperimentStatus | None = None,
     agent: Annotated[str | None, Query(max_length=100)] = None,
     base: Annotated[str | None, Query(pattern=r"^[0-9a-fA-F]{40}$", description="full commit id")] = None,
-    since: datetime | None = None,
+    since: Annotated[
+        str | None,
+        Query(
+            pattern=_RFC3339,
+            json_schema_extra={"format": "date-time"},
+            description="only experiments created at or after this time, e.g. 2025-01-01T00:00:00Z",
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[
         str | None, Query(pattern=r"^[1-9][0-9]{0,17}$", description="next_cursor of the previous page")
     ] = None,
 ) -> ExperimentPage:
     """Experiments, newest first, one page at a time (follow `next_cursor`)."""
-    if since is not None and since.tzinfo is None:
-        raise Problem(422, "naive-datetime", "`since` needs a timezone, e.g. 2025-01-01T00:00:00Z")
     with ctx.db.read() as session:
         return crud.list_page(
             session,
             status=status,
             agent=agent,
             base=base,
-            since=since,
+            since=_utc(since) if since is not None else None,
             limit=limit,
             before_id=int(cursor) if cursor else None,
         )
@@ -199,3 +220,40 @@ def cancel_experiment(ctx: Ctx, agent: Agent, experiment_id: ExperimentId) -> Ca
     view = _view(ctx, experiment_id)
     assert view is not None
     return CancelOut(experiment=view)
+
+
+RETRYABLE = (ExperimentStatus.INFRA_FAILED, ExperimentStatus.CANCELLED)
+
+
+@router.post(
+    "/{experiment_id}/retry",
+    responses={409: {"description": "not infra_failed or cancelled, or it has a result"}, **_ERRORS},
+)
+def retry_experiment(ctx: Ctx, admin: Admin, experiment_id: ExperimentId) -> ExperimentOut:
+    """Queue an `infra_failed` or `cancelled` experiment again, at the back, with its attempts reset
+    (e.g. once the broken workers are fixed). Admin only."""
+    with ctx.transaction() as tx:
+        experiment = tx.session.get(Experiment, experiment_id, with_for_update=True)
+        if experiment is None:
+            raise _not_found(experiment_id)
+        if experiment.status not in RETRYABLE:
+            raise Problem(
+                409,
+                "not-retryable",
+                f"experiment {experiment_id} is {experiment.status}; only {' or '.join(RETRYABLE)} "
+                "experiments can be queued again",
+            )
+        if tx.session.scalar(select(Result.id).where(Result.experiment_id == experiment_id)) is not None:
+            raise Problem(409, "has-result", f"experiment {experiment_id} already has a result")
+        why = f"queued again by {admin.name} (was {experiment.status})"
+        now = utcnow()
+        experiment.status = ExperimentStatus.QUEUED
+        experiment.cancel_requested = False
+        experiment.queued_at = now
+        requeue_failed_runs(tx.session, experiment_id, now)
+        experiment.started_at = experiment.finished_at = None
+        experiment.decision = experiment.decision_reason = None
+        tx.emit("queued", experiment_id=experiment_id, attempts=0, why=why)
+    view = _view(ctx, experiment_id)
+    assert view is not None
+    return view

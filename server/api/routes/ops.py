@@ -1,12 +1,18 @@
-"""Operations: health check and Prometheus metrics."""
+"""Operations: health check and Prometheus metrics.
+
+`/healthz` answers without a token whatever PUBLIC_READS says (load balancers and orchestrators
+probe it; it tells nothing about the project). `/metrics` describes the project's activity, so
+with PUBLIC_READS=false it needs a token like every other read.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from sqlalchemy import text
 
-from server.api.deps import Ctx
+from server.api.deps import Ctx, Reader
 from server.metrics import render_metrics
 from server.schemas import HealthOut
 
@@ -39,7 +45,11 @@ def healthz(ctx: Ctx) -> HealthOut | JSONResponse:
     return HealthOut(status="ok", database=database, research_repo=repo)
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
-def metrics(ctx: Ctx) -> PlainTextResponse:
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses={401: {"description": "reads need a token (PUBLIC_READS=false)"}},
+)
+def metrics(request: Request, _reader: Reader) -> PlainTextResponse:
     """Prometheus text format: queue depth, running, finished by status, durations, workers online."""
-    return PlainTextResponse(render_metrics(ctx), media_type="text/plain; version=0.0.4")
+    return PlainTextResponse(render_metrics(request.app.state.metrics), media_type=CONTENT_TYPE_PLAIN_0_0_4)

@@ -13,6 +13,11 @@ from server.schemas import ImportOut
 
 router = APIRouter(tags=["results.tsv"])
 MAX_IMPORT_BYTES = 20_000_000
+# What `tsv.parse` accepts, as a schema can say it (a little stricter: one number format).
+_NUMBER = r"[0-9]{1,6}(\.[0-9]{1,6})?"
+_DESCRIPTION = r"[^\u0000-\u001f\u007f-\u009f\u2028\u2029]{0,500}"  # no line break of str.splitlines
+_ROW = rf"[0-9a-f]{{4,40}}\t{_NUMBER}\t{_NUMBER}\t({'|'.join(tsv.TSV_STATUSES)})\t{_DESCRIPTION}"
+_TSV_PATTERN = "^" + tsv.HEADER.replace("\t", r"\t") + rf"(\n{_ROW})*\n?$"
 
 
 class TsvResponse(PlainTextResponse):
@@ -33,7 +38,7 @@ def export_tsv(ctx: Ctx, _reader: Reader) -> TsvResponse:
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"text/tab-separated-values": {"schema": {"type": "string"}}},
+            "content": {"text/tab-separated-values": {"schema": {"type": "string", "pattern": _TSV_PATTERN}}},
         }
     },
     responses={

@@ -43,7 +43,13 @@ _POLL_S = 1.0
 # a second thread hop to validate its answer.
 
 
-@router.post("/register", responses={**_AUTH, 409: {"description": "harness id or platform mismatch"}})
+@router.post(
+    "/register",
+    responses={
+        **_AUTH,
+        409: {"description": "harness id or platform mismatch, or the name belongs to another token"},
+    },
+)
 def register_worker(ctx: Ctx, worker: WorkerToken, body: RegisterIn) -> RegisterOut:
     """Register (or re-register) a worker; pins the project's harness id and platform on first use."""
     return register(ctx, worker, body)
