@@ -21,6 +21,7 @@ COMMAND_MODULES: list[str] = [
     "results_tsv",
     "agent",
     "run",
+    "notes",
 ]
 
 

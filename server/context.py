@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from server.core.config import ServerSettings
 from server.core.db import Database
+from server.core.rate_limit import PerCallerLimit
 from server.core.request_metrics import RequestTimes
 from server.core.ttl_cache import TtlCache
 from server.crud.tokens import Principal
@@ -54,6 +55,7 @@ class AppContext:
     principals: TtlCache[str, Principal]
     totals: TotalsCache
     request_times: RequestTimes
+    note_limit: PerCallerLimit
     # Set once the best is measured (a valid run, and the noise estimate under the noise-aware
     # rule); a measurement is never lost, so claims then skip the check (crud/leases.py, _gate).
     gate_open: bool = False

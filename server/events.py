@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-EVENT_TYPES = ("queued", "started", "progress", "finished", "kept", "reverted", "rebased", "stale")
+EVENT_TYPES = ("queued", "started", "progress", "finished", "kept", "reverted", "rebased", "stale", "note")
 
 
 @dataclass(frozen=True)

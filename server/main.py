@@ -29,6 +29,7 @@ from server.core.config import ServerSettings, get_settings
 from server.core.db import Database, create_db_engine
 from server.core.migrate import upgrade
 from server.core.problems import install_problem_handlers
+from server.core.rate_limit import PerCallerLimit
 from server.core.request_metrics import RequestTimer, RequestTimes
 from server.core.ttl_cache import TtlCache
 from server.crud.leases import expire_leases
@@ -82,6 +83,7 @@ def build_context(settings: ServerSettings) -> AppContext:
         principals=TtlCache(settings.token_cache_seconds),
         totals=TotalsCache(),
         request_times=RequestTimes(),
+        note_limit=PerCallerLimit(settings.notes_per_minute, window_s=60.0),
     )
     queue_due_repeats(context)
     return context

@@ -75,6 +75,10 @@ def list_experiments(
     agent: Annotated[str | None, Query(max_length=100)] = None,
     base: Annotated[str | None, Query(pattern=r"^[0-9a-fA-F]{40}$", description="full commit id")] = None,
     since: datetime | None = None,
+    text: Annotated[
+        str | None,
+        Query(min_length=1, max_length=200, description="words the description or hypothesis contains"),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[
         str | None, Query(pattern=r"^[1-9][0-9]{0,17}$", description="next_cursor of the previous page")
@@ -92,6 +96,7 @@ def list_experiments(
             since=since,
             limit=limit,
             before_id=int(cursor) if cursor else None,
+            text=text,
         )
 
 
