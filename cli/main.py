@@ -22,6 +22,7 @@ COMMAND_MODULES: list[str] = [
     "agent",
     "run",
     "notes",
+    "mcp",
 ]
 
 

@@ -39,6 +39,7 @@ from server.crud.tokens import sync_env_admin
 from server.decisions import best_repeats_due
 from server.events import Broadcaster
 from server.harness_pin import configured_harness_id, pin
+from server.mcp_http import mount_mcp
 from server.models import Experiment
 from server.presence import Presence
 from server.research_repo import ResearchRepo
@@ -138,7 +139,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         gc.freeze()
         tasks = [asyncio.create_task(_sweep_leases(ctx)), asyncio.create_task(ctx.totals.keep_fresh(ctx))]
         try:
-            yield
+            async with mcp_sessions.run():
+                yield
         finally:
             for task in tasks:
                 task.cancel()
@@ -162,6 +164,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     for name in ROUTERS:
         app.include_router(importlib.import_module(f"server.api.routes.{name}").router, prefix=API_PREFIX)
     _include_pages(app)
+    mcp_sessions = mount_mcp(app, ctx)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestTimer, times=ctx.request_times, api_prefix=API_PREFIX)
     return app
