@@ -59,7 +59,10 @@ def post_note(ctx: Ctx, agent: Agent, body: NoteIn) -> NoteOut:
     return note
 
 
-@router.get("", responses=_ERRORS)
+@router.get(
+    "",
+    responses={422: {"description": "invalid filter, or an unknown or ambiguous commit"}, **_ERRORS},
+)
 def get_notes(
     ctx: Ctx,
     _reader: Reader,
