@@ -146,7 +146,8 @@ LogLines = Annotated[int, Field(ge=0, le=2000, description="lines of the log's e
 def build_mcp(connect: Connect, **options: Any) -> MCPServer:
     """The MCP server with every tool; `connect` gives each call its API client; `options` go to
     MCPServer (the HTTP transport's authentication)."""
-    mcp = MCPServer(name="autoresearch", instructions=INSTRUCTIONS, **options)
+    # WARNING: the SDK configures the root logger when none is set; the server keeps its own level.
+    mcp = MCPServer(name="autoresearch", instructions=INSTRUCTIONS, log_level="WARNING", **options)
 
     @mcp.tool()
     @api_errors
