@@ -63,11 +63,11 @@ from api_load import (
     simulated_bpb,
 )
 from lean_http import LeanClient
+from server.core.pg_scratch import free_port, new_database, scratch_cluster
 from sqlalchemy import select
 
 from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
-from server.core.pg_scratch import free_port, new_database, scratch_cluster
 from server.crud.project import load_project
 from server.crud.tokens import create_token
 from server.models import ApiToken

@@ -22,6 +22,8 @@ COMMAND_MODULES: list[str] = [
     "agent",
     "run",
     "retry",
+    "notes",
+    "mcp",
 ]
 
 

@@ -160,15 +160,18 @@ class Client:
         agent: str | None = None,
         base: str | None = None,
         since: str | None = None,
+        text: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> JSON:
-        """One page: `{"items": [...], "next_cursor": str | None}`, newest first."""
+        """One page: `{"items": [...], "next_cursor": str | None}`, newest first. `text`: words the
+        description or hypothesis contains (case-insensitive)."""
         params = {
             "status": status,
             "agent": agent,
             "base": base,
             "since": since,
+            "text": text,
             "limit": limit,
             "cursor": cursor,
         }
@@ -219,6 +222,33 @@ class Client:
 
     def agents(self) -> JSON:
         return self._json("GET", "/agents")
+
+    def post_note(self, text: str, *, experiment_id: int | None = None, commit: str | None = None) -> JSON:
+        """Leave a note for the other agents (one finding each), optionally about an experiment or
+        a commit; returns the stored note."""
+        body = {"text": text, "experiment_id": experiment_id, "commit": commit}
+        return self._json("POST", "/notes", json={k: v for k, v in body.items() if v is not None})
+
+    def notes(
+        self,
+        *,
+        experiment_id: int | None = None,
+        commit: str | None = None,
+        author: str | None = None,
+        since: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> JSON:
+        """One page of notes: `{"items": [...], "next_cursor": str | None}`, newest first."""
+        params = {
+            "experiment": experiment_id,
+            "commit": commit,
+            "author": author,
+            "since": since,
+            "limit": limit,
+            "cursor": cursor,
+        }
+        return self._json("GET", "/notes", params={k: v for k, v in params.items() if v is not None})
 
     def results_tsv(self) -> str:
         return self._send("GET", "/results.tsv").text

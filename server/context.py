@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from server.core.config import ServerSettings
 from server.core.db import Database
+from server.core.rate_limit import PerCallerLimit
 from server.crud.tokens import Principal
 from server.events import Broadcaster, Event
 from server.fleet import Fleet
@@ -57,6 +58,7 @@ class AppContext:
     totals: TotalsCache
     request_times: Histogram
     fleet: Fleet
+    note_limit: PerCallerLimit
     # Set once the best is measured (a valid run, and the noise estimate under the noise-aware
     # rule); a measurement is never lost, so claims then skip the check (crud/leases.py, _gate).
     gate_open: bool = False

@@ -28,6 +28,7 @@ EVENT_TYPES = (
     "progress",
     "finished",
     *(status.value for status in DECIDED_STATUS.values()),
+    "note",
 )
 
 

@@ -32,6 +32,7 @@ from server.core.migrate import upgrade
 from server.core.no_nul import RefuseNul
 from server.core.openapi import install_openapi
 from server.core.problems import install_problem_handlers
+from server.core.rate_limit import PerCallerLimit
 from server.core.request_metrics import RequestTimer, request_times
 from server.crud.leases import expire_leases
 from server.crud.project import load_project
@@ -42,6 +43,7 @@ from server.decisions import best_repeats_due
 from server.events import Broadcaster
 from server.fleet import Fleet
 from server.harness_pin import configured_harness_id, pin
+from server.mcp_http import mount_mcp
 from server.metrics import metrics_registry
 from server.models import Experiment
 from server.presence import Presence
@@ -92,6 +94,7 @@ def build_context(settings: ServerSettings) -> AppContext:
         totals=TotalsCache(),
         request_times=request_times(),
         fleet=Fleet(settings.fleet_progress_per_s),
+        note_limit=PerCallerLimit(settings.notes_per_minute, window_s=60.0),
     )
     queue_due_repeats(context)
     return context
@@ -150,7 +153,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             asyncio.create_task(ctx.fleet.keep_counted(lambda: online_count(ctx))),
         ]
         try:
-            yield
+            async with mcp_sessions.run():
+                yield
         finally:
             for task in tasks:
                 task.cancel()
@@ -176,6 +180,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     for name in ROUTERS:
         app.include_router(importlib.import_module(f"server.api.routes.{name}").router, prefix=API_PREFIX)
     _include_pages(app)
+    mcp_sessions = mount_mcp(app, ctx)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(RefuseNul)
     app.add_middleware(RequestTimer, times=ctx.request_times, api_prefix=API_PREFIX)

@@ -297,6 +297,26 @@ class ImportedResult(Base):
     imported_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class Note(Base):
+    """A short note an agent or a person left for the others, optionally about an experiment or a
+    commit: a hypothesis, a finding, what is being tried next."""
+
+    __tablename__ = "notes"
+    __table_args__ = (
+        # GET /notes pages newest first, overall or filtered by one link or one author.
+        Index("ix_notes_experiment", "experiment_id", "id"),
+        Index("ix_notes_commit", "commit_sha", "id"),
+        Index("ix_notes_author", "author_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    author_id: Mapped[int] = mapped_column(ForeignKey("api_tokens.id"))
+    text: Mapped[str] = mapped_column(Text)
+    experiment_id: Mapped[int | None] = mapped_column(ForeignKey("experiments.id"))
+    commit_sha: Mapped[str | None] = mapped_column(String(40))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+
 # The tables as Core `Table`s (which `Model.__table__` is not typed as), for the plain Core
 # statements of the worker endpoints (server/crud/leases.py, server/crud/results.py).
 EXPERIMENTS = cast(Table, Experiment.__table__)

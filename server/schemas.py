@@ -48,7 +48,8 @@ def storable_log(value: str) -> str:
     return value.replace("\0", "\ufffd").encode("utf-8", "replace").decode("utf-8")
 
 
-Sha = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{4,40}$")]
+SHA_PATTERN = r"^[0-9a-fA-F]{4,40}$"  # a full or abbreviated commit id
+Sha = Annotated[str, Field(pattern=SHA_PATTERN)]
 
 
 class Input(BaseModel):
@@ -294,6 +295,36 @@ class HealthOut(BaseModel):
     status: Literal["ok"]
     database: str
     research_repo: str
+
+
+# Notes ----------------------------------------------------------------------------------------
+
+NOTE_MAX_CHARS = 2000  # a finding or a plan in a few sentences; a longer argument is a hypothesis
+
+
+class NoteIn(Strict):
+    """A note for the other agents: one finding, hypothesis or plan, optionally about an experiment
+    or a commit."""
+
+    text: Annotated[str, Field(min_length=1, max_length=NOTE_MAX_CHARS)] = Field(
+        description="the note, e.g. 'hypothesis: a longer warmup helps at depth 8; trying 3 variants'"
+    )
+    experiment_id: int | None = Field(None, ge=1, le=MAX_INT, description="the experiment it is about")
+    commit: Sha | None = Field(None, description="the commit it is about (full or abbreviated id)")
+
+
+class NoteOut(BaseModel):
+    id: int
+    author: str
+    text: str
+    experiment_id: int | None
+    commit: str | None = Field(description="full commit id")
+    created_at: datetime
+
+
+class NotePage(BaseModel):
+    items: list[NoteOut]
+    next_cursor: str | None
 
 
 # Workers --------------------------------------------------------------------------------------

@@ -37,13 +37,19 @@ def _find(ctx: AppContext, token: str) -> Principal | None:
         return find_principal(session, token)
 
 
-async def _lookup(ctx: AppContext, token: str) -> Principal:
+async def principal_of(ctx: AppContext, token: str) -> Principal | None:
+    """Who holds `token` (None: unknown or revoked), cached for TOKEN_CACHE_SECONDS."""
     key = hash_token(token)
     principal = ctx.principals.get(key)
     if principal is None:
         principal = await run_in_threadpool(_find, ctx, token)
         if principal is not None:
             ctx.principals[key] = principal
+    return principal
+
+
+async def _lookup(ctx: AppContext, token: str) -> Principal:
+    principal = await principal_of(ctx, token)
     if principal is None:
         raise Problem(401, "invalid-token", "the bearer token is unknown or revoked", headers=_CHALLENGE)
     return principal

@@ -47,6 +47,7 @@ class ServerSettings(BaseSettings):
     lease_seconds: float = Field(60.0, gt=0.0)
     max_attempts: int = Field(3, ge=1)
     max_queued_per_agent: int = Field(20, ge=1)
+    notes_per_minute: int = Field(10, ge=1, le=10_000, description="notes one agent may post per minute")
     patch_max_bytes: int = Field(200_000, ge=1)
     train_py_max_bytes: int = Field(500_000, ge=1)
     max_request_bytes: int = Field(25_000_000, ge=1024)

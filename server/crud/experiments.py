@@ -140,6 +140,7 @@ def list_page(
     since: datetime | None,
     limit: int,
     before_id: int | None,
+    text: str | None = None,
 ) -> ExperimentPage:
     """Newest first; `before_id` is the cursor (the last id of the previous page)."""
     statement = select(Experiment).order_by(Experiment.id.desc()).limit(limit + 1)
@@ -157,6 +158,11 @@ def list_page(
         statement = statement.where(Experiment.base_commit == base.lower())
     if since is not None:
         statement = statement.where(Experiment.created_at >= since)
+    if text is not None:
+        statement = statement.where(
+            Experiment.description.icontains(text, autoescape=True)
+            | Experiment.hypothesis.icontains(text, autoescape=True)
+        )
     if before_id is not None:
         statement = statement.where(Experiment.id < before_id)
     rows = list(session.scalars(statement))

@@ -18,7 +18,7 @@ from server.crud import noise as noise_crud
 from server.crud.experiments import BASELINE_AGENT
 from server.crud.project import best_sample, load_project
 from server.judge import Noise
-from server.models import ApiToken, Experiment, Lease, Result, Run, Worker, utcnow
+from server.models import ApiToken, Experiment, Lease, Note, Result, Run, Worker, utcnow
 from server.schemas import NoiseOut
 
 # Statuses that end an experiment with an outcome worth plotting (cancelled ones were stopped,
@@ -277,6 +277,15 @@ def agent_choices(session: Session) -> list[str]:
     ).all()
     has_baseline = session.scalar(select(Experiment.id).where(Experiment.agent_id.is_(None)).limit(1))
     return [BASELINE_AGENT, *names] if has_baseline is not None else list(names)
+
+
+def note_authors(session: Session) -> list[str]:
+    """Names of everyone who left a note, for the author filter."""
+    return list(
+        session.scalars(
+            select(ApiToken.name).join(Note, Note.author_id == ApiToken.id).distinct().order_by(ApiToken.name)
+        )
+    )
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The human pages: leaderboard, one experiment, agents, workers (server-rendered HTML).
+"""The human pages: leaderboard, one experiment, agents, workers, notes (server-rendered HTML).
 
 Handlers are plain functions, so FastAPI runs them in its thread pool like the API's reads. The
 pages change nothing; they honour PUBLIC_READS like the API (see `Reader`).
@@ -19,6 +19,7 @@ from server.core.problems import Problem
 from server.crud import standings
 from server.crud.experiments import get_view
 from server.crud.leases import progress_of
+from server.crud.notes import list_notes
 from server.models import Result
 from server.pages import queries
 from server.pages.diff_view import render_diff
@@ -30,6 +31,7 @@ router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 DECISION_EVENTS = "finished,kept,reverted,rebased,stale"
 LEADERBOARD_EVENTS = f"queued,started,{DECISION_EVENTS}"
 LOG_LIMIT = 200_000  # characters of the log shown on the page; the API's /log has all of it
+NOTES_SHOWN = 100  # notes per page (the newest); GET /api/v1/notes pages through all of them
 
 
 def _optional(value: str | None) -> str | None:
@@ -103,6 +105,7 @@ def experiment_page(
             )
         place = queries.run_place(session, experiment_id)
         base_id = queries.experiment_id_of_commit(session, view.base)
+        notes = list_notes(session, experiment_id=experiment_id, limit=NOTES_SHOWN).items
         log = session.execute(
             select(Result.log_tail, Result.error_message)
             .where(Result.experiment_id == experiment_id)
@@ -119,10 +122,11 @@ def experiment_page(
         "experiment.html",
         {
             "nav": None,
-            "live_events": f"queued,started,progress,{DECISION_EVENTS}",
+            "live_events": f"queued,started,progress,note,{DECISION_EVENTS}",
             "live_experiment": experiment_id,
             "e": view,
             "place": place,
+            "notes": notes,
             "base_id": base_id,
             "diff": render_diff(old, new),
             "log_text": log_text[-LOG_LIMIT:],
@@ -161,5 +165,35 @@ def workers_page(request: Request, ctx: Ctx, _reader: Reader) -> HTMLResponse:
             "live_every_s": max(5, int(ctx.settings.lease_seconds / 3)),
             "workers": rows,
             "online_window_s": int(2 * ctx.settings.lease_seconds),
+        },
+    )
+
+
+@router.get("/notes")
+def notes_page(
+    request: Request,
+    ctx: Ctx,
+    _reader: Reader,
+    author: Annotated[str | None, Query(max_length=100)] = None,
+    cursor: Annotated[str | None, Query(pattern=r"^[1-9][0-9]{0,17}$")] = None,
+) -> HTMLResponse:
+    author = _optional(author)
+    with ctx.db.read() as session:
+        page = list_notes(
+            session, author=author, limit=NOTES_SHOWN, before_id=int(cursor) if cursor else None
+        )
+        authors = queries.note_authors(session)
+    older = {"author": author, "cursor": page.next_cursor}
+    return templates.TemplateResponse(
+        request,
+        "notes.html",
+        {
+            "nav": "notes",
+            "live_events": "note",
+            "notes": page.items,
+            "next_cursor": page.next_cursor,
+            "next_query": urlencode({k: v for k, v in older.items() if v}),
+            "authors": authors,
+            "author": author,
         },
     )

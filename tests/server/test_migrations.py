@@ -26,6 +26,7 @@ TABLES = {
     "imported_results",
     "runs",
     "noise_estimates",
+    "notes",
 }
 
 
@@ -39,8 +40,10 @@ def _tables(url: str) -> set[str]:
 
 def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     upgrade(database_url)
-    assert current_revision(database_url) == "0004"
+    assert current_revision(database_url) == "0005"
     assert _tables(database_url) == TABLES
+    downgrade(database_url, "0004")  # notes go, everything else stays
+    assert _tables(database_url) == TABLES - {"notes"}
     downgrade(database_url, "base")
     assert current_revision(database_url) is None
     assert _tables(database_url) == set()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Response
@@ -13,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from client.states import FINAL_STATUSES, ExperimentStatus
 from harness.result import ProgressEvent
 from server.api.deps import Admin, Agent, Ctx, Reader
+from server.api.params import Cursor, Since, since_utc
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import experiments as crud
@@ -35,22 +35,6 @@ _ERRORS = {
 
 def _not_found(experiment_id: int) -> Problem:
     return Problem(404, "unknown-experiment", f"no experiment {experiment_id}")
-
-
-# RFC 3339 date-times, which have a time zone (a number, which pydantic would read as a Unix time,
-# or a naive time is refused).
-_RFC3339 = (
-    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
-)
-
-
-def _utc(since: str) -> datetime:
-    try:
-        return datetime.fromisoformat(since).astimezone(UTC)
-    except ValueError as exc:
-        raise Problem(422, "bad-datetime", f"`since`: {exc}") from exc
-    except OverflowError as exc:  # e.g. 9999-12-31T23:59:59-23:59 is past the last datetime in UTC
-        raise Problem(422, "since-out-of-range", "`since` is out of range once converted to UTC") from exc
 
 
 @router.post(
@@ -90,18 +74,13 @@ def list_experiments(
     status: ExperimentStatus | None = None,
     agent: Annotated[str | None, Query(max_length=100)] = None,
     base: Annotated[str | None, Query(pattern=r"^[0-9a-fA-F]{40}$", description="full commit id")] = None,
-    since: Annotated[
+    since: Since = None,
+    text: Annotated[
         str | None,
-        Query(
-            pattern=_RFC3339,
-            json_schema_extra={"format": "date-time"},
-            description="only experiments created at or after this time, e.g. 2025-01-01T00:00:00Z",
-        ),
+        Query(min_length=1, max_length=200, description="words the description or hypothesis contains"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[
-        str | None, Query(pattern=r"^[1-9][0-9]{0,17}$", description="next_cursor of the previous page")
-    ] = None,
+    cursor: Cursor = None,
 ) -> ExperimentPage:
     """Experiments, newest first, one page at a time (follow `next_cursor`)."""
     with ctx.db.read() as session:
@@ -110,9 +89,10 @@ def list_experiments(
             status=status,
             agent=agent,
             base=base,
-            since=_utc(since) if since is not None else None,
+            since=since_utc(since),
             limit=limit,
             before_id=int(cursor) if cursor else None,
+            text=text,
         )
 
 

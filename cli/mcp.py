@@ -1,0 +1,43 @@
+"""`autoresearch mcp`: the MCP server over stdio, for a coding agent that starts it as a subprocess.
+
+The server URL and the agent token come from $AUTORESEARCH_SERVER and $AUTORESEARCH_TOKEN (or
+--server / --token), as for the other agent commands; each tool call is a REST call to that server
+(server/mcp_tools.py). docs/agents.md shows the agent's MCP settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from cli.connection import add_connection_args, connect
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import Context
+
+    from client import Client
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "mcp",
+        help="serve the MCP tools over stdio (for coding agents; see docs/agents.md)",
+        description="Run the Model Context Protocol server on standard input and output: tools for the "
+        "best, submitting and following a change, searching experiments, the leaderboard, the noise "
+        "and notes, each a call of the server's REST API with your agent token. Agents start it as "
+        "a subprocess; it does not print anything else on standard output.",
+    )
+    add_connection_args(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from server.mcp_tools import build_mcp  # the MCP SDK is only loaded by this command
+
+    connect(args, "mcp", token_required=True).close()  # the settings' errors now, before serving
+
+    def client(_ctx: Context) -> Client:
+        return connect(args, "mcp", token_required=True)
+
+    build_mcp(client).run("stdio")
+    return 0

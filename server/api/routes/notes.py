@@ -1,0 +1,90 @@
+"""Notes: what agents and people leave for each other (a hypothesis, a finding, a plan)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from sqlalchemy.orm import Session
+
+from server.api.deps import Agent, Ctx, Reader
+from server.api.params import Cursor, Since, since_utc
+from server.core.problems import Problem
+from server.core.rate_limit import retry_after
+from server.crud.experiments import resolve_commit
+from server.crud.notes import add_note, list_notes
+from server.models import Experiment
+from server.schemas import SHA_PATTERN, NoteIn, NoteOut, NotePage
+
+router = APIRouter(prefix="/notes", tags=["notes"])
+_ERRORS = {401: {"description": "missing or unknown token"}, 403: {"description": "wrong kind of token"}}
+
+
+def _commit(session: Session, rev: str) -> str:
+    try:
+        return resolve_commit(session, rev)
+    except LookupError as exc:
+        raise Problem(422, "unknown-commit", f"commit {rev!r}: {exc}") from exc
+
+
+@router.post(
+    "",
+    status_code=201,
+    responses={
+        413: {"description": "request over the size limit"},
+        422: {"description": "invalid note, or a link to an unknown experiment or commit"},
+        429: {"description": "this agent posted NOTES_PER_MINUTE notes in the last minute"},
+        **_ERRORS,
+    },
+)
+def post_note(ctx: Ctx, agent: Agent, body: NoteIn) -> NoteOut:
+    """Leave a note for the other agents, optionally about an experiment or a commit."""
+    wait = ctx.note_limit.wait_s(agent.id)
+    if wait is not None:
+        raise Problem(
+            429,
+            "too-many-notes",
+            f"at most {ctx.settings.notes_per_minute} notes a minute per agent; "
+            f"retry in {retry_after(wait)} s (one note per finding)",
+            headers={"Retry-After": retry_after(wait)},
+        )
+    with ctx.transaction() as tx:
+        if body.experiment_id is not None and tx.session.get(Experiment, body.experiment_id) is None:
+            raise Problem(
+                422, "unknown-experiment", f"no experiment {body.experiment_id} to link the note to"
+            )
+        commit = _commit(tx.session, body.commit) if body.commit is not None else None
+        note = add_note(tx.session, agent.id, body.text, body.experiment_id, commit)
+        tx.emit("note", note_id=note.id, experiment_id=note.experiment_id, author=note.author)
+    return note
+
+
+@router.get(
+    "",
+    responses={422: {"description": "invalid filter, or an unknown or ambiguous commit"}, **_ERRORS},
+)
+def get_notes(
+    ctx: Ctx,
+    _reader: Reader,
+    experiment: Annotated[
+        int | None, Query(ge=1, le=2**62, description="notes about this experiment")
+    ] = None,
+    commit: Annotated[
+        str | None, Query(pattern=SHA_PATTERN, description="notes about this commit (full or abbreviated)")
+    ] = None,
+    author: Annotated[str | None, Query(max_length=100, description="an agent's name")] = None,
+    since: Since = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Cursor = None,
+) -> NotePage:
+    """Notes, newest first, one page at a time (follow `next_cursor`)."""
+    with ctx.db.read() as session:
+        return list_notes(
+            session,
+            experiment_id=experiment,
+            commit=_commit(session, commit) if commit is not None else None,
+            author=author,
+            since=since_utc(since),
+            limit=limit,
+            before_id=int(cursor) if cursor else None,
+        )

@@ -1,0 +1,255 @@
+"""The MCP server agents use (the official `mcp` SDK's MCPServer): tools that mirror what an agent
+does, each one or a few calls of the Python SDK (`client.Client`) against the REST API.
+
+Going through the REST API keeps one implementation of every rule: authentication, validation,
+limits and errors are the routes' own, and a tool answers exactly what the API would. The inputs
+of `submit` and `post_note` are the fields of the API's request bodies (`SubmitIn`, `NoteIn`: same
+types, limits and descriptions), and the tools return the API's response models, which the SDK
+publishes as their output schemas.
+
+Two transports serve these tools: stdio (`autoresearch mcp`, cli/mcp.py) and streamable HTTP at
+/mcp in the server itself (server/mcp_http.py). Each gives `build_mcp` its way to reach the API
+for the request at hand (`Connect`).
+
+An API error becomes an MCP tool error (`isError`) whose text is the problem's kind and status, then
+its detail (`patch-does-not-apply (422): hunk 1 ...`), with the problem+json body (and its `kind`)
+as structured content.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import httpx
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import CallToolResult, TextContent
+from pydantic import BaseModel, Field
+
+from client import ApiError, Client
+from client.states import FINAL_STATUSES, ExperimentStatus
+from server.schemas import (
+    BestOut,
+    ExperimentOut,
+    ExperimentPage,
+    LeaderboardOut,
+    NoiseListOut,
+    NoteIn,
+    NoteOut,
+    NotePage,
+    Sha,
+    SubmitIn,
+)
+
+# A client of the REST API for the tool call at hand (the caller's token; closed after the call).
+Connect = Callable[[Context], Client]
+
+INSTRUCTIONS = """\
+An autoresearch server: agents submit changes of train.py, GPU workers run each for a fixed time
+budget, and the server keeps a change only when it beats the best by more than the run-to-run
+noise. Before proposing, read `best`, recent `notes` and `search_experiments` (what was tried,
+kept, reverted); after a finding, leave one `post_note`. Submit with `submit` and follow it with
+`experiment`."""
+
+MAX_WAIT_S = 3600.0
+POLL_S = 2.0
+
+
+class ExperimentReport(BaseModel):
+    """An experiment as an agent follows it: the API's view, its change and the end of its log."""
+
+    experiment: ExperimentOut
+    decided: bool = Field(description="its status is final; otherwise call `experiment` again to wait more")
+    existing: bool = Field(False, description="the same train.py had been submitted: this is that experiment")
+    diff: str = Field("", description="unified diff of train.py against its base")
+    log_tail: str = Field("", description="the last lines of its latest run's log")
+
+
+def problem_result(kind: str, status: int | None, detail: str, problem: dict[str, Any]) -> CallToolResult:
+    """A tool error: the text `kind (status): detail`, and the API's problem+json as structured content."""
+    head = f"{kind} ({status})" if status is not None else kind
+    return CallToolResult(
+        content=[TextContent(type="text", text=f"{head}: {detail}")],
+        structured_content={**problem, "kind": kind},
+        is_error=True,
+    )
+
+
+def api_errors(tool: Callable[..., Any]) -> Callable[..., Any]:
+    """Answer an API error (or no answer) as a tool error that carries the problem's kind and detail."""
+
+    @functools.wraps(tool)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return tool(*args, **kwargs)
+        except ApiError as error:
+            kind = error.type.rsplit("/", 1)[-1] or "http-error"
+            return problem_result(kind, error.status, error.detail or error.title, error.problem)
+        except httpx.HTTPError as error:
+            detail = f"no answer from the server ({type(error).__name__}: {error})"
+            return problem_result("server-unreachable", None, detail, {"detail": detail})
+
+    return call
+
+
+def takes_fields_of(model: type[BaseModel]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a tool whose body takes `**fields` the fields of `model` as its inputs, so that the MCP
+    input schema is the REST API's request body (types, limits, descriptions), flat."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(fn, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        fields = [
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=Annotated[field.annotation, field],
+                default=inspect.Parameter.empty if field.is_required() else field.default,
+            )
+            for name, field in model.model_fields.items()
+        ]
+        fn.__signature__ = signature.replace(parameters=[*own, *fields])  # type: ignore[attr-defined]
+        return fn
+
+    return decorate
+
+
+def tail(text: str, lines: int) -> str:
+    return "\n".join(text.splitlines()[-lines:]) if lines > 0 else ""
+
+
+def report(client: Client, experiment: dict[str, Any], wait_s: float, log_lines: int) -> ExperimentReport:
+    """The experiment once final or after `wait_s`, with its diff and log tail."""
+    deadline = time.monotonic() + wait_s
+    while experiment["status"] not in FINAL_STATUSES and time.monotonic() < deadline:
+        time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+        experiment = client.experiment(experiment["id"])
+    return ExperimentReport(
+        experiment=ExperimentOut.model_validate(experiment),
+        decided=experiment["status"] in FINAL_STATUSES,
+        existing=bool(experiment.get("existing")),
+        diff=client.diff(experiment["id"]),
+        log_tail=tail(client.log(experiment["id"]), log_lines),
+    )
+
+
+WaitS = Annotated[
+    float,
+    Field(ge=0, le=MAX_WAIT_S, description="seconds to wait for the decision before answering (0: at once)"),
+]
+LogLines = Annotated[int, Field(ge=0, le=2000, description="lines of the log's end to return")]
+
+
+def build_mcp(connect: Connect, **options: Any) -> MCPServer:
+    """The MCP server with every tool; `connect` gives each call its API client; `options` go to
+    MCPServer (the HTTP transport's authentication)."""
+    # WARNING: the SDK configures the root logger when none is set; the server keeps its own level.
+    mcp = MCPServer(name="autoresearch", instructions=INSTRUCTIONS, log_level="WARNING", **options)
+
+    @mcp.tool()
+    @api_errors
+    def best(ctx: Context) -> BestOut:
+        """The current best train.py and its val_bpb (the mean of its runs ± its standard error).
+        Start every change from this train.py."""
+        with connect(ctx) as client:
+            return BestOut.model_validate(client.best())
+
+    @mcp.tool()
+    @api_errors
+    @takes_fields_of(SubmitIn)
+    def submit(
+        ctx: Context, wait_s: WaitS = 600.0, log_lines: LogLines = 40, **change: Any
+    ) -> ExperimentReport:
+        """Submit a change of train.py (a unified diff `patch` against `base`, default the best, or
+        a whole `train_py`) with a one-line description, and wait up to `wait_s` for the decision:
+        kept (it beat the best beyond the noise) or not, with effect ± noise and the reason."""
+        with connect(ctx) as client:
+            submitted = client.submit(**{k: v for k, v in change.items() if v is not None})
+            return report(client, submitted, wait_s, log_lines)
+
+    @mcp.tool()
+    @api_errors
+    def experiment(
+        ctx: Context,
+        experiment_id: Annotated[int, Field(ge=1, le=2**62)],
+        wait_s: WaitS = 0.0,
+        log_lines: LogLines = 40,
+    ) -> ExperimentReport:
+        """One experiment: status, decision and its reason (effect ± noise, runs), result, its diff
+        and the end of its log; with `wait_s`, first wait that long for its decision."""
+        with connect(ctx) as client:
+            return report(client, client.experiment(experiment_id), wait_s, log_lines)
+
+    @mcp.tool()
+    @api_errors
+    def search_experiments(
+        ctx: Context,
+        status: ExperimentStatus | None = None,
+        agent: Annotated[str | None, Field(max_length=100, description="an agent's name")] = None,
+        text: Annotated[
+            str | None,
+            Field(min_length=1, max_length=200, description="words the description or hypothesis contains"),
+        ] = None,
+        limit: Annotated[int, Field(ge=1, le=200)] = 20,
+        cursor: Annotated[str | None, Field(description="next_cursor of the previous page")] = None,
+    ) -> ExperimentPage:
+        """Experiments, newest first, filtered by status, agent and text: what was tried, kept,
+        reverted or failed, before you try it again."""
+        with connect(ctx) as client:
+            page = client.experiments(status=status, agent=agent, text=text, limit=limit, cursor=cursor)
+            return ExperimentPage.model_validate(page)
+
+    @mcp.tool()
+    @api_errors
+    def leaderboard(ctx: Context) -> LeaderboardOut:
+        """The best, the noise, the lineage of kept changes, the best results and each agent's standing."""
+        with connect(ctx) as client:
+            return LeaderboardOut.model_validate(client.leaderboard())
+
+    @mcp.tool()
+    @api_errors
+    def noise(ctx: Context) -> NoiseListOut:
+        """The decision rule's settings and the run-to-run noise of val_bpb per platform: an effect
+        smaller than the noise is not evidence."""
+        with connect(ctx) as client:
+            return NoiseListOut.model_validate(client.noise())
+
+    @mcp.tool()
+    @api_errors
+    def notes(
+        ctx: Context,
+        experiment_id: Annotated[int | None, Field(ge=1, le=2**62, description="notes about it")] = None,
+        commit: Annotated[
+            Sha | None, Field(description="notes about this commit (full or abbreviated)")
+        ] = None,
+        author: Annotated[str | None, Field(max_length=100)] = None,
+        since: Annotated[str | None, Field(description="ISO 8601 time with a timezone")] = None,
+        limit: Annotated[int, Field(ge=1, le=200)] = 20,
+        cursor: Annotated[str | None, Field(description="next_cursor of the previous page")] = None,
+    ) -> NotePage:
+        """Notes agents and people left (findings, hypotheses, plans), newest first. Read the
+        recent ones before proposing."""
+        with connect(ctx) as client:
+            page = client.notes(
+                experiment_id=experiment_id,
+                commit=commit,
+                author=author,
+                since=since,
+                limit=limit,
+                cursor=cursor,
+            )
+            return NotePage.model_validate(page)
+
+    @mcp.tool()
+    @api_errors
+    @takes_fields_of(NoteIn)
+    def post_note(ctx: Context, **note: Any) -> NoteOut:
+        """Leave a note for the other agents: one per finding, tied to the experiment or commit it
+        is about."""
+        with connect(ctx) as client:
+            return NoteOut.model_validate(client.post_note(**note))
+
+    return mcp

@@ -1,0 +1,192 @@
+"""The MCP server through the official SDK's own client, over both transports: stdio
+(`autoresearch mcp` started as a subprocess, as a coding agent starts it) and streamable HTTP
+(/mcp/ on the server, with the agent's bearer token). A real server and a real worker run real
+sandboxed train.py files on the `test` preset: a change submitted through MCP is followed to its
+decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from cli.connection import SERVER_ENV, TOKEN_ENV
+from tests.worker.candidates import bigram
+from tests.worker.processes import REPO_ROOT, Project
+
+TOOLS = {
+    "best",
+    "submit",
+    "experiment",
+    "search_experiments",
+    "leaderboard",
+    "noise",
+    "notes",
+    "post_note",
+}
+TRANSPORTS = ["stdio", "http"]
+
+
+@asynccontextmanager
+async def mcp_client(project: Project, transport: str, token: str | None = None) -> AsyncIterator[Client]:
+    token = token or project.agent_token
+    if transport == "stdio":
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "cli.main", "mcp"],
+            env={SERVER_ENV: project.url, TOKEN_ENV: token},
+            cwd=REPO_ROOT,
+        )
+        async with Client(params) as client:
+            yield client
+        return
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=600)
+    )
+    async with http, Client(streamable_http_client(f"{project.url}/mcp/", http_client=http)) as client:
+        yield client
+
+
+def run(project: Project, transport: str, scenario: Callable[[Client], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        async with mcp_client(project, transport) as client:
+            return await scenario(client)
+
+    return asyncio.run(main())
+
+
+async def call(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A tool's structured answer (fails with the tool's error text when it reports one)."""
+    result = await client.call_tool(tool, arguments)
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return dict(result.structured_content)
+
+
+async def tool_error(client: Client, tool: str, arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A tool's error: its text and its structured content (the API's problem, when there was one)."""
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, result.structured_content
+    return "".join(getattr(block, "text", "") for block in result.content), result.structured_content or {}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_agent_lists_tools_submits_and_follows_a_change_to_its_decision(
+    project: Project, transport: str
+) -> None:
+    project.worker("gpu0")
+
+    async def scenario(client: Client) -> dict[str, Any]:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        best = await call(client, "best", {})
+        decided = await call(
+            client,
+            "submit",
+            {
+                "description": "learning rate 0.05 -> 0.2",
+                "hypothesis": "the bigram underfits at 0.05",
+                "train_py": bigram(0.2),
+                "wait_s": 300,
+            },
+        )
+        followed = await call(client, "experiment", {"experiment_id": decided["experiment"]["id"]})
+        found = await call(client, "search_experiments", {"text": "0.05 -> 0.2"})
+        return {"tools": tools, "best": best, "decided": decided, "followed": followed, "found": found}
+
+    out = run(project, transport, scenario)
+    assert set(out["tools"]) == TOOLS
+    # Inputs and descriptions are the REST API's request body (SubmitIn), flat.
+    submit_schema = out["tools"]["submit"].input_schema
+    assert submit_schema["required"] == ["description"]
+    description = submit_schema["properties"]["description"]
+    assert description["maxLength"] == 500 and description["minLength"] == 1
+    assert "unified diff" in submit_schema["properties"]["patch"]["description"]
+    assert out["tools"]["best"].output_schema["properties"]["train_py"]["type"] == "string"
+    assert out["best"]["train_py"] == bigram(0.05) and out["best"]["commit"]
+
+    decided = out["decided"]
+    experiment = decided["experiment"]
+    assert decided["decided"] is True, decided
+    assert experiment["status"] in ("kept", "reverted") and experiment["decision"] in ("keep", "revert")
+    assert experiment["result"]["status"] == "ok" and experiment["val_bpb"] > 0, (
+        experiment,
+        decided["log_tail"],
+    )
+    assert experiment["reason"] and "+LEARNING_RATE = 0.2" in decided["diff"]
+    assert decided["log_tail"]  # the harness's captured output of the run
+    # The same experiment as the REST API sees it.
+    with project.agent() as agent:
+        assert agent.experiment(experiment["id"])["status"] == experiment["status"]
+    assert out["followed"]["experiment"]["status"] == experiment["status"]
+    assert [e["id"] for e in out["found"]["items"]] == [experiment["id"]]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_bad_patch_and_a_bad_link_are_tool_errors_with_the_problem(
+    project: Project, transport: str
+) -> None:
+    bad_patch = "--- a/train.py\n+++ b/train.py\n@@ -1,1 +1,1 @@\n-not a line of train.py\n+x = 1\n"
+
+    async def scenario(client: Client) -> dict[str, Any]:
+        return {
+            "patch": await tool_error(
+                client, "submit", {"description": "bad", "patch": bad_patch, "wait_s": 0}
+            ),
+            "too_long": await tool_error(client, "submit", {"description": "x" * 501, "train_py": "x = 1\n"}),
+            "unknown": await tool_error(client, "experiment", {"experiment_id": 999}),
+            "link": await tool_error(client, "post_note", {"text": "about nothing", "experiment_id": 999}),
+            "note": await call(client, "post_note", {"text": "bigram lr: 0.2 next", "experiment_id": 1}),
+            "notes": await call(client, "notes", {"experiment_id": 1}),
+        }
+
+    out = run(project, transport, scenario)
+    # The API problem's kind and status, then its detail with the hunk that failed; the problem too.
+    text, problem = out["patch"]
+    assert text.startswith("patch-does-not-apply (422): hunk 1 (@@ -1,1) does not apply"), text
+    assert problem["kind"] == "patch-does-not-apply" and problem["status"] == 422
+    assert problem["detail"] in text
+    text, _ = out["too_long"]
+    assert "description" in text and "500" in text  # the input schema's own limit, before any request
+    text, problem = out["unknown"]
+    assert text == "unknown-experiment (404): no experiment 999" and problem["kind"] == "unknown-experiment"
+    text, problem = out["link"]
+    assert text.startswith("unknown-experiment (422)") and problem["status"] == 422, text
+    assert out["note"]["author"] == "agent-1" and out["note"]["experiment_id"] == 1
+    assert [n["text"] for n in out["notes"]["items"]] == ["bigram lr: 0.2 next"]
+    with project.agent() as agent:  # nothing was queued by the refused calls
+        assert [e["id"] for e in agent.experiments()["items"]] == [1]
+
+
+def test_the_http_transport_needs_an_agent_token(project: Project) -> None:
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    url = f"{project.url}/mcp/"
+    for token in (None, "not-a-token", project.worker_token):
+        auth = {"Authorization": f"Bearer {token}"} if token else {}
+        answer = httpx.post(url, content=json.dumps(initialize), headers={**headers, **auth})
+        assert answer.status_code == 401, (token, answer.text)
+    answer = httpx.post(
+        url,
+        content=json.dumps(initialize),
+        headers={**headers, "Authorization": f"Bearer {project.agent_token}"},
+    )
+    assert answer.status_code == 200, answer.text
