@@ -119,8 +119,14 @@ def show_overview(client: Client, args: argparse.Namespace) -> None:
         origin = f"experiment {best['experiment_id']}" if best.get("experiment_id") else "baseline"
         spread = f" ± {best['se']:.4f}" if best.get("se") is not None else ""
         runs = f", mean of {best['runs']} runs" if best.get("runs", 0) > 1 else ""
-        value = f"{views.bpb(best['val_bpb'])}{spread}"
-        print(f"best: val_bpb {value} ({origin}{runs}, commit {best['commit'][:12]})")
+        if best["val_bpb"] is None:
+            print(
+                f"best: not measured ({origin}, commit {best['commit'][:12]}): it has no valid run yet, "
+                "and nothing is kept until it has"
+            )
+        else:
+            value = f"{views.bpb(best['val_bpb'])}{spread}"
+            print(f"best: val_bpb {value} ({origin}{runs}, commit {best['commit'][:12]})")
         print(f"noise: {views.noise(noise)}")
     print(f"queue: {counts['queued']} queued, {counts['running']} running")
     print()

@@ -60,6 +60,10 @@ FINAL_STATUSES = frozenset(
         ExperimentStatus.INFRA_FAILED,
     }
 )
+# Ended without a verdict on the change itself (its runs lost their workers, or it was cancelled):
+# an admin may queue it again (POST /experiments/{id}/retry), and an unmeasured best is queued
+# again when the server starts.
+RETRYABLE_STATUSES = frozenset({ExperimentStatus.INFRA_FAILED, ExperimentStatus.CANCELLED})
 DECIDED_STATUS = {
     Decision.KEEP: ExperimentStatus.KEPT,
     Decision.REVERT: ExperimentStatus.REVERTED,

@@ -36,6 +36,7 @@ from server.core.rate_limit import PerCallerLimit
 from server.core.request_metrics import RequestTimer, request_times
 from server.crud.leases import expire_leases
 from server.crud.project import load_project
+from server.crud.requeue import requeue_unmeasured_best
 from server.crud.runs import queue_runs
 from server.crud.tokens import sync_env_admin
 from server.crud.workers import online_count
@@ -45,7 +46,7 @@ from server.fleet import Fleet
 from server.harness_pin import configured_harness_id, pin
 from server.mcp_http import mount_mcp
 from server.metrics import metrics_registry
-from server.models import Experiment
+from server.models import Experiment, utcnow
 from server.presence import Presence
 from server.research_repo import ResearchRepo
 from server.standings_cache import TotalsCache
@@ -97,7 +98,19 @@ def build_context(settings: ServerSettings) -> AppContext:
         note_limit=PerCallerLimit(settings.notes_per_minute, window_s=60.0),
     )
     queue_due_repeats(context)
+    queue_unmeasured_best(context)
     return context
+
+
+def queue_unmeasured_best(ctx: AppContext) -> None:
+    """Queue the best again when it has no valid measurement because its runs lost their workers
+    (e.g. a first start without a working sandbox): nothing is compared until it is measured."""
+    with ctx.transaction() as tx:
+        load_project(tx.session, lock=True)
+        best = requeue_unmeasured_best(tx.session, utcnow())
+        if best is not None:
+            log.warning("the best, experiment %d, has no valid measurement: queued again", best.id)
+            tx.emit("queued", experiment_id=best.id, attempts=0, why="the best has no valid measurement")
 
 
 def queue_due_repeats(ctx: AppContext) -> None:

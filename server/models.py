@@ -241,6 +241,7 @@ class Result(Base):
     training_seconds: Mapped[float | None] = mapped_column(Float)
     startup_seconds: Mapped[float | None] = mapped_column(Float)
     score_seconds: Mapped[float | None] = mapped_column(Float)
+    score_bound_seconds: Mapped[float | None] = mapped_column(Float)
     total_seconds: Mapped[float | None] = mapped_column(Float)
     peak_memory_mb: Mapped[float | None] = mapped_column(Float)
     tokens: Mapped[int | None] = mapped_column(BigInteger)

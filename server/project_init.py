@@ -9,6 +9,7 @@ from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
 from server.core.migrate import upgrade
 from server.crud.project import load_project
+from server.crud.requeue import requeue_unmeasured_best
 from server.crud.runs import queue_runs
 from server.models import Experiment, utcnow
 from server.research_repo import EXPERIMENT_REF_PREFIX, ResearchRepo, blob_sha, init_research_repo
@@ -25,7 +26,9 @@ class InitError(RuntimeError):
 def init_project(
     settings: ServerSettings, train_py: Path = DEFAULT_TRAIN_PY, program_md: Path = DEFAULT_PROGRAM_MD
 ) -> int:
-    """Create the repo and database state; return the id of the queued baseline experiment."""
+    """Create the repo and database state; return the id of the queued baseline experiment. On an
+    existing project whose best has no valid measurement because its runs lost their workers, queue
+    the best again and return its id instead."""
     for path in (train_py, program_md):
         if not path.is_file():
             raise InitError(f"{path}: no such file (the baseline to start the research repo from)")
@@ -38,8 +41,11 @@ def init_project(
     upgrade(url)
     db = Database(create_db_engine(url, settings.sqlite_busy_timeout_ms))
     try:
-        with db.read() as session:
-            if load_project(session).best_commit is not None:
+        with db.write() as session:
+            if load_project(session, lock=True).best_commit is not None:
+                again = requeue_unmeasured_best(session, utcnow())
+                if again is not None:  # its runs lost their workers: measure it first
+                    return again.id
                 raise InitError(
                     f"the database at {url} already has a project; use a new DATA_DIR or DATABASE_URL"
                 )

@@ -133,7 +133,10 @@ class ResultOut(BaseModel):
     val_bpb: float | None
     training_seconds: float | None
     startup_seconds: float | None
-    score_seconds: float | None
+    score_seconds: float | None = Field(description="how long the model ran while scored (eval and probe)")
+    score_bound_seconds: float | None = Field(
+        description="the most it could have: past it the run is invalid (score_over_budget)"
+    )
     total_seconds: float | None
     peak_memory_mb: float | None
     tokens: int | None
@@ -192,6 +195,10 @@ class BestOut(BaseModel):
     commit: str
     val_bpb: float | None = Field(description="the mean of the best's valid runs")
     runs: int = Field(description="its valid runs")
+    measured: bool = Field(
+        description="whether it has a valid run; until it has, nothing is kept against it (a best whose "
+        "runs lost their workers is queued again when the server starts)"
+    )
     se: float | None = Field(description="standard error of that mean, from the noise estimate")
     experiment_id: int | None
     platform: str | None
@@ -400,6 +407,7 @@ class RunResultIn(RunResult, Input):
     training_seconds: float | None = Field(None, ge=0.0, le=1e9)
     startup_seconds: float | None = Field(None, ge=0.0, le=1e9)
     score_seconds: float | None = Field(None, ge=0.0, le=1e9)
+    score_bound_seconds: float | None = Field(None, ge=0.0, le=1e9)
     total_seconds: float | None = Field(None, ge=0.0, le=1e9)
     peak_memory_mb: float | None = Field(None, ge=0.0, le=1e12)
     tokens: int | None = Field(None, ge=0, le=MAX_INT)

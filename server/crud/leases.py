@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Row, Update, bindparam, case, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from client.states import ExperimentStatus, RunState
+from client.states import RETRYABLE_STATUSES, ExperimentStatus, RunState
 from server.context import AppContext, Tx
 from server.core.problems import Problem
 from server.crud import noise as noise_crud
@@ -125,7 +125,8 @@ def _gate(ctx: AppContext, session: Session) -> int | None:
 
     Nothing is compared with a best that is not measured yet: until the best has a valid run
     (greedy), or until the noise estimate rests on NOISE_RUNS runs of the best (noise-aware),
-    only the best's runs go out while it has any queued or running. Once open, the gate stays
+    only the best's runs go out while it has any queued or running, and nothing at all while an
+    unmeasured best waits to be queued again after its runs lost their workers. Once open, the gate stays
     open (a measurement is never lost), so the check is skipped after.
     """
     if ctx.gate_open:
@@ -144,8 +145,12 @@ def _gate(ctx: AppContext, session: Session) -> int | None:
     if measured:
         ctx.gate_open = True
         return None
-    if live_runs(session, best_id) == 0:
-        return None  # its runs ended without the measurement (crashes): the next valid result will do
+    if live_runs(session, best_id) == 0 and (best.valid_runs > 0 or best.status not in RETRYABLE_STATUSES):
+        # Its runs ended without the measurement: a best with valid runs is compared on those; a
+        # best that crashed by its own fault cannot be measured, and the next valid result will
+        # do. One whose runs lost their workers keeps the gate shut: nothing is compared with it
+        # until it is queued again (at the next server start, `init`, or an admin's retry).
+        return None
     return best_id
 
 

@@ -80,20 +80,6 @@ def cancel_queued_runs(session: Session, experiment_id: int, now: datetime) -> i
     return int(result.rowcount or 0)
 
 
-def requeue_failed_runs(session: Session, experiment_id: int, now: datetime) -> int:
-    """Queue the experiment's cancelled and infra_failed runs again, at the back, with their
-    attempts reset (and their seeds kept); returns how many."""
-    result = session.connection().execute(
-        update(RUNS)
-        .where(
-            RUNS.c.experiment_id == experiment_id,
-            RUNS.c.status.in_((RunState.CANCELLED, RunState.INFRA_FAILED)),
-        )
-        .values(status=RunState.QUEUED, attempts=0, queued_at=now, started_at=None, finished_at=None)
-    )
-    return int(result.rowcount or 0)
-
-
 def runs_of(session: Session, experiment_ids: list[int]) -> dict[int, list[Run]]:
     """The runs of these experiments, by experiment, in run order."""
     if not experiment_ids:

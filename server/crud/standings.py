@@ -27,6 +27,7 @@ def best(session: Session, repo: ResearchRepo) -> BestOut | None:
         commit=project.best_commit,
         val_bpb=mean,
         runs=runs,
+        measured=mean is not None,
         se=estimate.sigma / runs**0.5 if estimate is not None and runs else None,
         experiment_id=project.best_experiment_id,
         platform=project.platform,

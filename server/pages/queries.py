@@ -38,6 +38,7 @@ SortKey = Literal["id", "val_bpb", "finished", "status", "agent"]
 class Summary:
     best_val_bpb: float | None  # the mean of the best's valid runs
     best_runs: int
+    best_unmeasured: bool  # there is a best (the baseline), but it has no valid run yet
     best_se: float | None
     noise: NoiseOut | None  # the project's platform and harness
     best_experiment_id: int | None
@@ -98,6 +99,7 @@ def summary(session: Session, totals: dict[str, tuple[int, int]], crashed_runs: 
     return Summary(
         best_val_bpb=best_val_bpb,
         best_runs=best_runs,
+        best_unmeasured=project.best_experiment_id is not None and best_val_bpb is None,
         best_se=noise.sigma / best_runs**0.5
         if noise is not None and noise.sigma is not None and best_runs
         else None,

@@ -40,7 +40,7 @@ def _tables(url: str) -> set[str]:
 
 def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     upgrade(database_url)
-    assert current_revision(database_url) == "0005"
+    assert current_revision(database_url) == "0006"
     assert _tables(database_url) == TABLES
     downgrade(database_url, "0004")  # notes go, everything else stays
     assert _tables(database_url) == TABLES - {"notes"}

@@ -9,10 +9,13 @@ import sys
 import time
 import uuid
 
+import httpx
 import pytest
 
 from client import ApiError, Client
 from server.crud.leases import expire_leases
+from server.main import build_context
+from server.project_init import InitError, init_project
 
 HARNESS_ID, DEVICE = "test-harness", "cpu"
 
@@ -278,3 +281,46 @@ def test_cli_retry(live_factory, worker_factory) -> None:
     assert ran.returncode == 0 and "experiment 1 is queued again" in ran.stdout, ran.stderr
     ran = subprocess.run([*command, "--token", "admin-secret"], capture_output=True, text=True, timeout=60)
     assert ran.returncode == 1 and "only infra_failed or cancelled" in ran.stderr, ran.stderr
+
+
+def test_an_unmeasured_best_keeps_everything_waiting_until_it_is_queued_again_and_measured(
+    live_factory, worker_factory, baseline_source: str, database_url: str
+) -> None:
+    # A first start on a machine whose workers cannot run anything: the baseline loses its worker.
+    live = live_factory(database_url, max_attempts=1)
+    worker = worker_factory(live)
+    worker.client.release(worker.claim()["lease_id"], "worker error: no sandbox", count_attempt=True)
+    agent = live.client("agent")
+    idea = agent.submit("wider", train_py=baseline_source.replace("WIDTH = 64", "WIDTH = 96"))["id"]
+    assert live.client().experiment(1)["status"] == "infra_failed"
+    assert worker.claim() is None  # nothing is compared with an unmeasured best, not even "any result"
+
+    # It says so: /best, the leaderboard and `autoresearch status`.
+    best = agent.best()
+    assert (best["measured"], best["val_bpb"], best["runs"]) == (False, None, 0)
+    page = httpx.get(live.url + "/", timeout=30).text
+    assert 'data-stat="best-unmeasured"' in page and "not measured" in page
+    token = live.token("agent")
+    status = subprocess.run(
+        [sys.executable, "-m", "cli.main", "status", "--server", live.url, "--token", token],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.returncode == 0 and "best: not measured" in status.stdout, status.stdout + status.stderr
+
+    # `autoresearch init` on the existing project queues it again instead of refusing.
+    assert init_project(live.settings) == 1
+    assert live.client().experiment(1)["status"] == "queued"
+    worker.client.release(worker.claim()["lease_id"], "worker error: no sandbox", count_attempt=True)
+    assert live.client().experiment(1)["status"] == "infra_failed"
+
+    # So does a server start (`autoresearch serve`, `up`, a container restart).
+    build_context(live.settings)
+    baseline = worker.claim()
+    assert (baseline["experiment_id"], live.client().experiment(1)["status"]) == (1, "running")
+    worker.report(baseline, 1.0)
+    assert agent.best()["measured"] is True
+    assert worker.claim()["experiment_id"] == idea  # measured: the queue moves on
+    with pytest.raises(InitError, match="already has a project"):  # a measured project is left alone
+        init_project(live.settings)

@@ -21,6 +21,7 @@ import pytest
 
 from harness.config import HarnessSettings
 from harness.prepared import PreparedPaths
+from server.pages.templating import duration
 from tests.fixtures_data import test_data  # noqa: F401  (session fixture)
 from tests.worker.candidates import bigram_fixed_steps
 from tests.worker.processes import Project, init_project, serve
@@ -87,3 +88,11 @@ def test_noise_is_measured_seed_changes_are_never_kept_and_a_real_improvement_is
     assert kept["reason"].replace("<", "&lt;") in page  # the page states it as the API does
     assert f"{comparison['effect']:+.4f} ± {comparison['se']:.4f}" in page
     assert "Runs" in page and str(kept["runs"][0]["seed"]) in page
+    # The score phase's time and its bound (issue 11) are in the result and on the page.
+    result = kept["result"]
+    assert 0 < result["score_seconds"] < result["score_bound_seconds"], result
+    shown = re.search(r'data-metric="score">([^<]*) <span class="muted">of at most ([^<]*)</span>', page)
+    assert shown is not None and shown.groups() == (
+        duration(result["score_seconds"]),
+        duration(result["score_bound_seconds"]),
+    )

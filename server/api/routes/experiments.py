@@ -9,7 +9,7 @@ from fastapi.responses import PlainTextResponse
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from client.states import FINAL_STATUSES, ExperimentStatus
+from client.states import FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus
 from harness.result import ProgressEvent
 from server.api.deps import Admin, Agent, Ctx, Reader
 from server.api.params import Cursor, Since, since_utc
@@ -17,7 +17,8 @@ from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import experiments as crud
 from server.crud.leases import progress_of
-from server.crud.runs import cancel_queued_runs, requeue_failed_runs
+from server.crud.requeue import has_result, queue_again
+from server.crud.runs import cancel_queued_runs
 from server.models import Experiment, Result, Run, utcnow
 from server.patches import make_patch
 from server.schemas import CancelOut, ExperimentOut, ExperimentPage, ProgressOut, SubmitIn
@@ -202,9 +203,6 @@ def cancel_experiment(ctx: Ctx, agent: Agent, experiment_id: ExperimentId) -> Ca
     return CancelOut(experiment=view)
 
 
-RETRYABLE = (ExperimentStatus.INFRA_FAILED, ExperimentStatus.CANCELLED)
-
-
 @router.post(
     "/{experiment_id}/retry",
     responses={409: {"description": "not infra_failed or cancelled, or it has a result"}, **_ERRORS},
@@ -216,23 +214,17 @@ def retry_experiment(ctx: Ctx, admin: Admin, experiment_id: ExperimentId) -> Exp
         experiment = tx.session.get(Experiment, experiment_id, with_for_update=True)
         if experiment is None:
             raise _not_found(experiment_id)
-        if experiment.status not in RETRYABLE:
+        if experiment.status not in RETRYABLE_STATUSES:
             raise Problem(
                 409,
                 "not-retryable",
-                f"experiment {experiment_id} is {experiment.status}; only {' or '.join(RETRYABLE)} "
+                f"experiment {experiment_id} is {experiment.status}; only infra_failed or cancelled "
                 "experiments can be queued again",
             )
-        if tx.session.scalar(select(Result.id).where(Result.experiment_id == experiment_id)) is not None:
+        if has_result(tx.session, experiment_id):
             raise Problem(409, "has-result", f"experiment {experiment_id} already has a result")
         why = f"queued again by {admin.name} (was {experiment.status})"
-        now = utcnow()
-        experiment.status = ExperimentStatus.QUEUED
-        experiment.cancel_requested = False
-        experiment.queued_at = now
-        requeue_failed_runs(tx.session, experiment_id, now)
-        experiment.started_at = experiment.finished_at = None
-        experiment.decision = experiment.decision_reason = None
+        queue_again(tx.session, experiment, utcnow())
         tx.emit("queued", experiment_id=experiment_id, attempts=0, why=why)
     view = _view(ctx, experiment_id)
     assert view is not None
