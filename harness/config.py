@@ -29,6 +29,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "compile_allowance": 120.0,
         "train_tokens_max": 0,
         "memory_limit_gb": 0.0,
+        # The train sandbox's /sandbox/work is a tmpfs (RAM) of this size: checkpoints, caches.
+        "work_disk_gb": 16.0,
     },
     "cpu": {
         "time_budget": 60.0,
@@ -41,6 +43,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "compile_allowance": 30.0,
         "train_tokens_max": 0,
         "memory_limit_gb": 8.0,
+        "work_disk_gb": 2.0,
     },
     "test": {
         "time_budget": 3.0,
@@ -51,6 +54,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "compile_allowance": 15.0,  # the suite runs many sandboxes at once on 2 cores
         "train_tokens_max": 2_000_000,
         "memory_limit_gb": 4.0,
+        "work_disk_gb": 0.5,
         # A slice of the built-in corpus keeps `prepare` to a few seconds for the test suite.
         "corpus_max_bytes": 3_000_000,
     },
@@ -64,6 +68,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "compile_allowance": 120.0,
         "train_tokens_max": 0,
         "memory_limit_gb": 0.0,
+        "work_disk_gb": 16.0,
     },
 }
 
@@ -100,6 +105,7 @@ class HarnessSettings(BaseSettings):
     compile_allowance: float = 0.0  # seconds of startup/compile not counted as training
     train_tokens_max: int = 0  # 0 = all prepared training tokens
     memory_limit_gb: float = 0.0  # 0 = no limit beyond the machine's
+    work_disk_gb: float = 0.0  # size of the train sandbox's work folder (a tmpfs, so RAM)
     seed: int = 1337
 
 
