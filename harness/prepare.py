@@ -29,7 +29,7 @@ from filelock import FileLock
 from tqdm import tqdm
 
 from harness.config import HarnessSettings, scoring_fields
-from harness.data.builtin import stdlib_root
+from harness.data.builtin import max_validation_tokens, stdlib_root
 from harness.data.errors import DataError
 from harness.data.packing import best_fit_batches
 from harness.data.shards import count_texts, iter_text_batches, iter_texts
@@ -97,6 +97,15 @@ def check_settings(settings: HarnessSettings) -> None:
             f"EVAL_TOKENS={settings.eval_tokens} must be a positive multiple of SEQ_LEN={settings.seq_len} "
             "(the evaluation is a whole number of rows)"
         )
+    if settings.data_source == "builtin":
+        rows = settings.eval_tokens // settings.seq_len
+        needed, available = rows * (settings.seq_len + 1), max_validation_tokens(stdlib_root())
+        if needed > available:
+            raise DataError(
+                f"the built-in corpus has at most {available:,} validation tokens, but preset "
+                f"{settings.preset} evaluates {rows:,} rows of SEQ_LEN+1={settings.seq_len + 1} tokens "
+                f"({needed:,}); use DATA_SOURCE=climbmix or DATA_SOURCE=local, or lower EVAL_TOKENS"
+            )
 
 
 def _source_inputs(settings: HarnessSettings) -> dict[str, Any]:
