@@ -97,15 +97,20 @@ def check_settings(settings: HarnessSettings) -> None:
             f"EVAL_TOKENS={settings.eval_tokens} must be a positive multiple of SEQ_LEN={settings.seq_len} "
             "(the evaluation is a whole number of rows)"
         )
-    if settings.data_source == "builtin":
-        rows = settings.eval_tokens // settings.seq_len
-        needed, available = rows * (settings.seq_len + 1), max_validation_tokens(stdlib_root())
-        if needed > available:
-            raise DataError(
-                f"the built-in corpus has at most {available:,} validation tokens, but preset "
-                f"{settings.preset} evaluates {rows:,} rows of SEQ_LEN+1={settings.seq_len + 1} tokens "
-                f"({needed:,}); use DATA_SOURCE=climbmix or DATA_SOURCE=local, or lower EVAL_TOKENS"
-            )
+
+
+def check_builtin_fits(settings: HarnessSettings) -> None:
+    """Refuse at once an evaluation the built-in corpus cannot fill (e.g. h100's 20 M tokens),
+    instead of after tokenizing it. Reads the validation files (a few seconds on a busy machine),
+    so `prepare` asks only while the evaluation rows are not prepared yet."""
+    rows = settings.eval_tokens // settings.seq_len
+    needed, available = rows * (settings.seq_len + 1), max_validation_tokens(stdlib_root())
+    if needed > available:
+        raise DataError(
+            f"the built-in corpus has at most {available:,} validation tokens, but preset "
+            f"{settings.preset} evaluates {rows:,} rows of SEQ_LEN+1={settings.seq_len + 1} tokens "
+            f"({needed:,}); use DATA_SOURCE=climbmix or DATA_SOURCE=local, or lower EVAL_TOKENS"
+        )
 
 
 def _source_inputs(settings: HarnessSettings) -> dict[str, Any]:
@@ -289,6 +294,8 @@ def prepare(settings: HarnessSettings, progress: bool = True) -> PreparedPaths:
     """Prepare data, tokenizer, token files and evaluation rows for `settings`; idempotent."""
     check_settings(settings)
     paths = prepared_paths(settings)
+    if settings.data_source == "builtin" and not paths.val_dir.is_dir():
+        check_builtin_fits(settings)
     created = not paths.root.exists()
     try:
         paths.root.mkdir(parents=True, exist_ok=True)

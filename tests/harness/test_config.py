@@ -14,8 +14,7 @@ from harness.prepare import check_settings, prepare
 
 def test_every_preset_passes_the_prepare_checks() -> None:
     for name in PRESETS:
-        # e.g. a whole number of evaluation rows; h100 evaluates more than the built-in corpus has
-        check_settings(load_settings(name, data_source="climbmix" if name == "h100" else None))
+        check_settings(load_settings(name))  # e.g. a whole number of evaluation rows
 
 
 def test_h100_with_the_builtin_corpus_fails_at_once_with_the_reason(tmp_path: Path) -> None:
