@@ -65,14 +65,19 @@ def _interrupt(proc: subprocess.Popen[str], data_dir: Path, sig: signal.Signals 
     return out
 
 
+def _data_dir(tmp_path: Path, paths: PreparedPaths) -> Path:
+    """A data folder that starts from the session's prepared data (prepare re-checks it), to keep
+    the tests short."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(paths.root, data_dir / paths.root.relative_to(paths.root.parents[1]))
+    return data_dir
+
+
 def test_up_runs_the_baseline_and_ctrl_c_stops_everything(
     tmp_path: Path,
     test_data: tuple[HarnessSettings, PreparedPaths],
 ) -> None:
-    _, paths = test_data
-    data_dir = tmp_path / "data"
-    # Start from the session's prepared data (prepare re-checks it) to keep the test short.
-    shutil.copytree(paths.root, data_dir / paths.root.relative_to(paths.root.parents[1]))
+    data_dir = _data_dir(tmp_path, test_data[1])
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api/v1"
 
@@ -112,14 +117,13 @@ def test_sigterm_and_sighup_stop_everything_like_ctrl_c(
 ) -> None:
     # As systemd, docker or tmux stop a program (SIGTERM), or a closed terminal (SIGHUP), while the
     # worker runs (or has run) the baseline: `up` stops the worker, then the server, and exits 0.
-    _, paths = test_data
-    data_dir = tmp_path / "data"
-    shutil.copytree(paths.root, data_dir / paths.root.relative_to(paths.root.parents[1]))
+    data_dir = _data_dir(tmp_path, test_data[1])
     port = _free_port()
-    api = f"http://127.0.0.1:{port}/api/v1"
     proc = _start_up(data_dir, port)
     try:
-        _wait_for(f"{api}/experiments/1", proc, lambda e: e["status"] != "queued", 240)
+        _wait_for(
+            f"http://127.0.0.1:{port}/api/v1/experiments/1", proc, lambda e: e["status"] != "queued", 240
+        )
     finally:
         out = _interrupt(proc, data_dir, sig)
     assert "[up] stopping workers and server" in out
