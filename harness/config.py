@@ -105,7 +105,8 @@ class HarnessSettings(BaseSettings):
     compile_allowance: float = 0.0  # seconds of startup/compile not counted as training
     train_tokens_max: int = 0  # 0 = all prepared training tokens
     memory_limit_gb: float = 0.0  # 0 = no limit beyond the machine's
-    work_disk_gb: float = 0.0  # size of the train sandbox's work folder (a tmpfs, so RAM)
+    # Size of the train sandbox's work folder (a tmpfs, so RAM). Never 0: for tmpfs that means no cap.
+    work_disk_gb: float = Field(default=2.0, gt=0)
     seed: int = 1337
 
 
