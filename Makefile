@@ -6,15 +6,16 @@ PRESET ?= cpu
 WORKERS ?= 1
 GPU ?=
 
-.PHONY: run test lint bench gpu-kit
+.PHONY: run test test-packages lint bench gpu-kit
 
 $(STAMP): requirements.txt pyproject.toml
-	@test -x $(PY) || python3 -m venv $(VENV)
+	@test -x $(PY) || python3 -m venv $(VENV) || { echo "make: python3 cannot create a virtualenv; run: sudo apt-get install -y python3-venv"; exit 1; }
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps -e .
 	@rm -f $(VENV)/.installed-*; touch $@
 
 # Creates the venv, installs, prepares the built-in data, starts server + worker, prints the URL.
+# `up` first makes sure bubblewrap is installed (with apt as root, else it says the command).
 run: $(STAMP)
 	$(VENV)/bin/autoresearch up --preset $(PRESET) --workers $(WORKERS) $(if $(GPU),--gpu,)
 
@@ -22,7 +23,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: $(STAMP) lint
+# The system packages the tests use (cli/system_packages.py: with apt as root, else the command to
+# run), then lint and the whole suite. CI runs exactly this (.ci/run).
+test-packages:
+	@python3 -m cli.system_packages test
+
+test: test-packages $(STAMP) lint
 	$(VENV)/bin/pytest -q
 
 bench: $(STAMP)

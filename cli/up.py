@@ -7,6 +7,7 @@ prepared data, the research repo, the database and the local tokens of the first
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -17,7 +18,10 @@ from pathlib import Path
 
 import httpx
 
+from cli.system_packages import ensure as ensure_system_packages
+
 TOKENS_FILE = "local-tokens.json"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Start a complete local setup: prepare the data for the preset (once), create the "
         "research repo and queue the baseline (once), create a local agent and worker token (once, "
         "kept in DATA_DIR/local-tokens.json), then run the server and N CPU or GPU workers until "
-        "Ctrl-C, which stops them all cleanly.",
+        "Ctrl-C, SIGTERM or SIGHUP, which stop them all cleanly.",
     )
     parser.add_argument("--preset", default=None, help="harness preset: cpu (default), test or h100")
     parser.add_argument("--data-dir", type=Path, help="data folder (default: $DATA_DIR, else data)")
@@ -45,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.workers < 0:
         raise SystemExit("autoresearch up: --workers must be 0 or more")
+    if args.workers > 0:  # before anything starts: workers run every train.py in bubblewrap
+        ensure_system_packages("run", "autoresearch up")
     harness_overrides = {"data_dir": args.data_dir} if args.data_dir else {}
     try:
         settings = load_settings(args.preset, **harness_overrides)
@@ -63,14 +69,18 @@ def run(args: argparse.Namespace) -> int:
     tokens = _local_tokens(data_dir, env)
 
     url = f"http://{args.host}:{args.port}"
-    # Own sessions: Ctrl-C reaches only `up`, which then stops the children in order.
-    server = subprocess.Popen(
-        [_exe(), "serve", "--host", args.host, "--port", str(args.port), "--log-level", "warning"],
-        env=env,
-        start_new_session=True,
-    )
-    children = [server]
+    # SIGTERM (systemd, docker, tmux kill) and SIGHUP (a closed terminal) stop everything as Ctrl-C.
+    for stop_signal in STOP_SIGNALS:
+        signal.signal(stop_signal, _interrupt)
+    children: list[subprocess.Popen] = []
     try:
+        # Own sessions: Ctrl-C reaches only `up`, which then stops the children in order.
+        server = subprocess.Popen(
+            [_exe(), "serve", "--host", args.host, "--port", str(args.port), "--log-level", "warning"],
+            env=env,
+            start_new_session=True,
+        )
+        children.append(server)
         _wait_healthy(url, server)
         worker_env = {**env, "AUTORESEARCH_WORKER_TOKEN": tokens["worker"]}
         for i in range(args.workers):
@@ -81,10 +91,15 @@ def run(args: argparse.Namespace) -> int:
         _print_banner(url, tokens["agent"], args.workers)
         _wait_any(children)
     except KeyboardInterrupt:
-        print("\n[up] stopping workers and server ...")
+        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+            print("\n[up] stopping workers and server ...", flush=True)
     finally:
         _stop(children)
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _exe() -> str:
@@ -164,7 +179,10 @@ def _wait_any(children: list[subprocess.Popen]) -> None:
 
 def _stop(children: list[subprocess.Popen]) -> None:
     """Workers first (two SIGTERMs: cancel the running experiment and release its lease), then the server."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not abandon the children
+    for stop_signal in STOP_SIGNALS:  # a second Ctrl-C or SIGTERM must not abandon the children
+        signal.signal(stop_signal, signal.SIG_IGN)
+    if not children:
+        return
     workers, server = children[1:], children[0]
     for _ in range(2):
         for child in workers:

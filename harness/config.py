@@ -29,6 +29,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "compile_allowance": 120.0,
         "train_tokens_max": 0,
         "memory_limit_gb": 0.0,
+        # The train sandbox's /sandbox/work is a tmpfs (RAM) of this size: checkpoints, caches.
+        "work_disk_gb": 16.0,
     },
     "cpu": {
         "time_budget": 60.0,
@@ -43,6 +45,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "compile_allowance": 10.0,
         "train_tokens_max": 0,
         "memory_limit_gb": 8.0,
+        "work_disk_gb": 2.0,
     },
     "test": {
         "time_budget": 3.0,
@@ -53,6 +56,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "compile_allowance": 15.0,  # the suite runs many sandboxes at once on 2 cores
         "train_tokens_max": 2_000_000,
         "memory_limit_gb": 4.0,
+        "work_disk_gb": 0.5,
         # A slice of the built-in corpus keeps `prepare` to a few seconds for the test suite.
         "corpus_max_bytes": 3_000_000,
     },
@@ -66,6 +70,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "compile_allowance": 120.0,
         "train_tokens_max": 0,
         "memory_limit_gb": 0.0,
+        "work_disk_gb": 16.0,
     },
 }
 
@@ -102,6 +107,8 @@ class HarnessSettings(BaseSettings):
     compile_allowance: float = 0.0  # seconds of startup/compile not counted as training
     train_tokens_max: int = 0  # 0 = all prepared training tokens
     memory_limit_gb: float = 0.0  # 0 = no limit beyond the machine's
+    # Size of the train sandbox's work folder (a tmpfs, so RAM). Never 0: for tmpfs that means no cap.
+    work_disk_gb: float = Field(default=2.0, gt=0)
     # The seed of a run when none is given (`autoresearch run`). A worker runs each experiment with
     # the seed the server gives that run, so it is not part of the harness id.
     seed: int = 1337

@@ -29,7 +29,7 @@ from filelock import FileLock
 from tqdm import tqdm
 
 from harness.config import HarnessSettings, scoring_fields
-from harness.data.builtin import stdlib_root
+from harness.data.builtin import max_validation_tokens, stdlib_root
 from harness.data.errors import DataError
 from harness.data.packing import best_fit_batches
 from harness.data.shards import count_texts, iter_text_batches, iter_texts
@@ -96,6 +96,20 @@ def check_settings(settings: HarnessSettings) -> None:
         raise DataError(
             f"EVAL_TOKENS={settings.eval_tokens} must be a positive multiple of SEQ_LEN={settings.seq_len} "
             "(the evaluation is a whole number of rows)"
+        )
+
+
+def check_builtin_fits(settings: HarnessSettings) -> None:
+    """Refuse at once an evaluation the built-in corpus cannot fill (e.g. h100's 20 M tokens),
+    instead of after tokenizing it. Reads the validation files (a few seconds on a busy machine),
+    so `prepare` asks only while the evaluation rows are not prepared yet."""
+    rows = settings.eval_tokens // settings.seq_len
+    needed, available = rows * (settings.seq_len + 1), max_validation_tokens(stdlib_root())
+    if needed > available:
+        raise DataError(
+            f"the built-in corpus has at most {available:,} validation tokens, but preset "
+            f"{settings.preset} evaluates {rows:,} rows of SEQ_LEN+1={settings.seq_len + 1} tokens "
+            f"({needed:,}); use DATA_SOURCE=climbmix or DATA_SOURCE=local, or lower EVAL_TOKENS"
         )
 
 
@@ -280,6 +294,8 @@ def prepare(settings: HarnessSettings, progress: bool = True) -> PreparedPaths:
     """Prepare data, tokenizer, token files and evaluation rows for `settings`; idempotent."""
     check_settings(settings)
     paths = prepared_paths(settings)
+    if settings.data_source == "builtin" and not paths.val_dir.is_dir():
+        check_builtin_fits(settings)
     created = not paths.root.exists()
     try:
         paths.root.mkdir(parents=True, exist_ok=True)

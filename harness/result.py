@@ -14,6 +14,7 @@ ErrorClass = Literal[
     "build_model_error",  # exception in build_model
     "train_error",  # exception in train
     "out_of_memory",  # CUDA or host OOM (incl. the sandbox memory limit)
+    "out_of_disk",  # wrote past the work folder's cap (work_disk_gb) or one file's size limit
     "nan_loss",  # NaN or exploding loss, failed fast
     "timeout",  # past the hard deadline
     "killed",  # killed by a signal not otherwise explained

@@ -26,6 +26,7 @@ from worker.datacache import DataCacheError, ensure_prepared
 from worker.delivery import ResultSender
 from worker.device import Platform, PlatformError, pin_cpu, pin_gpu, probe_cpu, probe_gpu
 from worker.lease import LeaseKeeper
+from worker.preflight import PreflightError, preflight
 from worker.signals import StopControl
 from worker.spool import Spool, new_entry
 
@@ -34,12 +35,25 @@ log = logging.getLogger("autoresearch.worker")
 # Long-poll length of one claim: the server answers as soon as an experiment is queued, so this
 # only bounds how long a first SIGTERM waits while the worker is idle.
 CLAIM_WAIT_S = 5.0
-# Consecutive runner failures (not candidate failures: those are results) before giving up.
+# Experiments in a row whose runs failed in the runner although the worker passed its checks
+# again (not candidate failures: those are results) before giving up. Distinct experiments: one
+# candidate failing all its attempts here must not stop a healthy worker.
 MAX_RUNNER_FAILURES = 3
+# Error classes of a result that may be the worker's fault rather than the candidate's: the
+# worker checks itself again before the attempt counts (Worker.attribute_failure).
+WORKER_FAULT_CLASSES = frozenset({"sandbox_error"})
 
 
 class WorkerError(Exception):
     """A condition the worker cannot run under; the message says what to change."""
+
+
+class RunFault(Exception):
+    """A run ended in a way that may be the worker's fault (see WORKER_FAULT_CLASSES)."""
+
+
+class AttributedFailure(Exception):
+    """A run failed in the runner; the worker passed its checks again and released the lease."""
 
 
 @dataclass(frozen=True)
@@ -172,7 +186,7 @@ class Worker:
         except Exception as exc:
             log.warning("could not start a train sandbox ahead of time (%s); each run starts its own", exc)
         idle = False
-        failures = 0
+        failed: set[int] = set()  # experiments whose runs failed in the runner, in a row
         while not self.stop.finish.is_set():
             claim = self.claim()
             if claim is None:
@@ -186,19 +200,36 @@ class Worker:
                 break
             try:
                 self.run_claimed(claim)
+            except WorkerError:
+                raise
             except Exception as exc:
-                failures += 1
-                log.exception("experiment %s: the runner failed", claim["experiment_id"])
-                # Counted: an experiment that breaks the runner on every worker ends after
-                # MAX_ATTEMPTS instead of going round the fleet for ever.
-                self.release(claim["lease_id"], f"worker error: {describe(exc)}", count_attempt=True)
-                if failures >= MAX_RUNNER_FAILURES:
+                if not isinstance(exc, AttributedFailure):  # not in the run itself (e.g. spooling)
+                    log.exception("experiment %s: the worker failed", claim["experiment_id"])
+                    self.release(claim["lease_id"], f"worker error: {describe(exc)}", count_attempt=True)
+                failed.add(claim["experiment_id"])
+                if len(failed) >= MAX_RUNNER_FAILURES:
                     raise WorkerError(
-                        f"the runner failed {failures} times in a row; see the log above"
+                        f"the runner failed on {len(failed)} experiments in a row; see the log above"
                     ) from exc
-                self.stop.finish.wait(2.0 * failures)
+                self.stop.finish.wait(2.0 * len(failed))
             else:
-                failures = 0
+                failed.clear()
+
+    def attribute_failure(self, lease_id: str, reason: str) -> None:
+        """A run failed in the runner, the sandbox or the scorer: whose fault was it?
+
+        The worker runs its preflight again. If a check fails, the worker is broken: the
+        experiment goes back to the queue with its attempt not counted, and the worker stops
+        (WorkerError). If every check passes, the failure is the experiment's and the attempt
+        counts, so an experiment that breaks the runner on every worker (or a candidate that fakes
+        a harness error) ends after MAX_ATTEMPTS instead of going round the fleet for ever.
+        """
+        try:
+            preflight(self.settings, self.harness_id, self.platform.cuda, self.options.unsafe_no_sandbox)
+        except PreflightError as exc:
+            self.release(lease_id, f"worker fault ({exc}): {reason}", count_attempt=False)
+            raise WorkerError(f"this worker cannot run experiments: {exc}") from exc
+        self.release(lease_id, f"worker error: {reason}", count_attempt=True)
 
     def run_claimed(self, claim: dict[str, Any]) -> None:
         claimed_at = time.time()
@@ -242,6 +273,15 @@ class Worker:
                 seed=claim["seed"],
                 **self.runner_options(),
             )
+            if result.error_class in WORKER_FAULT_CLASSES:
+                raise RunFault(f"{result.error_class}: {result.error_message}")
+        except Exception as exc:
+            log.exception("experiment %s: the runner failed", experiment_id)
+            try:  # the lease is still heartbeated while the worker checks itself
+                self.attribute_failure(lease_id, describe(exc))
+            finally:
+                keeper.stop()
+            raise AttributedFailure(describe(exc)) from exc
         except BaseException:
             keeper.stop()
             raise
@@ -355,13 +395,17 @@ def _run_with_state(
     code = 0
     try:
         harness_id = ensure_prepared(settings, log)
+        preflight(settings, harness_id, platform.cuda, options.unsafe_no_sandbox)
+        log.info(
+            "preflight passed: data, harness id and a round trip through the sandbox on %s", platform.device
+        )
         work_root = state_dir / "work"
         work_root.mkdir(exist_ok=True)
         worker = Worker(options, settings, name, platform, harness_id, client, spool, sender, stop, work_root)
         worker.run()
     except Stopped:
         pass
-    except (WorkerError, DataCacheError, ApiError) as exc:
+    except (WorkerError, DataCacheError, PreflightError, ApiError) as exc:
         log.error("%s", f"the server refused: {describe(exc)}" if isinstance(exc, ApiError) else exc)
         code = 1
     finally:

@@ -143,6 +143,19 @@ def corpus_documents(root: Path) -> tuple[list[str], list[str]]:
     return train, val
 
 
+def max_validation_tokens(root: Path) -> int:
+    """An upper bound on the validation shard's tokens, without tokenizing: every token covers at
+    least one byte, plus one BOS per document. Lets `prepare` refuse at once an evaluation that
+    the corpus cannot fill (e.g. the h100 preset's 20 M tokens)."""
+    total = 0
+    for path in stdlib_files(root):
+        relpath = path.relative_to(root).as_posix()
+        if is_validation(relpath):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            total += sum(len(doc.encode("utf-8")) + 1 for doc in split_source(relpath, text))
+    return total
+
+
 def _capped(docs: list[str], max_bytes: int) -> Iterator[str]:
     total = 0
     for doc in docs:

@@ -6,6 +6,7 @@ import signal
 
 from harness.config import HarnessSettings
 from harness.runner import timing
+from harness.runner.limits import FILE_SIZE_LIMIT
 from harness.runner.train_phase import TrainOutcome
 
 Verdict = tuple[str, str, str]  # status, error class, message
@@ -71,6 +72,14 @@ def train_failure(outcome: TrainOutcome, settings: HarnessSettings) -> Verdict |
             "crash",
             "out_of_memory",
             f"out of memory{memory_limit(settings)} while training\n{detail}".rstrip(),
+        )
+    if error.get("kind") == "disk":
+        return (
+            "crash",
+            "out_of_disk",
+            f"out of disk: /sandbox/work holds at most {settings.work_disk_gb:g} GB (preset "
+            f"{settings.preset}) and one file at most {FILE_SIZE_LIMIT >> 30} GiB; write less, or "
+            f"keep it in memory\n{detail}".rstrip(),
         )
     if error:
         where = error.get("where", "")

@@ -7,6 +7,7 @@ the harness; it exists to give honest candidates precise error messages.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import os
 import sys
@@ -17,7 +18,6 @@ from typing import Any, NoReturn
 
 from harness.runner.messages import MAX_TEXT_CHARS, encode
 
-TRACEBACK_LINES = 40
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
 
@@ -42,9 +42,12 @@ class Reporter:
 
 
 def failure_kind(exc: BaseException) -> str:
-    """'oom' for out-of-memory errors (host or CUDA), else 'exception'."""
+    """'oom' for out-of-memory errors (host or CUDA), 'disk' for a full work folder or a file past
+    RLIMIT_FSIZE (Python ignores SIGXFSZ, so the write fails with EFBIG), else 'exception'."""
     if isinstance(exc, MemoryError):
         return "oom"
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return "disk"
     text = str(exc).lower()
     if type(exc).__name__ == "OutOfMemoryError" or any(marker in text for marker in OOM_MARKERS):
         return "oom"

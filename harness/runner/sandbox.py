@@ -62,10 +62,20 @@ class Bind:
 
 
 @dataclass(frozen=True)
+class Scratch:
+    """A private, size-capped tmpfs: writes past `size_bytes` fail with ENOSPC. Mounted before the
+    binds, so a bind can sit inside it (the train sandbox's weights file)."""
+
+    dest: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
 class SandboxSpec:
     """What one sandboxed process sees, besides the system and Python (always read-only)."""
 
     binds: tuple[Bind, ...] = ()
+    scratch: tuple[Scratch, ...] = ()
     cwd: str = "/"
     cuda: bool = False
     env: dict[str, str] = field(default_factory=dict)
@@ -202,6 +212,8 @@ def bwrap_argv(spec: SandboxSpec, command: Sequence[str]) -> list[str]:
     if spec.cuda:
         argv += cuda_args()
     argv += hidden_args()  # last of the system binds: no later bind may show what it hides
+    for scratch in spec.scratch:
+        argv += ["--size", str(scratch.size_bytes), "--tmpfs", scratch.dest]
     for bind in spec.binds:
         argv += ["--bind" if bind.writable else "--ro-bind", str(bind.host), bind.dest]
     argv += ["--chdir", spec.cwd, "--clearenv"]

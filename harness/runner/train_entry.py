@@ -139,7 +139,10 @@ def main(config: dict[str, Any]) -> None:
         candidate.train(model, ctx)
         reporter.send("phase", name="trained")
         where = "save"
-        safetensors.torch.save_file(state_tensors(model), config["weights"])
+        # Written in place: the weights file is bound into the sandbox and cannot be replaced
+        # (save_file writes a temporary file and renames it: EBUSY on a mount point).
+        with open(config["weights"], "wb") as handle:
+            handle.write(safetensors.torch.save(state_tensors(model)))
     except BaseException as exc:
         kind = "diverged" if isinstance(exc, TrainingDivergedError) else None
         reporter.error(where, exc, kind)

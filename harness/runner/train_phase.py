@@ -22,7 +22,14 @@ from harness.runner.launch import launch
 from harness.runner.limits import Limits, idle_nice, raise_priority
 from harness.runner.messages import LineReader, count, number, text
 from harness.runner.output import OutputTail, ProgressPacer
-from harness.runner.sandbox import Bind, SandboxSpec, SandboxUnavailableError, python_command, visible_path
+from harness.runner.sandbox import (
+    Bind,
+    SandboxSpec,
+    SandboxUnavailableError,
+    Scratch,
+    python_command,
+    visible_path,
+)
 from harness.runner.train_entry import DIVERGED_LOSS
 
 CANDIDATE_FILE = "train.py"
@@ -72,7 +79,7 @@ class TrainOutcome:
 @dataclass(frozen=True)
 class TrainJob:
     candidate_dir: Path  # gets the harness's own copy of train.py (as CANDIDATE_FILE) before `go`
-    work_dir: Path  # empty, the only writable host folder
+    work_dir: Path  # empty; sandboxed, only its weights file is visible (train_spec)
     train_dir: Path  # prepared training tokens: read by the feeder, never visible in the sandbox
     settings: HarnessSettings
     bos_id: int
@@ -83,12 +90,20 @@ class TrainJob:
 
 
 def train_spec(job: TrainJob) -> SandboxSpec:
+    """Sandboxed, the work folder is a tmpfs capped at the preset's `work_disk_gb` (past it a write
+    fails: `out_of_disk`), so a candidate cannot fill the host's disk; the one host file it can
+    write is the weights file bound inside it (at most RLIMIT_FSIZE). Unsandboxed: a host folder."""
     binds = (
         Bind(job.candidate_dir, "/sandbox/candidate"),
-        Bind(job.work_dir, "/sandbox/work", writable=True),
+        Bind(job.work_dir / WEIGHTS_FILE, f"/sandbox/work/{WEIGHTS_FILE}", writable=True),
     )
-    spec = SandboxSpec(binds=binds, cwd="/sandbox/work", cuda=job.device.startswith("cuda"))
+    work = (Scratch("/sandbox/work", work_disk_bytes(job.settings)),)
+    spec = SandboxSpec(binds=binds, scratch=work, cwd="/sandbox/work", cuda=job.device.startswith("cuda"))
     return spec if job.sandboxed else SandboxSpec(binds=binds, cwd=str(job.work_dir))
+
+
+def work_disk_bytes(settings: HarnessSettings) -> int:
+    return int(settings.work_disk_gb * (1 << 30))
 
 
 class TrainSandbox:
@@ -100,6 +115,8 @@ class TrainSandbox:
     def __init__(self, job: TrainJob, idle: bool) -> None:
         self.job = job
         spec = train_spec(job)
+        if job.sandboxed:  # the bind's source must exist; the entry overwrites it in place
+            (job.work_dir / WEIGHTS_FILE).touch(mode=0o600)
         settings = job.settings
         events_r, events_w = os.pipe()
         log_r, log_w = os.pipe()
@@ -108,7 +125,7 @@ class TrainSandbox:
         candidate_dir = visible_path(spec, job.candidate_dir, job.sandboxed)
         config = {
             "candidate": os.path.join(candidate_dir, CANDIDATE_FILE),
-            "weights": os.path.join(visible_path(spec, job.work_dir, job.sandboxed), WEIGHTS_FILE),
+            "weights": visible_path(spec, job.work_dir / WEIGHTS_FILE, job.sandboxed),
             "events_fd": events_w,
             "go_fd": go_r,
             "feed_fd": feed_sandbox.fileno(),

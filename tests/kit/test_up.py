@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from harness.config import HarnessSettings
 from harness.prepared import PreparedPaths
@@ -54,8 +55,8 @@ def _wait_for(url: str, proc: subprocess.Popen[str], done, timeout_s: float) -> 
     raise AssertionError(f"{url} did not reach the wanted state within {timeout_s} s")
 
 
-def _interrupt(proc: subprocess.Popen[str], data_dir: Path) -> str:
-    proc.send_signal(signal.SIGINT)
+def _interrupt(proc: subprocess.Popen[str], data_dir: Path, sig: signal.Signals = signal.SIGINT) -> str:
+    proc.send_signal(sig)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out
     # Nothing that `up` started may outlive it: every child's command line names the data dir.
@@ -64,14 +65,19 @@ def _interrupt(proc: subprocess.Popen[str], data_dir: Path) -> str:
     return out
 
 
+def _data_dir(tmp_path: Path, paths: PreparedPaths) -> Path:
+    """A data folder that starts from the session's prepared data (prepare re-checks it), to keep
+    the tests short."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(paths.root, data_dir / paths.root.relative_to(paths.root.parents[1]))
+    return data_dir
+
+
 def test_up_runs_the_baseline_and_ctrl_c_stops_everything(
     tmp_path: Path,
     test_data: tuple[HarnessSettings, PreparedPaths],
 ) -> None:
-    _, paths = test_data
-    data_dir = tmp_path / "data"
-    # Start from the session's prepared data (prepare re-checks it) to keep the test short.
-    shutil.copytree(paths.root, data_dir / paths.root.relative_to(paths.root.parents[1]))
+    data_dir = _data_dir(tmp_path, test_data[1])
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api/v1"
 
@@ -103,3 +109,21 @@ def test_up_runs_the_baseline_and_ctrl_c_stops_everything(
     assert known not in (401, 403)  # accepted as an agent (the body is bad)
     assert json.loads((data_dir / "local-tokens.json").read_text()) == tokens
     assert not os.path.exists(data_dir / "local-tokens.tmp")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_stop_everything_like_ctrl_c(
+    tmp_path: Path, test_data: tuple[HarnessSettings, PreparedPaths], sig: signal.Signals
+) -> None:
+    # As systemd, docker or tmux stop a program (SIGTERM), or a closed terminal (SIGHUP), while the
+    # worker runs (or has run) the baseline: `up` stops the worker, then the server, and exits 0.
+    data_dir = _data_dir(tmp_path, test_data[1])
+    port = _free_port()
+    proc = _start_up(data_dir, port)
+    try:
+        _wait_for(
+            f"http://127.0.0.1:{port}/api/v1/experiments/1", proc, lambda e: e["status"] != "queued", 240
+        )
+    finally:
+        out = _interrupt(proc, data_dir, sig)
+    assert "[up] stopping workers and server" in out

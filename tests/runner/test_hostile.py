@@ -169,3 +169,13 @@ def test_fork_bomb_is_contained_and_the_next_experiment_is_unaffected(
     assert after.status == "ok", after.log_tail
     assert after.val_bpb == pytest.approx(idle_model_bpb(settings, paths), abs=1e-9)
     assert harness_digest() == before
+
+
+def test_filling_the_work_folder_stops_at_its_cap_and_ends_out_of_disk(run_candidate, tmp_path: Path) -> None:
+    # A 32 MiB cap and a candidate that writes 256 MiB in 1 MiB files: were the work folder a host
+    # folder (as before), all 256 MiB would land on the host's disk and the run would be `ok`.
+    result = run_candidate(compose(tmp_path, "hostile/fills_disk.py", megabytes=256), work_disk_gb=1 / 32)
+    assert (result.status, result.error_class) == ("crash", "out_of_disk"), result.log_tail
+    assert "/sandbox/work holds at most 0.03125 GB" in result.error_message
+    assert "No space left on device" in result.error_message
+    assert "WROTE" not in result.log_tail

@@ -164,8 +164,11 @@ class Project:
     def admin(self) -> Client:
         return Client(self.url, self.admin_token)
 
-    def worker(self, name: str, *extra: str) -> WorkerProcess:
+    def worker(self, name: str, *extra: str, path: str | None = None) -> WorkerProcess:
+        """Start `autoresearch work --cpu` as `name` (with `path` as its PATH, when given)."""
         env = {**self.server.env, "AUTORESEARCH_WORKER_TOKEN": self.worker_token}
+        if path is not None:
+            env["PATH"] = path
         args = [
             "--server",
             self.url,
