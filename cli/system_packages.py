@@ -44,8 +44,10 @@ class Plan:
 
 
 def missing_packages(names: list[str]) -> list[str]:
-    """The packages whose command is not on PATH."""
-    return [name for name in names if shutil.which(PACKAGES[name][0]) is None]
+    """The packages whose command is not on PATH, or in the system folders where daemons live
+    (slurmctld, munged: a user's PATH often lacks /usr/sbin)."""
+    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    return [name for name in names if shutil.which(PACKAGES[name][0], path=path) is None]
 
 
 def plan(missing: list[str], is_root: bool, has_apt: bool) -> Plan:

@@ -32,8 +32,6 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from scipy.special import stdtr, stdtrit
-
 from client.states import Decision
 
 
@@ -224,6 +222,11 @@ def compare(candidate: Sample, reference: Sample, noise: Noise | None, alpha: fl
     effect = candidate.mean - reference.mean
     se = t = p_value = bound = None
     if noise is not None and noise.df >= 1:
+        # Imported here, not at the top: scipy imports numpy, whose OpenBLAS starts threads, and
+        # `autoresearch work` reads the server's settings (which import this module) before it
+        # blocks the stop signals in every thread it will have (worker/signals.py).
+        from scipy.special import stdtr, stdtrit
+
         se = noise.sigma * math.sqrt(1 / candidate.runs + 1 / reference.runs)
         # No noise at all (identical runs everywhere): the sign of the effect says it all.
         t = effect / se if se > 0 else math.copysign(math.inf, effect) if effect else 0.0

@@ -265,7 +265,7 @@ def table_page(
         .limit(PAGE_SIZE)
         .offset((page - 1) * PAGE_SIZE)
     )
-    rows = [Row(*columns) for columns in session.execute(_filtered(statement, status, agent)).tuples()]
+    rows = [Row(*columns) for columns in session.execute(_filtered(statement, status, agent))]
     return TablePage(rows, total, page, pages)
 
 

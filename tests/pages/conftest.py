@@ -14,9 +14,11 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Browser]:
     # Playwright cannot download its own browser here; Debian's Chromium is the browser under test.
+    # One per module, not per session: Playwright's sync API keeps an event loop running in this
+    # thread while it is open, and later tests call asyncio.run() (tests/worker/test_mcp.py).
     assert CHROMIUM.is_file(), f"{CHROMIUM} is missing: install Debian's chromium package"
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)

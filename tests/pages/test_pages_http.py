@@ -120,7 +120,7 @@ def test_filters_by_status_and_agent(http: httpx.Client) -> None:
 
     page = http.get("/", params={"agent": "bob", "status": "reverted"}).text
     rows = table(page)
-    assert rows and all(r["status"] == "reverted" and r["cells"][4] == "bob" for r in rows)  # type: ignore[index]
+    assert rows and all(r["status"] == "reverted" and r["cells"][5] == "bob" for r in rows)  # type: ignore[index]
     api_rows = http.get("/api/v1/experiments", params={"status": "reverted", "agent": "bob", "limit": 200})
     assert f"of {len(api_rows.json()['items'])}" in page
     # Empty fields from the filter form mean "all".

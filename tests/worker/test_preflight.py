@@ -3,6 +3,7 @@ experiment: real server, real workers, real sandboxes."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -36,8 +37,11 @@ def train(model, ctx):
 
 
 def experiment_row(project: Project, experiment_id: int) -> tuple[str, int]:
+    """The experiment's status and its first run's attempts."""
     ((status, attempts),) = project.query(
-        "SELECT status, attempts FROM experiments WHERE id = ?", experiment_id
+        "SELECT e.status, r.attempts FROM experiments e JOIN runs r ON r.experiment_id = e.id "
+        "WHERE e.id = ? AND r.number = 1",
+        experiment_id,
     )
     return status, attempts
 
@@ -71,7 +75,7 @@ def test_worker_fault_returns_the_experiment_uncounted_and_stops_the_worker(
         second = agent.submit("lr 0.3", train_py=bigram(0.3))["id"]
     assert worker.wait(timeout=180) == 1, worker.log()
     log = worker.log()
-    assert f"experiment {second} (attempt 1): claimed" in log
+    assert re.search(rf"experiment {second} run 1 \(seed \d+, attempt 1\): claimed", log), log
     assert "this worker cannot run experiments: the prepared data is not usable" in log
     assert experiment_row(project, second) == ("queued", 0)  # its attempt was not used up
     assert project.query("SELECT state FROM leases WHERE experiment_id = ?", second) == [("released",)]

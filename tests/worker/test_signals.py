@@ -150,3 +150,14 @@ def test_the_worker_takes_its_signals_as_pid_1_of_a_container() -> None:
     os.kill(worker, signal.SIGTERM)  # from outside, as the container runtime sends it
     assert read_until(proc, "now") == "now"
     assert proc.wait(timeout=10) == 0
+
+
+def test_the_command_line_starts_no_thread_before_work_blocks_the_stop_signals() -> None:
+    """`autoresearch work` builds its parser (every command's module, the server's settings among
+    them) before it can block the stop signals; a thread started then would drop them."""
+    probe = (
+        "import os; from cli.main import build_parser; build_parser(); "
+        "print(len(os.listdir('/proc/self/task')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "1", done.stdout + done.stderr

@@ -20,11 +20,12 @@ router = APIRouter(prefix="/notes", tags=["notes"])
 _ERRORS = {401: {"description": "missing or unknown token"}, 403: {"description": "wrong kind of token"}}
 
 
-def _commit(session: Session, rev: str) -> str:
+def _commit(session: Session, rev: str, status: int) -> str:
+    """The full commit id; `status` 422 for a note's link (the body is refused), 404 for a filter."""
     try:
         return resolve_commit(session, rev)
     except LookupError as exc:
-        raise Problem(422, "unknown-commit", f"commit {rev!r}: {exc}") from exc
+        raise Problem(status, "unknown-commit", f"commit {rev!r}: {exc}") from exc
 
 
 @router.post(
@@ -53,7 +54,7 @@ def post_note(ctx: Ctx, agent: Agent, body: NoteIn) -> NoteOut:
             raise Problem(
                 422, "unknown-experiment", f"no experiment {body.experiment_id} to link the note to"
             )
-        commit = _commit(tx.session, body.commit) if body.commit is not None else None
+        commit = _commit(tx.session, body.commit, 422) if body.commit is not None else None
         note = add_note(tx.session, agent.id, body.text, body.experiment_id, commit)
         tx.emit("note", note_id=note.id, experiment_id=note.experiment_id, author=note.author)
     return note
@@ -61,7 +62,11 @@ def post_note(ctx: Ctx, agent: Agent, body: NoteIn) -> NoteOut:
 
 @router.get(
     "",
-    responses={422: {"description": "invalid filter, or an unknown or ambiguous commit"}, **_ERRORS},
+    responses={
+        404: {"description": "no experiment has that commit, or the abbreviation is ambiguous"},
+        422: {"description": "invalid filter, or an ambiguous commit"},
+        **_ERRORS,
+    },
 )
 def get_notes(
     ctx: Ctx,
@@ -82,7 +87,7 @@ def get_notes(
         return list_notes(
             session,
             experiment_id=experiment,
-            commit=_commit(session, commit) if commit is not None else None,
+            commit=_commit(session, commit, 404) if commit is not None else None,
             author=author,
             since=since_utc(since),
             limit=limit,
