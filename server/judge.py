@@ -28,9 +28,12 @@ only `ok` runs with a val_bpb can be kept (so `over_budget` never is).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+
+import mpmath
 
 from client.states import Decision
 
@@ -144,6 +147,29 @@ def fmt_p(p: float) -> str:
     return f"= {p:.3f}" if p >= 0.001 else "< 0.001"
 
 
+def t_cdf(df: int, t: float) -> float:
+    """P(T <= t) for Student's t with `df` degrees of freedom, from the regularized incomplete beta
+    function (mpmath: pure Python, already installed with torch; scipy would add 35 MB and numpy's
+    threads to every process that reads the server's settings)."""
+    if math.isinf(t):
+        return 0.0 if t < 0 else 1.0
+    tail = 0.5 * float(mpmath.betainc(df / 2, 0.5, 0, df / (df + t * t), regularized=True))
+    return tail if t < 0 else 1.0 - tail
+
+
+@functools.lru_cache(maxsize=1024)
+def t_quantile(df: int, p: float) -> float:
+    """The t with P(T <= t) = p, for p >= 0.5, by bisection on t_cdf (to about 1e-12)."""
+    assert 0.5 <= p < 1.0
+    low, high = 0.0, 1.0
+    while t_cdf(df, high) < p:
+        low, high = high, 2 * high
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if t_cdf(df, middle) < p else (low, middle)
+    return (low + high) / 2
+
+
 def judge(snapshot: Snapshot) -> Verdict:
     """The verdict on an experiment after one of its runs was reported."""
     settled = _not_comparable(snapshot) or _not_valid(snapshot)
@@ -222,16 +248,11 @@ def compare(candidate: Sample, reference: Sample, noise: Noise | None, alpha: fl
     effect = candidate.mean - reference.mean
     se = t = p_value = bound = None
     if noise is not None and noise.df >= 1:
-        # Imported here, not at the top: scipy imports numpy, whose OpenBLAS starts threads, and
-        # `autoresearch work` reads the server's settings (which import this module) before it
-        # blocks the stop signals in every thread it will have (worker/signals.py).
-        from scipy.special import stdtr, stdtrit
-
         se = noise.sigma * math.sqrt(1 / candidate.runs + 1 / reference.runs)
         # No noise at all (identical runs everywhere): the sign of the effect says it all.
         t = effect / se if se > 0 else math.copysign(math.inf, effect) if effect else 0.0
-        p_value = float(stdtr(noise.df, t))
-        bound = effect + float(stdtrit(noise.df, 1 - alpha)) * se
+        p_value = t_cdf(noise.df, t)
+        bound = effect + t_quantile(noise.df, 1 - alpha) * se
     return Comparison(
         mean=candidate.mean,
         reference_mean=reference.mean,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from statistics import NormalDist
 
 import mpmath
 import numpy as np
@@ -27,7 +28,9 @@ from server.judge import (
     Snapshot,
     compare,
     judge,
+    t_quantile,
 )
+from server.judge import t_cdf as server_t_cdf
 
 RULE = RuleSettings(
     rule=Rule.NOISE_AWARE, alpha=0.05, min_delta=0.0005, screen_margin=0.4, futility_margin=1.0, max_runs=4
@@ -62,10 +65,22 @@ def snapshot(
 
 
 def t_cdf(t: float, df: int) -> float:
-    """Student's t CDF from the regularised incomplete beta function (mpmath: another code path)."""
-    x = df / (df + t * t)
-    tail = 0.5 * float(mpmath.betainc(df / 2, 0.5, 0, x, regularized=True))
-    return tail if t < 0 else 1 - tail
+    """Student's t CDF by integrating its density (mpmath.quad), independent of the server's
+    incomplete-beta formula."""
+    scale = mpmath.gamma((df + 1) / 2) / (mpmath.sqrt(df * mpmath.pi) * mpmath.gamma(df / 2))
+    return float(mpmath.quad(lambda x: scale * (1 + x * x / df) ** (-(df + 1) / 2), [-mpmath.inf, t]))
+
+
+@pytest.mark.parametrize(
+    ("df", "p", "table"),  # one-sided critical values from printed t tables
+    [(1, 0.95, 6.314), (4, 0.95, 2.132), (10, 0.95, 1.812), (30, 0.95, 1.697), (10, 0.99, 2.764)],
+)
+def test_the_t_quantile_matches_the_tables_and_inverts_the_cdf(df: int, p: float, table: float) -> None:
+    quantile = t_quantile(df, p)
+    assert quantile == pytest.approx(table, abs=5e-4)
+    assert t_cdf(quantile, df) == pytest.approx(p, abs=1e-6)  # the integrated density (quad: ~1e-7)
+    assert server_t_cdf(df, -quantile) == pytest.approx(1 - p, abs=1e-12)
+    assert t_quantile(100_000, p) == pytest.approx(NormalDist().inv_cdf(p), abs=1e-3)  # the normal limit
 
 
 # Rules ---------------------------------------------------------------------------------------
