@@ -120,15 +120,20 @@ class Cgroup:
         return sorted(found)
 
     def oom_killed(self) -> bool:
-        """Whether the kernel hit this cgroup's memory limit (OOM kill or failed charge)."""
+        """Whether the kernel killed a process of this cgroup at its memory limit.
+
+        `oom_kill` in memory.oom_control counts those kills (Linux 4.13 on). `memory.failcnt` is
+        only the fallback for older kernels: it also counts charges the kernel met by reclaiming
+        page cache, which reading a few GB of files does without any process being in danger.
+        """
         folder = self.folders.get("memory")
         if folder is None:
             return False
         with contextlib.suppress(OSError, ValueError):
             for line in (folder / "memory.oom_control").read_text().splitlines():
                 key, _, value = line.partition(" ")
-                if key == "oom_kill" and int(value) > 0:
-                    return True
+                if key == "oom_kill":
+                    return int(value) > 0
             return int((folder / "memory.failcnt").read_text()) > 0
         return False
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from cli import views
+from server.crud.tsv import COLUMNS, DECISION_COLUMNS
 from tests.kit.cli_process import BASELINE_LR, cli, in_process, write
 from tests.worker.candidates import bigram
 from tests.worker.processes import Project
@@ -119,11 +120,13 @@ def test_export_gives_results_tsv_and_import_brings_it_back(
     exported = in_process(capsys, "export", "-o", str(tsv), server=project.url)
     assert exported.code == 0, exported.err
     lines = tsv.read_text().splitlines()
-    assert lines[0].split("\t") == ["commit", "val_bpb", "memory_gb", "status", "description"]
+    # autoresearch's five columns, then the decision's (docs/api.md, "results.tsv")
+    assert lines[0].split("\t") == [*COLUMNS, *DECISION_COLUMNS]
     rows = lines[1:]
     assert len(rows) == 3  # the baseline and both submissions have results
+    width = len(COLUMNS) + len(DECISION_COLUMNS)
     assert all(
-        len(row.split("\t")) == 5 and row.split("\t")[3] in ("keep", "discard", "crash") for row in rows
+        len(row.split("\t")) == width and row.split("\t")[3] in ("keep", "discard", "crash") for row in rows
     )
     assert [row.split("\t")[4] for row in rows] == ["baseline", "lr 0.03", "lr 0.08"]
 
