@@ -133,8 +133,14 @@ def test_export_gives_results_tsv_and_import_brings_it_back(
     imported = in_process(capsys, "import", str(tsv), server=project.url, token=project.admin_token)
     assert imported.code == 0, imported.err
     assert imported.out.startswith(f"imported 3 rows from {tsv}; skipped 0")
-    # Imported rows are history: listed first, apart from (and never compared with) the experiments.
-    assert in_process(capsys, "export", server=project.url).out.splitlines() == [lines[0], *rows, *rows]
+    # Imported rows are history: listed first, apart from (and never compared with) the experiments,
+    # with autoresearch's five columns and no decision of this server's.
+    header, *again = in_process(capsys, "export", server=project.url).out.splitlines()
+    history, experiments = again[: len(rows)], again[len(rows) :]
+    assert header == lines[0] and experiments == rows
+    five = len(COLUMNS)
+    assert [row.split("\t")[:five] for row in history] == [row.split("\t")[:five] for row in rows]
+    assert all(set(row.split("\t")[five:]) == {""} for row in history)
     again = in_process(capsys, "import", str(tsv), server=project.url, token=project.admin_token)
     assert again.out.startswith(f"imported 0 rows from {tsv}; skipped 3")
 
