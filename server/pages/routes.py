@@ -15,6 +15,7 @@ from sqlalchemy import select
 
 from client.states import ExperimentStatus
 from server.api.deps import Ctx, Reader
+from server.api.params import Cursor
 from server.core.problems import Problem
 from server.crud import standings
 from server.crud.experiments import get_view
@@ -175,7 +176,7 @@ def notes_page(
     ctx: Ctx,
     _reader: Reader,
     author: Annotated[str | None, Query(max_length=100)] = None,
-    cursor: Annotated[str | None, Query(pattern=r"^[1-9][0-9]{0,17}$")] = None,
+    cursor: Cursor = None,
 ) -> HTMLResponse:
     author = _optional(author)
     with ctx.db.read() as session:

@@ -235,12 +235,17 @@ def test_progress_is_thinned_evenly_to_its_bound(live_factory, worker_factory) -
     assert max(b - a for a, b in itertools.pairwise(steps)) <= 2 * ideal
 
 
+def lose_the_worker(worker) -> None:  # type: ignore[no-untyped-def]
+    """Claim the next run and give it back as the worker's failure (a counted attempt)."""
+    worker.client.release(worker.claim()["lease_id"], "worker error: no sandbox", count_attempt=True)
+
+
 def test_an_admin_queues_failed_or_cancelled_experiments_again(
     live_factory, worker_factory, baseline_source: str, database_url: str
 ) -> None:
     live = live_factory(database_url, max_attempts=1)
     worker = worker_factory(live)
-    worker.client.release(worker.claim()["lease_id"], "worker error: no sandbox", count_attempt=True)
+    lose_the_worker(worker)
     agent = live.client("agent")
     queued = agent.submit("wider", train_py=baseline_source.replace("WIDTH = 64", "WIDTH = 96"))
     agent.cancel(queued["id"])
@@ -275,7 +280,7 @@ def test_an_admin_queues_failed_or_cancelled_experiments_again(
 def test_cli_retry(live_factory, worker_factory) -> None:
     live = live_factory(max_attempts=1)
     worker = worker_factory(live)
-    worker.client.release(worker.claim()["lease_id"], "worker error", count_attempt=True)
+    lose_the_worker(worker)
     command = [sys.executable, "-m", "cli.main", "retry", "1", "--server", live.url]
     ran = subprocess.run([*command, "--token", "admin-secret"], capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0 and "experiment 1 is queued again" in ran.stdout, ran.stderr
@@ -289,7 +294,7 @@ def test_an_unmeasured_best_keeps_everything_waiting_until_it_is_queued_again_an
     # A first start on a machine whose workers cannot run anything: the baseline loses its worker.
     live = live_factory(database_url, max_attempts=1)
     worker = worker_factory(live)
-    worker.client.release(worker.claim()["lease_id"], "worker error: no sandbox", count_attempt=True)
+    lose_the_worker(worker)
     agent = live.client("agent")
     idea = agent.submit("wider", train_py=baseline_source.replace("WIDTH = 64", "WIDTH = 96"))["id"]
     assert live.client().experiment(1)["status"] == "infra_failed"
@@ -312,7 +317,7 @@ def test_an_unmeasured_best_keeps_everything_waiting_until_it_is_queued_again_an
     # `autoresearch init` on the existing project queues it again instead of refusing.
     assert init_project(live.settings) == 1
     assert live.client().experiment(1)["status"] == "queued"
-    worker.client.release(worker.claim()["lease_id"], "worker error: no sandbox", count_attempt=True)
+    lose_the_worker(worker)
     assert live.client().experiment(1)["status"] == "infra_failed"
 
     # So does a server start (`autoresearch serve`, `up`, a container restart).
