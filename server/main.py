@@ -97,28 +97,24 @@ def build_context(settings: ServerSettings) -> AppContext:
         fleet=Fleet(settings.fleet_progress_per_s),
         note_limit=PerCallerLimit(settings.notes_per_minute, window_s=60.0),
     )
-    queue_due_repeats(context)
-    queue_unmeasured_best(context)
+    queue_what_the_best_is_due(context)
     return context
 
 
-def queue_unmeasured_best(ctx: AppContext) -> None:
-    """Queue the best again when it has no valid measurement because its runs lost their workers
-    (e.g. a first start without a working sandbox): nothing is compared until it is measured."""
-    with ctx.transaction() as tx:
-        load_project(tx.session, lock=True)
-        best = requeue_unmeasured_best(tx.session, utcnow())
-        if best is not None:
-            log.warning("the best, experiment %d, has no valid measurement: queued again", best.id)
-            tx.emit("queued", experiment_id=best.id, attempts=0, why="the best has no valid measurement")
-
-
-def queue_due_repeats(ctx: AppContext) -> None:
-    """Give a measured best the repeats it is due (after a migration, or a switch from the greedy
-    rule): a best measured once is run again until the noise estimate rests on NOISE_RUNS runs."""
+def queue_what_the_best_is_due(ctx: AppContext) -> None:
+    """At start, one of two things, under the project lock. A measured best gets the repeats it is
+    due (after a migration, or a switch from the greedy rule): it is run again until the noise
+    estimate rests on NOISE_RUNS runs. A best with no valid measurement because its runs lost
+    their workers (e.g. a first start without a working sandbox) is queued again: nothing is
+    compared until it is measured."""
     with ctx.transaction() as tx:
         project = load_project(tx.session, lock=True)
         if project.best_experiment_id is None:
+            return
+        again = requeue_unmeasured_best(tx.session, utcnow())
+        if again is not None:
+            log.warning("the best, experiment %d, has no valid measurement: queued again", again.id)
+            tx.emit("queued", experiment_id=again.id, attempts=0, why="the best has no valid measurement")
             return
         last = int(tx.session.scalar(select(func.max(Experiment.id))) or 0)
         due = best_repeats_due(ctx, tx.session, project, last)
