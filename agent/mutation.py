@@ -1,8 +1,7 @@
 """Random mutation of the hyperparameter constants at the top level of `train.py`.
 
-A constant is a module-level assignment `NAME = <number>` (or `NAME: type = <number>`) where NAME
-is UPPER_CASE and the value is a number or an arithmetic expression of numbers (`2**19`,
-`40 * 524288`). Only the text of the chosen values is rewritten, so comments, formatting and the
+A constant is what client/constants.py finds: `NAME = <number>` at module level, NAME
+UPPER_CASE. Only the text of the chosen values is rewritten, so comments, formatting and the
 rest of the file stay byte for byte the same.
 
 How a value moves (so that a random walk stays in sensible territory):
@@ -16,28 +15,12 @@ How a value moves (so that a random walk stays in sensible territory):
 
 from __future__ import annotations
 
-import ast
 import math
-import operator
 import random
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
-_UPPER_CASE = re.compile(r"[A-Z][A-Z0-9_]*\Z")
-_NEWLINE = re.compile(r"\r\n|\r|\n")  # the line ends Python's tokenizer counts for ast positions
+from client.constants import Constant, find_constants
 
-_BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Pow: operator.pow,
-}
-# Larger numbers are not hyperparameters; refusing them keeps evaluation cheap and finite.
-_MAX_EXPONENT = 64
-_MAX_MAGNITUDE = 1e300
 _SCALE = math.log(2.0)  # log-uniform factor range [1/2, 2]
 _LOGIT_STEP = 1.0  # a uniform step in logit space: 0.5 -> [0.27, 0.73], 0.95 -> [0.88, 0.98]
 _SIGNIFICANT_DIGITS = 3
@@ -46,100 +29,6 @@ _SECOND_CHANGE_PROBABILITY = 0.3  # usually one change at a time, sometimes two 
 
 class NoConstantsError(ValueError):
     """The source has no top-level UPPER_CASE numeric constant that can be mutated."""
-
-
-@dataclass(frozen=True)
-class Constant:
-    """A mutable top-level constant and where its value expression sits in the source."""
-
-    name: str
-    value: int | float
-    start: int  # character offsets of the value expression
-    end: int
-    power_form: bool  # written as `2**k`: the mutation keeps that spelling
-
-
-def _evaluate(node: ast.expr) -> int | float | None:
-    """The value of a constant arithmetic expression of numbers, None for anything else."""
-    if isinstance(node, ast.Constant):
-        value = node.value
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        return value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-        inner = _evaluate(node.operand)
-        if inner is None:
-            return None
-        return -inner if isinstance(node.op, ast.USub) else inner
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _evaluate(node.left), _evaluate(node.right)
-        if left is None or right is None:
-            return None
-        if isinstance(node.op, ast.Pow) and (abs(right) > _MAX_EXPONENT or (left == 0 and right < 0)):
-            return None
-        try:
-            result = _BINARY[type(node.op)](left, right)
-        except (ZeroDivisionError, OverflowError):
-            return None
-        if isinstance(result, complex) or abs(result) > _MAX_MAGNITUDE:
-            return None
-        return result
-    return None
-
-
-def _is_power_form(node: ast.expr) -> bool:
-    return (
-        isinstance(node, ast.BinOp)
-        and isinstance(node.op, ast.Pow)
-        and isinstance(node.left, ast.Constant)
-        and node.left.value == 2
-        and type(node.left.value) is int
-        and isinstance(node.right, ast.Constant)
-        and type(node.right.value) is int
-    )
-
-
-def _line_starts(source: str) -> list[int]:
-    starts = [0]
-    starts.extend(match.end() for match in _NEWLINE.finditer(source))
-    return starts
-
-
-def _offset(source: str, starts: list[int], lineno: int, col_utf8: int) -> int:
-    """Character offset of an ast position (1-based line, UTF-8 byte column)."""
-    line_start = starts[lineno - 1]
-    line = source[line_start : line_start + col_utf8]  # a character is at least one byte
-    return line_start + len(line.encode("utf-8")[:col_utf8].decode("utf-8"))
-
-
-def find_constants(source: str) -> list[Constant]:
-    """The mutable constants of `source` in file order. Raises SyntaxError if it does not parse."""
-    tree = ast.parse(source)
-    starts = _line_starts(source)
-    found: list[Constant] = []
-    for stmt in tree.body:
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
-            target, value_node = stmt.targets[0], stmt.value
-        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-            target, value_node = stmt.target, stmt.value
-        else:
-            continue
-        if not isinstance(target, ast.Name) or not _UPPER_CASE.match(target.id):
-            continue
-        value = _evaluate(value_node)
-        if value is None or value == 0:
-            continue
-        assert value_node.end_lineno is not None and value_node.end_col_offset is not None
-        found.append(
-            Constant(
-                name=target.id,
-                value=value,
-                start=_offset(source, starts, value_node.lineno, value_node.col_offset),
-                end=_offset(source, starts, value_node.end_lineno, value_node.end_col_offset),
-                power_form=_is_power_form(value_node),
-            )
-        )
-    return found
 
 
 def _mutate_int(value: int, power_form: bool, rng: random.Random) -> str:
@@ -212,7 +101,7 @@ def mutate_constants(source: str, rng: random.Random) -> tuple[str, str]:
     Returns the new source and a one-line description such as `DEPTH 8 -> 16`.
     Raises SyntaxError if `source` does not parse and NoConstantsError if it has nothing to mutate.
     """
-    constants = find_constants(source)
+    constants = [constant for constant in find_constants(source) if constant.value != 0]
     if not constants:
         raise NoConstantsError(
             "train.py has no top-level UPPER_CASE numeric constant to mutate "

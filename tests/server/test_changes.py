@@ -1,0 +1,93 @@
+"""What a change touches (server/changes.py), on the real baseline and the random agent's real
+mutations, and as properties of any pair of sources."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent.mutation import mutate_constants
+from server.changes import MODULE, ConstantChange, summarize
+
+BASELINE = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()
+
+
+def test_a_mutation_of_the_baseline_is_summarized_as_the_constants_it_set() -> None:
+    rng = random.Random(3)
+    for _ in range(30):
+        new, description = mutate_constants(BASELINE, rng)
+        summary = summarize(BASELINE, new)
+        # description: "NAME old -> new[, NAME old -> new]"
+        described = {part.split()[0] for part in description.split(", ")}
+        assert {change.name for change in summary.constants} == described
+        assert summary.parsed and summary.regions == (MODULE,)
+        assert len(summary.removed) == len(summary.added) == len(described)
+        for change in summary.constants:
+            assert change.old is not None and change.new is not None and change.old != change.new
+
+
+def test_a_changed_function_body_is_its_region_and_its_lines() -> None:
+    base = (
+        "LR = 0.1\n\n"
+        "def train(x):\n    y = x * 2\n    return y\n\n"
+        "class GPT:\n    @staticmethod\n    def forward(x):\n        return x\n"
+    )
+    new = base.replace("    y = x * 2", "    y = x * 3").replace("        return x\n", "        return  -x\n")
+    summary = summarize(base, new)
+    assert summary.constants == ()
+    assert summary.regions == ("GPT.forward", "train")
+    assert summary.removed == ("y = x * 2", "return x")
+    assert summary.added == ("y = x * 3", "return -x")
+
+
+def test_the_same_value_spelled_otherwise_is_no_constant_change_but_a_new_one_is() -> None:
+    summary = summarize("BATCH = 2**19\nLR = 0.1\n", "BATCH = 524288\nLR = 0.1\nWD = 0.0\n")
+    assert summary.constants == (ConstantChange("WD", None, 0.0),)
+    gone = summarize("LR = 0.1\nWD = 0.1\n", "LR = 0.1\n")
+    assert gone.constants == (ConstantChange("WD", 0.1, None),)
+
+
+def test_reindenting_and_blank_lines_are_no_change() -> None:
+    summary = summarize("def f():\n    return 1\n", "def f():\n\n    return   1\n")
+    assert summary.empty and summary.regions == ()
+
+
+def test_a_source_that_does_not_parse_has_lines_but_no_constants_or_regions() -> None:
+    summary = summarize("LR = 0.1\n", "LR = = 0.2\n")
+    assert not summary.parsed
+    assert summary.constants == () and summary.regions == ()
+    assert summary.removed == ("LR = 0.1",) and summary.added == ("LR = = 0.2",)
+
+
+def test_line_numbers_follow_pythons_line_ends() -> None:
+    # A form feed is a line break for str.splitlines but not for Python: the region must not slip.
+    base = "A = 1\x0c\r\ndef f():\r\n    return 1\r\n"
+    summary = summarize(base, base.replace("return 1", "return 2"))
+    assert summary.regions == ("f",)
+
+
+sources = st.lists(
+    st.sampled_from(
+        ["LR = 0.1", "LR = 0.2", "DEPTH = 8", "def f():", "    return 1", "    return 2", "", "x = 3"]
+    ),
+    max_size=8,
+).map(lambda lines: "\n".join(lines) + "\n")
+
+
+def _counts(source: str) -> Counter[str]:
+    return Counter(" ".join(line.split()) for line in source.splitlines() if line.strip())
+
+
+@given(sources, sources)
+def test_the_lines_turn_one_source_into_the_other_and_constants_mirror(a: str, b: str) -> None:
+    forward, back = summarize(a, b), summarize(b, a)
+    for summary, source, target in ((forward, a, b), (back, b, a)):
+        assert _counts(source) - Counter(summary.removed) + Counter(summary.added) == _counts(target)
+    assert forward.parsed == back.parsed
+    mirrored = {(change.name, change.new, change.old) for change in back.constants}
+    assert {(change.name, change.old, change.new) for change in forward.constants} == mirrored
+    assert summarize(a, a).empty
