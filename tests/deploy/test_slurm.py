@@ -218,13 +218,15 @@ def test_a_job_measures_submissions_survives_a_requeue_and_gives_its_run_back_on
         last = agent.submit("lr 0.3", train_py=bigram(0.3))["id"]
     fleet.running(last, job)
     slurm.run("scancel", job)
+    assert slurm.wait_state(job, {"CANCELLED"}, 90)
+    wait_until(lambda: not processes_mentioning(str(fleet.node_data)), 30, "the job's processes to end")
+    # Once the job is gone: back in the queue, uncounted, released by its worker. (The other
+    # worker may have claimed it between its release and its own stop, and released it too, so
+    # the leases are looked at only when no worker is left.)
     given_back = fleet.queued_again(last)
     assert given_back["result"] is None and given_back["attempts"] == 0
-    # Released by its worker (the other worker may have claimed it as it stopped, and released it).
     assert {state for state, _name in fleet.leases(last)} == {"released"}
-    assert slurm.wait_state(job, {"CANCELLED"}, 90)
     assert "released: worker stopping now" in fleet.log(job)
-    wait_until(lambda: not processes_mentioning(str(fleet.node_data)), 30, "the job's processes to end")
     # Nothing lost: every result is recorded, none waits undelivered in a worker's spool.
     assert all(scored(project.experiment(e)["result"]) for e in (1, *submitted))
     assert not list(fleet.node_data.glob("workers/*/spool/pending/*"))
