@@ -34,8 +34,8 @@ from server.context import AppContext, Tx
 from server.crud import noise as noise_crud
 from server.crud.experiments import agent_names
 from server.crud.project import current_best, load_project
-from server.crud.runs import cancel_queued_runs, queue_runs, run_count
-from server.judge import Action, Comparison, Rule, Sample, Snapshot, Verdict, judge
+from server.crud.runs import cancel_queued_runs, queue_runs, repeat_count, run_count
+from server.judge import Action, Comparison, Reference, Rule, Sample, Snapshot, Verdict, judge
 from server.judge import Run as JudgedRun
 from server.models import EXPERIMENTS, Experiment, Project, Run, utcnow
 from server.patches import PatchError, apply_patch, make_patch, parse_patch
@@ -43,7 +43,7 @@ from server.research_repo import blob_sha
 
 # The oldest experiment of a commit (by_commit), as the sample a candidate is compared with.
 _REFERENCE = (
-    select(EXPERIMENTS.c.id, EXPERIMENTS.c.valid_runs, EXPERIMENTS.c.val_bpb)
+    select(EXPERIMENTS.c.id, EXPERIMENTS.c.base_commit, EXPERIMENTS.c.valid_runs, EXPERIMENTS.c.val_bpb)
     .where(EXPERIMENTS.c.commit_sha == bindparam("commit"))
     .order_by(EXPERIMENTS.c.id)
     .limit(1)
@@ -73,13 +73,14 @@ def decide(
     if is_valid(result, project):
         assert result.val_bpb is not None
         after = before.with_run(result.val_bpb)
-        noise_crud.add_run(
-            tx.session,
-            project.platform or result.device,
-            project.harness_id or result.harness_id,
-            before,
-            after,
-        )
+        if experiment.base_commit is None or run.kind == RunKind.REPEAT:  # a measuring run
+            platform, harness_id = project.platform or result.device, project.harness_id or result.harness_id
+            earlier = noise_crud.measuring_runs(
+                tx.session, experiment.id, experiment.base_commit is None, platform, harness_id
+            )
+            earlier.pop(run.id, None)  # recorded already, just before this decision
+            measured = noise_crud.RunStats.of(list(earlier.values()))
+            noise_crud.add_run(tx.session, platform, harness_id, measured, measured.with_run(result.val_bpb))
     changes: dict[str, object] = {"valid_runs": after.n, "val_bpb": after.mean, "val_bpb_m2": after.m2}
     if experiment.decision is not None or experiment.status in DECIDED_STATUS.values():
         return changes  # a repeat of a decided experiment (the best): measured, nothing to decide
@@ -112,7 +113,11 @@ def _snapshot(
     candidate: noise_crud.RunStats,
 ) -> Snapshot:
     is_baseline = experiment.base_commit is None
-    reference = _reference(session, experiment.base_commit) if not is_baseline else Sample(0, None)
+    reference = (
+        _reference(session, experiment.base_commit, project, ctx.settings.decision_rule)
+        if not is_baseline
+        else Reference(Sample(0, None), measured=False)
+    )
     reference_commit = experiment.commit_sha if is_baseline else experiment.base_commit
     return Snapshot(
         settings=ctx.settings.rule,
@@ -127,7 +132,8 @@ def _snapshot(
         platform=project.platform,
         harness_id=project.harness_id,
         candidate=Sample(candidate.n, candidate.mean),
-        reference=reference,
+        reference=reference.sample,
+        reference_measured=reference.measured,
         reference_is_best=reference_commit == project.best_commit,
         is_baseline=is_baseline,
         reapplied=_screened_before(session, experiment.rebased_from_id),
@@ -144,9 +150,25 @@ def _screened_before(session: Session, rebased_from_id: int | None) -> bool:
     return bool(runs)
 
 
-def _reference(session: Session, commit: str) -> Sample:
+def _reference(session: Session, commit: str, project: Row[Any] | Project, rule: Rule) -> Reference:
+    """The sample a candidate on `commit` is compared with.
+
+    Under the noise-aware rule, a kept change's own runs do not count: they were selected for being
+    good (it was kept because they were), so their mean is too low, and every later candidate
+    compared with it would look worse than it is (the winner's curse; docs/api.md, "Decisions").
+    Its value is its measuring runs (noise_crud.measuring_runs): its repeats as the best, or all
+    of the baseline's runs.
+    """
     row = session.connection().execute(_REFERENCE, {"commit": commit}).first()
-    return Sample(row.valid_runs, row.val_bpb) if row is not None else Sample(0, None)
+    if row is None:
+        return Reference(Sample(0, None), measured=False)
+    measured = row.valid_runs > 0
+    if rule == Rule.GREEDY:
+        return Reference(Sample(row.valid_runs, row.val_bpb), measured)
+    values = noise_crud.measuring_runs(
+        session, row.id, row.base_commit is None, project.platform, project.harness_id
+    ).values()
+    return Reference(Sample(len(values), sum(values) / len(values) if values else None), measured)
 
 
 def _comparison_columns(reference_commit: str, comparison: Comparison | None) -> dict[str, object]:
@@ -305,7 +327,9 @@ def _advance_best(ctx: AppContext, tx: Tx, project: Project, experiment: Row[Any
     if previous_id is not None and previous_id != experiment.id:
         cancel_queued_runs(tx.session, previous_id, now)  # repeats of a best that is no longer it
     if ctx.settings.decision_rule == Rule.NOISE_AWARE:
-        missing = ctx.settings.noise_runs - run_count(tx.session, experiment.id)
+        missing = value_runs_due(ctx, experiment.base_commit) - value_runs(
+            tx.session, experiment.id, experiment.base_commit
+        )
         queue_runs(tx.session, experiment.id, RunKind.REPEAT, experiment.queued_at, max(0, missing))
     if previous != experiment.commit_sha:
         ctx.repo.set_best(experiment.commit_sha)
@@ -318,16 +342,31 @@ def _last_experiment_id(session: Session) -> int:
 
 
 def best_repeats_due(ctx: AppContext, session: Session, project: Project, last_experiment_id: int) -> int:
-    """Repeats of the best to queue now: once measured, it is brought to NOISE_RUNS runs, and gets
-    one more for every BEST_RERUN_EVERY experiments submitted since it became the best (a best
-    that stays long is compared with many candidates, so its value should be the most precise)."""
+    """Repeats of the best to queue now: once measured, it is brought to the runs that make its
+    value (value_runs_due), and gets one more for every BEST_RERUN_EVERY experiments submitted
+    since it became the best (a best that stays long is compared with many candidates, so its
+    value should be the most precise)."""
     settings = ctx.settings
     if settings.decision_rule != Rule.NOISE_AWARE or project.best_experiment_id is None:
         return 0
     best = session.get(Experiment, project.best_experiment_id)
     if best is None or best.valid_runs == 0:
         return 0  # not measured yet: its repeats follow its first valid run
-    target = settings.noise_runs
+    target = value_runs_due(ctx, best.base_commit)
     if settings.best_rerun_every:
         target += (last_experiment_id - (project.best_since_experiment_id or 0)) // settings.best_rerun_every
-    return max(0, target - run_count(session, project.best_experiment_id))
+    return max(0, target - value_runs(session, best.id, best.base_commit))
+
+
+def value_runs_due(ctx: AppContext, base_commit: str | None) -> int:
+    """How many runs a new best's value rests on: NOISE_RUNS for the baseline (they measure the
+    noise first), BEST_REPEATS repeats for a kept change."""
+    return ctx.settings.noise_runs if base_commit is None else ctx.settings.best_repeats
+
+
+def value_runs(session: Session, experiment_id: int, base_commit: str | None) -> int:
+    """The runs (any state) that make a best's value: all of the baseline's, only the repeats of a
+    kept change (its own runs were selected for being good: _reference)."""
+    if base_commit is None:
+        return run_count(session, experiment_id)
+    return repeat_count(session, experiment_id)

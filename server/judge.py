@@ -72,6 +72,15 @@ class Sample:
 
 
 @dataclass(frozen=True)
+class Reference:
+    """What a candidate is compared with: the sample, and whether its commit was measured at all
+    (a kept change whose repeats are not in yet has been measured, but has no sample yet)."""
+
+    sample: Sample
+    measured: bool
+
+
+@dataclass(frozen=True)
 class Noise:
     sigma: float
     df: int
@@ -96,7 +105,8 @@ class Snapshot:
     platform: str | None  # the project's pins (None: not pinned yet)
     harness_id: str | None
     candidate: Sample  # its valid runs, this one included
-    reference: Sample  # the best's runs, or its base's when the best moved on
+    reference: Sample  # the best's runs, or its base's when the best moved on (decisions._reference)
+    reference_measured: bool  # the reference commit has a valid run, in the sample or not
     reference_is_best: bool
     is_baseline: bool  # the project's first best (no base): measured, not judged
     reapplied: bool  # a change re-applied onto a new best after it passed its screen on its old base
@@ -177,7 +187,7 @@ def judge(snapshot: Snapshot) -> Verdict:
         return settled
     if snapshot.is_baseline:
         return _baseline(snapshot)
-    if snapshot.reference.mean is None:
+    if snapshot.reference.mean is None and not snapshot.reference_measured:
         what = "the best" if snapshot.reference_is_best else "its base"
         return _positive(snapshot, f"{what} has no valid run: any valid result replaces it")
     if snapshot.settings.rule == Rule.GREEDY:
@@ -270,6 +280,13 @@ def compare(candidate: Sample, reference: Sample, noise: Noise | None, alpha: fl
 
 def _noise_aware(snapshot: Snapshot) -> Verdict:
     settings = snapshot.settings
+    if snapshot.reference.mean is None:
+        what = "the best" if snapshot.reference_is_best else "its base"
+        if snapshot.candidate.runs < settings.max_runs:
+            return Verdict(Action.CONFIRM, f"{what} has no repeat yet: one more run before it is judged")
+        return Verdict(
+            Action.REVERT, f"{what} had no repeat after {snapshot.candidate.runs} runs: not judged"
+        )
     comparison = compare(snapshot.candidate, snapshot.reference, snapshot.noise, settings.alpha)
     runs = snapshot.candidate.runs
     t, p_value = comparison.t, comparison.p_value

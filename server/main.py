@@ -103,8 +103,9 @@ def build_context(settings: ServerSettings) -> AppContext:
 
 def queue_what_the_best_is_due(ctx: AppContext) -> None:
     """At start, one of two things, under the project lock. A measured best gets the repeats it is
-    due (after a migration, or a switch from the greedy rule): it is run again until the noise
-    estimate rests on NOISE_RUNS runs. A best with no valid measurement because its runs lost
+    due (after a migration, or a switch from the greedy rule): it is run again until its value
+    rests on its measuring runs (NOISE_RUNS for the baseline, BEST_REPEATS repeats for a kept
+    change). A best with no valid measurement because its runs lost
     their workers (e.g. a first start without a working sandbox) is queued again: nothing is
     compared until it is measured."""
     with ctx.transaction() as tx:

@@ -100,7 +100,9 @@ class ComparisonOut(BaseModel):
     effect: float = Field(description="mean val_bpb minus the reference's mean (negative is better)")
     se: float | None = Field(description="standard error of the effect (null for the greedy rule)")
     runs: int = Field(description="the experiment's valid runs it rests on")
-    reference_runs: int = Field(description="the reference's valid runs")
+    reference_runs: int = Field(
+        description="the reference's valid runs it rests on (a kept change's repeats only: docs/api.md)"
+    )
     p_value: float | None = Field(description="one-sided p-value that the experiment is not better")
     upper_bound: float | None = Field(
         description="one-sided (1 - alpha) upper confidence bound of the effect"
@@ -260,6 +262,7 @@ class RuleOut(BaseModel):
     alpha: float
     min_delta: float
     noise_runs: int
+    best_repeats: int
     max_runs: int
     screen_margin: float
     futility_margin: float

@@ -1,10 +1,16 @@
 """The noise estimate: each platform and harness's run-to-run sigma of val_bpb, kept current.
 
-An experiment's valid runs are summarised as (n, mean, m2), m2 being the sum of squared
+It rests on the runs that were not chosen for being good (`measuring_runs`): all of the
+baseline's, and the repeats of each kept change (the runs it got as the best). A candidate's own
+runs are left out: its first run passed the screen because it was low, so its spread around the
+candidate's mean is wider than the noise (the rule would then need more evidence than it should).
+
+An experiment's measuring runs are summarised as (n, mean, m2), m2 being the sum of squared
 deviations from their mean, updated one run at a time (Welford). The estimate pools the m2 of
-every experiment with several runs: sigma = sqrt(sum m2 / sum (n - 1)), with sum (n - 1) degrees
-of freedom. Each new valid run adds its experiment's change of m2 and one degree of freedom (from
-its second run on), so the estimate stays current with one UPDATE and never rescans the runs.
+every experiment with several such runs: sigma = sqrt(sum m2 / sum (n - 1)), with sum (n - 1)
+degrees of freedom. Each new measuring run adds its experiment's change of m2 and one degree of
+freedom (from its second run on), so the estimate stays current with one UPDATE and never rescans
+the runs.
 """
 
 from __future__ import annotations
@@ -12,11 +18,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session
 
+from client.states import RunKind
 from server.judge import Noise
-from server.models import NOISE, NoiseEstimate, utcnow
+from server.models import NOISE, NoiseEstimate, Result, Run, utcnow
 from server.schemas import NoiseOut
 
 
@@ -34,6 +41,44 @@ class RunStats:
         delta = value - mean
         new_mean = mean + delta / n
         return RunStats(n, new_mean, self.m2 + delta * (value - new_mean))
+
+    @classmethod
+    def of(cls, values: list[float]) -> RunStats:
+        stats = cls(0, None, 0.0)
+        for value in values:
+            stats = stats.with_run(value)
+        return stats
+
+
+# The valid runs of an experiment that were not chosen for being good: all of the baseline's,
+# the repeats of any other (a kept change's runs as the best). Its value as a reference, and
+# the noise, rest on these only (docs/api.md, "Decisions").
+_MEASURING = (
+    select(Result.run_id, Result.val_bpb)
+    .join(Run, Run.id == Result.run_id)
+    .where(
+        Result.experiment_id == bindparam("experiment_id"),
+        or_(bindparam("baseline"), Run.kind == RunKind.REPEAT),
+        Result.status == "ok",
+        Result.val_bpb.is_not(None),
+        Result.device == bindparam("platform"),
+        Result.harness_id == bindparam("harness_id"),
+    )
+    .order_by(Run.number)
+)
+
+
+def measuring_runs(
+    session: Session, experiment_id: int, baseline: bool, platform: str | None, harness_id: str | None
+) -> dict[int, float]:
+    """Run id -> val_bpb of the experiment's measuring runs (see _MEASURING)."""
+    params = {
+        "experiment_id": experiment_id,
+        "baseline": baseline,
+        "platform": platform,
+        "harness_id": harness_id,
+    }
+    return {row.run_id: row.val_bpb for row in session.connection().execute(_MEASURING, params)}
 
 
 _ADD = (
@@ -54,7 +99,7 @@ _READ = select(NOISE.c.sum_sq, NOISE.c.df).where(
 
 
 def add_run(session: Session, platform: str, harness_id: str, before: RunStats, after: RunStats) -> None:
-    """Pool an experiment's new valid run (its stats went from `before` to `after`)."""
+    """Pool an experiment's new measuring run (its stats went from `before` to `after`)."""
     if after.n < 2:
         return  # one run says nothing about the noise
     values = {

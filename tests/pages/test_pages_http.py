@@ -245,7 +245,7 @@ def test_noise_aware_pages_state_decisions_as_effect_plus_minus_noise(tmp_path: 
     """The leaderboard shows the best as the mean of its runs ± its standard error, the noise and
     what it rests on, and the best's band in the chart; an experiment's page shows its effect ±
     noise, the runs on each side, the p-value and each of its runs."""
-    env = {"DECISION_RULE": "noise_aware", "NOISE_RUNS": "3", "BEST_RERUN_EVERY": "0"}
+    env = {"DECISION_RULE": "noise_aware", "NOISE_RUNS": "3", "BEST_REPEATS": "1", "BEST_RERUN_EVERY": "0"}
     with live_server(tmp_path, env=env) as running, httpx.Client(base_url=running.url) as http:
         research = Research(running)
         for value in (1.0, 1.002, 0.998):  # the baseline and its repeats: sigma 0.002
@@ -276,6 +276,6 @@ def test_noise_aware_pages_state_decisions_as_effect_plus_minus_noise(tmp_path: 
         summary = re.search(r'<section id="summary".*?</section>', board, re.S).group(0)  # type: ignore[union-attr]
         best = research.agent("alice").best()
         assert f"± {best['se']:.4f}, mean of 2 runs" in summary
-        assert 'data-stat="noise">' in summary and "runs of 2 experiments, on" in summary
+        assert 'data-stat="noise">' in summary and "3 runs of 1 experiment, on" in summary  # the baseline's
         assert re.search(r'class="best-band" d="M[\d.]+ [\d.]+H', board)
         research.close()

@@ -56,6 +56,7 @@ def snapshot(
         harness_id="h",
         candidate=Sample(runs, mean),
         reference=Sample(reference_runs if reference is not None else 0, reference),
+        reference_measured=reference is not None,
         reference_is_best=True,
         is_baseline=False,
         reapplied=False,
@@ -121,6 +122,19 @@ def test_a_best_without_a_valid_run_is_replaced_by_any_valid_result() -> None:
     verdict = judge(snapshot(3.0, reference=None, sigma=None))
     assert verdict.action is Action.KEEP and "the best has no valid run" in verdict.reason
     assert judge(snapshot(3.0, reference=None, reference_is_best=False)).action is Action.REBASE
+
+
+def test_nothing_is_judged_against_a_kept_change_before_its_repeats_are_in() -> None:
+    # Measured (the runs that made it the best), but those are not its value: the candidate waits
+    # for the best's repeats by running again, and is never kept or replaces it meanwhile.
+    pending = {"reference": None, "reference_measured": True}
+    for runs in (1, 2, 3):
+        verdict = judge(snapshot(0.5, runs=runs, **pending))
+        assert verdict.action is Action.CONFIRM and "has no repeat yet" in verdict.reason
+    last = judge(snapshot(0.5, runs=4, **pending))
+    assert last.action is Action.REVERT and "no repeat after 4 runs: not judged" in last.reason
+    # The greedy rule has no repeats: a kept change's own run is its value there.
+    assert judge(snapshot(0.5, rule=GREEDY, sigma=None)).action is Action.KEEP
 
 
 def test_greedy_keeps_one_run_better_than_the_best_by_min_delta() -> None:

@@ -173,7 +173,7 @@ def test_cli_init_token_db_and_serve(tmp_path: Path, baseline_source: str, cli: 
     assert token.code == 0 and token.out.startswith("ara_")
     assert "exists already" in cli(env, "token", "create", "--kind", "agent", "--name", "alice").err
     assert "--name" in cli(env, "token", "create", "--kind", "agent", "--name", "bad name!").err
-    assert cli(env, "db", "current").out.strip() == "0006"
+    assert cli(env, "db", "current").out.strip() == "0007"
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--log-level", "warning"],
@@ -205,6 +205,7 @@ def test_cli_init_token_db_and_serve(tmp_path: Path, baseline_source: str, cli: 
         ("ALPHA", "0.7", "0.0 < ALPHA <= 0.5"),
         ("ALPHA", "0", "0.0 < ALPHA <= 0.5"),
         ("NOISE_RUNS", "1", "2 <= NOISE_RUNS <= 100"),
+        ("BEST_REPEATS", "0", "1 <= BEST_REPEATS <= 100"),
         ("MAX_RUNS", "many", "2 <= MAX_RUNS <= 100"),
         ("SCREEN_MARGIN", "-0.5", "0.0 <= SCREEN_MARGIN <= 5.0"),
         ("FUTILITY_MARGIN", "9", "0.0 <= FUTILITY_MARGIN <= 5.0"),

@@ -40,7 +40,7 @@ def _tables(url: str) -> set[str]:
 
 def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     upgrade(database_url)
-    assert current_revision(database_url) == "0006"
+    assert current_revision(database_url) == "0007"
     assert _tables(database_url) == TABLES
     downgrade(database_url, "0004")  # notes go, everything else stays
     assert _tables(database_url) == TABLES - {"notes"}
@@ -161,7 +161,7 @@ def test_existing_projects_are_carried_over_to_runs(database_url: str) -> None:
                         harness_id="h", sandbox=True, log_tail="", extra={},
                     )
                 )  # fmt: skip
-        upgrade(database_url)
+        upgrade(database_url, "0006")  # 0007 pools measuring runs only: its own test, below
         with engine.connect() as connection:
             runs = {row.experiment_id: row for row in connection.execute(text("SELECT * FROM runs"))}
             assert {e: (r.number, r.status, r.kind) for e, r in runs.items()} == {
@@ -205,5 +205,86 @@ def test_existing_projects_are_carried_over_to_runs(database_url: str) -> None:
             )
             assert connection.execute(text("SELECT attempts FROM experiments WHERE id = 7")).scalar() == 1
             assert connection.execute(text("SELECT count(*) FROM results")).scalar() == 5
+    finally:
+        engine.dispose()
+
+
+def test_the_noise_is_computed_again_from_measuring_runs(database_url: str) -> None:
+    """0007: the estimate pools the baseline's runs and the repeats of kept changes, not the
+    candidates' own (screened) runs; downgrade pools every experiment's valid runs again."""
+    upgrade(database_url, "0006")
+    engine = create_db_engine(database_url)
+    now = datetime.now(UTC)
+    # experiment -> base, then (run kind, val_bpb) per run; None: a crash
+    experiments = {
+        1: (None, [("first", 1.0), ("repeat", 1.002), ("repeat", 0.998)]),  # the baseline
+        2: ("a", [("first", 0.990), ("confirmation", 0.992), ("repeat", 0.995), ("repeat", 0.997)]),
+        3: ("b", [("first", 0.991), ("confirmation", 0.999), ("confirmation", None)]),  # screened
+    }
+    try:
+        with engine.begin() as connection:
+            t = {name: Table(name, MetaData(), autoload_with=connection) for name in TABLES - {"notes"}}
+            connection.execute(t["project"].update().values(harness_id="h", platform="gpu"))
+            connection.execute(
+                t["api_tokens"]
+                .insert()
+                .values(id=1, kind="worker", name="w", token_hash="x" * 64, created_at=now)
+            )
+            connection.execute(
+                t["workers"].insert().values(
+                    id="w1", token_id=1, name="w", device="gpu", memory_gb=80.0, harness_id="h",
+                    registered_at=now, last_seen_at=now,
+                )
+            )  # fmt: skip
+            for id_, (base, runs) in experiments.items():
+                connection.execute(
+                    t["experiments"].insert().values(
+                        id=id_, source="agent", description=f"e{id_}", commit_sha=str(id_) * 40,
+                        base_commit=base and base * 40, status="kept", cancel_requested=False,
+                        created_at=now, queued_at=now, valid_runs=0, val_bpb_m2=0.0,
+                    )
+                )  # fmt: skip
+                for number, (kind, value) in enumerate(runs, 1):
+                    run_id = id_ * 10 + number
+                    connection.execute(
+                        t["runs"].insert().values(
+                            id=run_id, experiment_id=id_, number=number, kind=kind, status="finished",
+                            attempts=1, queued_at=now,
+                        )
+                    )  # fmt: skip
+                    connection.execute(
+                        t["leases"].insert().values(
+                            id=f"l{run_id}", experiment_id=id_, run_id=run_id, worker_id="w1", attempt=1,
+                            state="finished", claimed_at=now, expires_at=now,
+                        )
+                    )  # fmt: skip
+                    connection.execute(
+                        t["results"].insert().values(
+                            id=f"r{run_id}", experiment_id=id_, run_id=run_id, lease_id=f"l{run_id}",
+                            worker_id="w1", received_at=now, status="ok" if value else "crash",
+                            val_bpb=value, device="gpu", harness_id="h", sandbox=True, log_tail="", extra={},
+                        )
+                    )  # fmt: skip
+
+        def estimate() -> tuple[int, int, int, float]:
+            with engine.connect() as connection:
+                row = connection.execute(
+                    text("SELECT df, runs, experiments, sum_sq FROM noise_estimates")
+                ).one()
+            return row.df, row.runs, row.experiments, row.sum_sq
+
+        def m2(*values: float) -> float:
+            return sum((v - sum(values) / len(values)) ** 2 for v in values)
+
+        upgrade(database_url)
+        df, runs, count, sum_sq = estimate()
+        assert (df, runs, count) == (3, 5, 2)  # the baseline's 3 runs, the kept change's 2 repeats
+        assert sum_sq == pytest.approx(m2(1.0, 1.002, 0.998) + m2(0.995, 0.997))
+        downgrade(database_url, "0006")
+        df, runs, count, sum_sq = estimate()
+        assert (df, runs, count) == (2 + 3 + 1, 3 + 4 + 2, 3)  # every valid run, as before 0007
+        assert sum_sq == pytest.approx(
+            m2(1.0, 1.002, 0.998) + m2(0.990, 0.992, 0.995, 0.997) + m2(0.991, 0.999)
+        )
     finally:
         engine.dispose()

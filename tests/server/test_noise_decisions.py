@@ -17,7 +17,7 @@ from server.crud.runs import run_seed
 from server.main import create_app
 from tests.server.conftest import serve
 
-NOISE = {"decision_rule": "noise_aware", "noise_runs": 3, "best_rerun_every": 0}
+NOISE = {"decision_rule": "noise_aware", "noise_runs": 3, "best_repeats": 3, "best_rerun_every": 0}
 
 
 def t_cdf(t: float, df: int) -> float:
@@ -118,30 +118,44 @@ def test_a_promising_candidate_is_confirmed_ahead_of_newer_work_and_kept_as_effe
     assert shown["run"] == 2 and [e["step"] for e in shown["events"]] == [7]
     assert agent.experiment(good["id"])["status"] == "running"
     kept = worker.report(claim, 0.995)
-    # Independently: sigma pools the baseline's (m2 8e-6, 2 df) and the candidate's (5e-7, 1 df).
-    sigma = math.sqrt((8e-6 + 5e-7) / 3)
+    # Independently: sigma is the baseline's (m2 8e-6, 2 df); the candidate's own runs (its first
+    # one chosen by the screen) are not noise measurements.
+    sigma = math.sqrt(8e-6 / 2)
     se = sigma * math.sqrt(1 / 2 + 1 / 3)
-    p = t_cdf(-0.0055 / se, 3)
+    p = t_cdf(-0.0055 / se, 2)
     assert kept["decision"] == "keep" and kept["run"] == 2
     assert kept["reason"] == f"-0.0055 ± {se:.4f} (2 vs 3 runs), p = {p:.3f}: kept"
     view = agent.experiment(good["id"])
     comparison = view["comparison"]
     assert comparison["effect"] == pytest.approx(-0.0055) and comparison["se"] == pytest.approx(se)
-    assert comparison["p_value"] == pytest.approx(p, rel=1e-6) and comparison["sigma_df"] == 3
+    assert comparison["p_value"] == pytest.approx(p, rel=1e-6) and comparison["sigma_df"] == 2
     assert comparison["upper_bound"] < 0 and view["val_bpb"] == pytest.approx(0.9945)
     assert view["best_before"] == {"commit": agent.experiment(1)["commit"], "val_bpb": pytest.approx(1.0)}
-    # Its runs are the best's runs now, and it gets the repeats that bring it to NOISE_RUNS.
+    # Its runs are the best's runs now, and it gets NOISE_RUNS repeats: its own runs were chosen
+    # for being good, so only its repeats make the value that later candidates are compared with.
     best = agent.best()
     assert (best["experiment_id"], best["runs"], best["val_bpb"]) == (good["id"], 2, pytest.approx(0.9945))
-    assert [r["kind"] for r in view["runs"]] == ["first", "confirmation", "repeat"]
-    repeat = worker.claim()
-    assert (repeat["experiment_id"], repeat["run"]) == (good["id"], 3)
-    answer = worker.report(repeat, 0.9946)
-    assert (answer["decision"], answer["status"]) == ("keep", "kept")  # a repeat decides nothing
-    assert agent.best()["runs"] == 3
+    assert [r["kind"] for r in view["runs"]] == ["first", "confirmation", "repeat", "repeat", "repeat"]
+    for number, value in ((3, 0.9946), (4, 0.9952), (5, 0.9950)):
+        repeat = worker.claim()
+        assert (repeat["experiment_id"], repeat["run"]) == (good["id"], number)
+        answer = worker.report(repeat, value)
+        assert (answer["decision"], answer["status"]) == ("keep", "kept")  # a repeat decides nothing
+    assert agent.best()["runs"] == 5
+    # Its repeats measure the noise too: they join the baseline's runs in the pooled estimate.
+    repeats = [0.9946, 0.9952, 0.9950]
+    m2 = sum((value - sum(repeats) / 3) ** 2 for value in repeats)
+    (estimate,) = agent.noise()["estimates"]
+    assert (estimate["df"], estimate["runs"], estimate["experiments"]) == (4, 6, 2)
+    assert estimate["sigma"] == pytest.approx(math.sqrt((8e-6 + m2) / 4), rel=1e-9)
+    moved = worker.run_next(0.9949)  # `later`, re-applied onto the new best before it ran
+    compared = agent.experiment(moved["experiment_id"])
+    assert compared["description"] == "later" and compared["best_before"]["commit"] == best["commit"]
+    assert compared["comparison"]["reference_runs"] == 3
+    assert compared["best_before"]["val_bpb"] == pytest.approx((0.9946 + 0.9952 + 0.9950) / 3)
     tsv = agent.results_tsv().splitlines()
     row = next(line.split("\t") for line in tsv if line.split("\t")[4] == "good")
-    assert row[3] == "keep" and row[5] == "3" and float(row[6]) == pytest.approx(-0.0055, abs=1e-6)
+    assert row[3] == "keep" and row[5] == "5" and float(row[6]) == pytest.approx(-0.0055, abs=1e-6)
     assert (
         float(row[7]) == pytest.approx(se, abs=1e-6)
         and row[8] == "3"
@@ -288,9 +302,10 @@ def test_a_change_queued_on_a_former_best_runs_on_the_current_one(measured, base
     worker.run_next(0.99)
     worker.run_next(0.99)  # deeper's confirmation: the best moves
     assert agent.best()["experiment_id"] == deeper["id"]
-    repeat = worker.claim()  # the new best's repeat goes first
-    assert (repeat["experiment_id"], repeat["run"]) == (deeper["id"], 3)
-    worker.report(repeat, 0.99)
+    for number in (3, 4, 5):  # the new best's repeats go first
+        repeat = worker.claim()
+        assert (repeat["experiment_id"], repeat["run"]) == (deeper["id"], number)
+        worker.report(repeat, 0.99)
     claim = worker.claim()
     moved = agent.experiment(waiting["id"])
     assert (moved["status"], moved["runs"][0]["state"]) == ("rebased", "cancelled")
@@ -320,10 +335,10 @@ def test_autoresearch_status_shows_the_noise_and_each_decision_as_effect_plus_mi
     assert (
         f"best: val_bpb 0.994500 ± {best['se']:.4f} (experiment {good['id']}, mean of 2 runs" in overview.out
     )
-    assert "noise: sigma 0.0017 from 5 runs of 2 experiments (cpu)" in overview.out
+    assert "noise: sigma 0.0020 from 3 runs of 1 experiment (cpu)" in overview.out  # the baseline's
     row = next(line for line in overview.out.splitlines() if line.startswith(f"{good['id']} "))
-    assert "-0.0055 ± 0.0015" in row and " 2 " in row
+    assert "-0.0055 ± 0.0018" in row and " 2 " in row
     detail = in_process(capsys, "status", str(good["id"]), server=live.url)
     assert f"experiment {good['id']} kept: val_bpb 0.994500 (mean of 2 runs) ({kept['reason']})" in detail.out
-    assert "  effect:       -0.0055 ± 0.0015 (2 vs 3 runs), p = 0.0" in detail.out
+    assert "  effect:       -0.0055 ± 0.0018 (2 vs 3 runs), p = 0.0" in detail.out
     assert "  runs:         1 first finished 0.994000 seed " in detail.out

@@ -44,6 +44,7 @@ def project(tmp_path: Path, test_data: tuple[HarnessSettings, PreparedPaths]) ->
         lease_seconds=30,
         DECISION_RULE="noise_aware",
         NOISE_RUNS="3",
+        BEST_REPEATS="1",
         ALPHA="0.001",
         MAX_RUNS="4",
         BEST_RERUN_EVERY="0",
