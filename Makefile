@@ -28,8 +28,10 @@ lint: $(STAMP)
 test-packages:
 	@python3 -m cli.system_packages test
 
+# Two test processes (pytest-xdist), a file each at a time: most tests wait on servers, sandboxes
+# and subprocesses rather than compute, so the suite fits CI's 30 minutes on 2 cores.
 test: test-packages $(STAMP) lint
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile
 
 bench: $(STAMP)
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
