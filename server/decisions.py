@@ -31,6 +31,7 @@ from client.states import DECIDED_STATUS, Decision, ExperimentStatus, RunKind, R
 from harness.result import RunResult
 from server.candidates import commit_message, find_same_train_py, queue_candidate
 from server.context import AppContext, Tx
+from server.crud import change_kinds
 from server.crud import noise as noise_crud
 from server.crud.experiments import agent_names
 from server.crud.project import current_best, load_project
@@ -38,7 +39,7 @@ from server.crud.runs import cancel_queued_runs, queue_runs, run_count
 from server.judge import Action, Comparison, Rule, Sample, Snapshot, Verdict, judge
 from server.judge import Run as JudgedRun
 from server.models import EXPERIMENTS, Experiment, Project, Run, utcnow
-from server.patches import PatchError, apply_patch, make_patch, parse_patch
+from server.patches import PatchError, carry_over
 from server.research_repo import blob_sha
 
 # The oldest experiment of a commit (by_commit), as the sample a candidate is compared with.
@@ -201,6 +202,9 @@ def _apply(
         "decision_reason": reason,
         "rebased_to_id": rebased_to,
         "finished_at": utcnow(),
+        "changes_parsed": change_kinds.record(
+            tx.session, ctx.repo, experiment.id, experiment.base_commit, experiment.commit_sha
+        ),
     }
 
 
@@ -213,7 +217,7 @@ def _rebase(
     own_source = ctx.repo.train_py(experiment.commit_sha).decode("utf-8")
     best_source = ctx.repo.train_py(project.best_commit).decode("utf-8")
     try:
-        moved_source = apply_patch(best_source, parse_patch(make_patch(base_source, own_source)))
+        moved_source = carry_over(base_source, own_source, best_source)
     except PatchError as exc:
         return Decision.STALE, f"{moved}; its change does not apply to the new best: {exc.detail}", None
     if moved_source == best_source:
@@ -275,6 +279,9 @@ def reapply_before_running(ctx: AppContext, tx: Tx, experiment_id: int, run_id: 
     experiment.status, experiment.decision = DECIDED_STATUS[decision], decision
     experiment.decision_reason, experiment.rebased_to_id, experiment.finished_at = reason, rebased_to, now
     experiment.best_before_commit = experiment.base_commit
+    experiment.changes_parsed = change_kinds.record(
+        tx.session, ctx.repo, experiment.id, experiment.base_commit, experiment.commit_sha
+    )
     run = tx.session.get(Run, run_id)
     assert run is not None
     run.status, run.finished_at, run.attempts = RunState.CANCELLED, now, run.attempts - 1

@@ -34,6 +34,7 @@ from server.core.openapi import install_openapi
 from server.core.problems import install_problem_handlers
 from server.core.rate_limit import PerCallerLimit
 from server.core.request_metrics import RequestTimer, request_times
+from server.crud import change_kinds
 from server.crud.leases import expire_leases
 from server.crud.project import load_project
 from server.crud.requeue import requeue_unmeasured_best
@@ -98,6 +99,7 @@ def build_context(settings: ServerSettings) -> AppContext:
         note_limit=PerCallerLimit(settings.notes_per_minute, window_s=60.0),
     )
     queue_what_the_best_is_due(context)
+    change_kinds.backfill(db, repo)
     return context
 
 

@@ -27,6 +27,7 @@ TABLES = {
     "runs",
     "noise_estimates",
     "notes",
+    "change_kinds",
 }
 
 
@@ -40,10 +41,10 @@ def _tables(url: str) -> set[str]:
 
 def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     upgrade(database_url)
-    assert current_revision(database_url) == "0006"
+    assert current_revision(database_url) == "0007"
     assert _tables(database_url) == TABLES
-    downgrade(database_url, "0004")  # notes go, everything else stays
-    assert _tables(database_url) == TABLES - {"notes"}
+    downgrade(database_url, "0004")  # notes and change kinds go, everything else stays
+    assert _tables(database_url) == TABLES - {"notes", "change_kinds"}
     downgrade(database_url, "base")
     assert current_revision(database_url) is None
     assert _tables(database_url) == set()

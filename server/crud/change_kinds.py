@@ -1,0 +1,190 @@
+"""What decided experiments changed (the change_kinds table): written when an experiment is
+decided, filled in for older ones when the server starts, and read for keep rates by kind of
+change and near misses.
+
+Summarising a change diffs and parses two train.py files (server/changes.py): milliseconds each
+(docs/benchmarks.md, "Keep rates and near misses"), far too slow to do for every experiment on
+every request, and cheap once per experiment. So the summary is stored once, as rows of kinds.
+
+Only what counts is read: decided experiments (kept, reverted or stale; a `rebased` one's change
+goes on as its copy) with a base, at least one of whose runs reported on the project's platform
+and harness.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from itertools import groupby
+from typing import Any
+
+from sqlalchemy import delete, exists, insert, select, update
+from sqlalchemy.orm import Session
+
+from client.states import Decision
+from server.changes import ChangeSummary, summarize
+from server.core.db import Database
+from server.keep_rates import Direction, Kind, Outcome, Part, kinds_of
+from server.models import CHANGE_KINDS, EXPERIMENTS, RESULTS
+from server.research_repo import ResearchRepo
+
+log = logging.getLogger(__name__)
+
+# A change that sets more constants (or touches more regions) than this is a rewrite, not a kind
+# of change: it counts under its first ones only, so that one submission cannot write thousands
+# of rows. Names longer than NAME_CHARS are cut (the column's size).
+MAX_KINDS_PER_PART = 64
+NAME_CHARS = 200
+BACKFILL_BATCH = 200
+COUNTED_DECISIONS = (Decision.KEEP, Decision.REVERT, Decision.STALE)
+
+
+def summary_of(repo: ResearchRepo, base_commit: str, commit: str) -> ChangeSummary:
+    return summarize(
+        repo.train_py(base_commit).decode("utf-8", "replace"),
+        repo.train_py(commit).decode("utf-8", "replace"),
+    )
+
+
+def rows_of(experiment_id: int, summary: ChangeSummary) -> list[dict[str, Any]]:
+    """The change_kinds rows of a change (at most MAX_KINDS_PER_PART of each part)."""
+    values = {change.name: (change.old, change.new) for change in summary.constants}
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    taken = dict.fromkeys(Part, 0)
+    for kind in kinds_of(summary):
+        name = kind.name[:NAME_CHARS]
+        if taken[kind.part] == MAX_KINDS_PER_PART or (kind.part, name) in rows:
+            continue
+        taken[kind.part] += 1
+        old, new = values.get(kind.name, (None, None))
+        rows[(kind.part, name)] = {
+            "experiment_id": experiment_id,
+            "part": kind.part.value,
+            "name": name,
+            "direction": kind.direction.value if kind.direction else None,
+            "old": _finite(old),
+            "new": _finite(new),
+        }
+    return list(rows.values())
+
+
+def _finite(value: float | None) -> float | None:
+    """A constant's value as a float column holds it (an int past the float range: unknown)."""
+    try:
+        return float(value) if value is not None else None
+    except OverflowError:
+        return None
+
+
+def record(
+    session: Session, repo: ResearchRepo, experiment_id: int, base: str | None, commit: str
+) -> bool | None:
+    """Store what an experiment's change made (replacing what was stored); its `changes_parsed`
+    value (None for the baseline, which changed nothing)."""
+    if base is None:
+        return None
+    summary = summary_of(repo, base, commit)
+    connection = session.connection()
+    connection.execute(delete(CHANGE_KINDS).where(CHANGE_KINDS.c.experiment_id == experiment_id))
+    rows = rows_of(experiment_id, summary)
+    if rows:
+        connection.execute(insert(CHANGE_KINDS), rows)
+    return summary.parsed
+
+
+def backfill(db: Database, repo: ResearchRepo) -> int:
+    """Summarise every decided experiment that has no summary yet (those decided before change_kinds
+    existed), a batch per transaction; how many."""
+    done = 0
+    while True:
+        with db.write() as session:
+            batch = session.execute(
+                select(EXPERIMENTS.c.id, EXPERIMENTS.c.base_commit, EXPERIMENTS.c.commit_sha)
+                .where(
+                    EXPERIMENTS.c.decision.is_not(None),
+                    EXPERIMENTS.c.base_commit.is_not(None),
+                    EXPERIMENTS.c.changes_parsed.is_(None),
+                )
+                .order_by(EXPERIMENTS.c.id)
+                .limit(BACKFILL_BATCH)
+            ).all()
+            for row in batch:
+                parsed = record(session, repo, row.id, row.base_commit, row.commit_sha)
+                session.execute(
+                    update(EXPERIMENTS).where(EXPERIMENTS.c.id == row.id).values(changes_parsed=parsed)
+                )
+        done += len(batch)
+        if len(batch) < BACKFILL_BATCH:
+            if done:
+                log.info("summarised the changes of %d decided experiments (keep rates, near misses)", done)
+            return done
+
+
+def _counted(platform: str | None, harness_id: str | None) -> Any:
+    """The experiments keep rates count (see the module's docstring)."""
+    on_the_platform = exists().where(
+        RESULTS.c.experiment_id == EXPERIMENTS.c.id,
+        RESULTS.c.device == platform,
+        RESULTS.c.harness_id == harness_id,
+    )
+    return (
+        EXPERIMENTS.c.decision.in_(COUNTED_DECISIONS)
+        & EXPERIMENTS.c.base_commit.is_not(None)
+        & EXPERIMENTS.c.changes_parsed.is_not(None)
+        & on_the_platform
+    )
+
+
+def outcomes(session: Session, platform: str | None, harness_id: str | None) -> list[Outcome]:
+    """Every counted experiment with its kinds, for keep_rates(): one query."""
+    statement = (
+        select(
+            EXPERIMENTS.c.id,
+            EXPERIMENTS.c.decision,
+            EXPERIMENTS.c.valid_runs,
+            EXPERIMENTS.c.effect,
+            EXPERIMENTS.c.effect_se,
+            EXPERIMENTS.c.changes_parsed,
+            CHANGE_KINDS.c.part,
+            CHANGE_KINDS.c.name,
+            CHANGE_KINDS.c.direction,
+        )
+        .select_from(EXPERIMENTS.outerjoin(CHANGE_KINDS, CHANGE_KINDS.c.experiment_id == EXPERIMENTS.c.id))
+        .where(_counted(platform, harness_id))
+        .order_by(EXPERIMENTS.c.id)
+    )
+    found = []
+    for _, group in groupby(session.execute(statement), key=lambda row: row.id):
+        rows = list(group)
+        first = rows[0]
+        found.append(
+            Outcome(
+                experiment_id=first.id,
+                kept=first.decision == Decision.KEEP,
+                measured=first.valid_runs > 0,
+                effect=first.effect,
+                se=first.effect_se,
+                kinds=tuple(
+                    Kind(Part(row.part), row.name, Direction(row.direction) if row.direction else None)
+                    for row in rows
+                    if row.part is not None
+                ),
+                parsed=bool(first.changes_parsed),
+            )
+        )
+    return found
+
+
+def stored(session: Session, experiment_ids: Sequence[int]) -> dict[int, list[Any]]:
+    """The stored kinds of these experiments, as rows (part, name, direction, old, new), by id."""
+    if not experiment_ids:
+        return {}
+    statement = (
+        select(CHANGE_KINDS)
+        .where(CHANGE_KINDS.c.experiment_id.in_(experiment_ids))
+        .order_by(CHANGE_KINDS.c.experiment_id, CHANGE_KINDS.c.part, CHANGE_KINDS.c.name)
+    )
+    found: dict[int, list[Any]] = {}
+    for row in session.execute(statement):
+        found.setdefault(row.experiment_id, []).append(row)
+    return found
