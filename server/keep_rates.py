@@ -127,10 +127,11 @@ def keep_rates(outcomes: Iterable[Outcome]) -> KeepRates:
     for outcome in outcomes:
         overall.add(outcome)
         unparsed += not outcome.parsed
+        kinds = set(outcome.kinds)
         per_part: dict[Part, int] = {}
-        for kind in set(outcome.kinds):
+        for kind in kinds:
             per_part[kind.part] = per_part.get(kind.part, 0) + 1
-        for kind in set(outcome.kinds):
+        for kind in kinds:
             entry = tallies.setdefault(kind, KindTally(kind))
             entry.tally.add(outcome)
             entry.alone += per_part[kind.part] == 1

@@ -154,23 +154,20 @@ def outcomes(session: Session, platform: str | None, harness_id: str | None) -> 
         .order_by(EXPERIMENTS.c.id)
     )
     found = []
-    for _, group in groupby(session.execute(statement), key=lambda row: row.id):
+    known: dict[tuple[str, str, str | None], Kind] = {}  # one Kind per kind: thousands of rows share them
+    for _, group in groupby(session.execute(statement), key=lambda row: row[0]):
         rows = list(group)
-        first = rows[0]
+        id_, decision, valid_runs, effect, se, parsed = rows[0][:6]
+        kinds = []
+        for *_, part, name, direction in rows:
+            if part is None:
+                continue  # an experiment with no kinds (nothing parsed): one row, without a kind
+            key = (part, name, direction)
+            if key not in known:
+                known[key] = Kind(Part(part), name, Direction(direction) if direction else None)
+            kinds.append(known[key])
         found.append(
-            Outcome(
-                experiment_id=first.id,
-                kept=first.decision == Decision.KEEP,
-                measured=first.valid_runs > 0,
-                effect=first.effect,
-                se=first.effect_se,
-                kinds=tuple(
-                    Kind(Part(row.part), row.name, Direction(row.direction) if row.direction else None)
-                    for row in rows
-                    if row.part is not None
-                ),
-                parsed=bool(first.changes_parsed),
-            )
+            Outcome(id_, decision == Decision.KEEP, valid_runs > 0, effect, se, tuple(kinds), bool(parsed))
         )
     return found
 

@@ -5,9 +5,11 @@ by kind of change, as the API and the pages show them. The rules are pure functi
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from client.states import Decision
@@ -50,7 +52,14 @@ def near_miss_list(session: Session, repo: ResearchRepo, sigmas: float, limit: i
     project = load_project(session)
     estimate = noise_crud.noise(session, project.platform, project.harness_id)
     noise_sigma = estimate.sigma if estimate is not None else None
-    statement = _REVERTED_AND_MEASURED.where(EXPERIMENTS.c.platform == project.platform)
+    # Most reverted experiments are clearly worse: only those that may pass the rule are read. The
+    # rule itself is near_misses(); this is a superset of it (a pooled se is at most
+    # sigma * sqrt(2), one run on each side).
+    se = EXPERIMENTS.c.effect_se
+    may_pass = se.is_not(None) & (EXPERIMENTS.c.effect < sigmas * se)
+    if noise_sigma is not None:
+        may_pass |= se.is_(None) & (EXPERIMENTS.c.effect < sigmas * noise_sigma * math.sqrt(2))
+    statement = _REVERTED_AND_MEASURED.where(EXPERIMENTS.c.platform == project.platform, may_pass)
     measured = [
         Measured(row.id, row.effect, row.effect_se, row.compared_runs, row.best_runs or 0)
         for row in session.execute(statement)
@@ -65,7 +74,6 @@ def near_miss_list(session: Session, repo: ResearchRepo, sigmas: float, limit: i
     names = agent_names(session, {e.agent_id for e in experiments.values() if e.agent_id is not None})
     kinds = change_kinds.stored(session, list(experiments))
     best = project.best_commit
-    best_source = repo.train_py(best).decode("utf-8", "replace") if best else None
     items = []
     for near in found:
         e = experiments[near.experiment_id]
@@ -84,7 +92,9 @@ def near_miss_list(session: Session, repo: ResearchRepo, sigmas: float, limit: i
                 val_bpb=e.val_bpb,
                 reference=e.best_before_commit,
                 reference_is_best=e.best_before_commit is not None and e.best_before_commit == best,
-                applies_to_best=_applies(repo, e, best_source),
+                applies_to_best=best is not None
+                and e.base_commit is not None
+                and applies_to(repo, e.base_commit, e.commit_sha, best),
                 reason=e.decision_reason,
                 changes=change_view(e.changes_parsed, kinds.get(e.id, [])),
                 finished_at=e.finished_at,
@@ -93,14 +103,15 @@ def near_miss_list(session: Session, repo: ResearchRepo, sigmas: float, limit: i
     return NearMissesOut(sigmas=sigmas, noise_sigma=noise_sigma, best=best, items=items)
 
 
-def _applies(repo: ResearchRepo, experiment: Experiment, best_source: str | None) -> bool:
-    """Whether the experiment's diff applies to the best's train.py and changes it."""
-    if best_source is None or experiment.base_commit is None:
-        return False
+@functools.lru_cache(maxsize=4096)
+def applies_to(repo: ResearchRepo, base: str, commit: str, best: str) -> bool:
+    """Whether the change from `base` to `commit` applies to `best` and changes it. Commits never
+    change, so the answer is cached (a diff of two train.py files takes milliseconds)."""
+    best_source = repo.train_py(best).decode("utf-8", "replace")
     try:
         moved = carry_over(
-            repo.train_py(experiment.base_commit).decode("utf-8", "replace"),
-            repo.train_py(experiment.commit_sha).decode("utf-8", "replace"),
+            repo.train_py(base).decode("utf-8", "replace"),
+            repo.train_py(commit).decode("utf-8", "replace"),
             best_source,
         )
     except PatchError:
@@ -131,7 +142,7 @@ def keep_rate_table(
 ) -> KeepRatesOut:
     """Keep rates by kind of change on the project's platform and harness (server/keep_rates.py)."""
     project = load_project(session)
-    rates: KeepRates = keep_rates(change_kinds.outcomes(session, project.platform, project.harness_id))
+    rates = _keep_rates(session, project.platform, project.harness_id)
     kinds = [
         entry
         for entry in rates.kinds
@@ -166,6 +177,28 @@ def keep_rate_table(
             for entry in kinds[:limit]
         ],
     )
+
+
+# The keep rates computed last, per database and project pins, with the state of the decided
+# experiments they were computed from. A decided experiment's kinds and outcome never change, so
+# the decided experiments' count and id sum (one aggregate) tell when to compute them again: the
+# agents page is fetched again on every decision, and computing them reads every counted
+# experiment (docs/benchmarks.md, "Keep rates and near misses").
+_COMPUTED: dict[tuple[str, str | None, str | None], tuple[tuple[int, int], KeepRates]] = {}
+_DECIDED = select(func.count(), func.coalesce(func.sum(EXPERIMENTS.c.id), 0)).where(
+    EXPERIMENTS.c.decision.is_not(None), EXPERIMENTS.c.changes_parsed.is_not(None)
+)
+
+
+def _keep_rates(session: Session, platform: str | None, harness_id: str | None) -> KeepRates:
+    place = (str(session.get_bind().url), platform, harness_id)
+    count, ids = session.execute(_DECIDED).one()
+    state = (int(count), int(ids))
+    computed = _COMPUTED.get(place)
+    if computed is None or computed[0] != state:
+        computed = state, keep_rates(change_kinds.outcomes(session, platform, harness_id))
+        _COMPUTED[place] = computed
+    return computed[1]
 
 
 def _best(tally: Tally) -> BestEffectOut | None:
