@@ -20,17 +20,15 @@ import argparse
 import random
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import uvicorn
 from sqlalchemy import insert, select, update
 
 from agent.mutation import mutate_constants
-from bench.pages import _free_port, new_project, p95, seed_experiments, timings
+from bench.pages import new_project, p95, seed_experiments, served, timings
 from server.core.db import Database, create_db_engine
 from server.crud import change_kinds, history
 from server.main import create_app
@@ -101,29 +99,19 @@ def main() -> None:
         summaries_ms = give_real_changes(db, repo, args.commits)
         repo.close()
         db.dispose()
-        port = _free_port()
         app = create_app(settings)
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.05)
-        try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
-                rates = client.get("/api/v1/keep-rates").json()
-                near = client.get("/api/v1/near-misses").json()
-                paths = ("/api/v1/leaderboard", "/api/v1/keep-rates", "/api/v1/near-misses", "/")
-                results = {path: timings(client, path, args.requests) for path in paths}
-                # As after a new decision: keep rates computed again, near misses' diffs redone.
-                results["/api/v1/keep-rates, recomputed"] = timings_after(
-                    client, "/api/v1/keep-rates", args.requests, history._COMPUTED.clear
-                )
-                results["/api/v1/near-misses, fresh"] = timings_after(
-                    client, "/api/v1/near-misses", args.requests, history.applies_to.cache_clear
-                )
-        finally:
-            server.should_exit = True
-            thread.join(timeout=10)
+        with served(app) as url, httpx.Client(base_url=url, timeout=120) as client:
+            rates = client.get("/api/v1/keep-rates").json()
+            near = client.get("/api/v1/near-misses").json()
+            paths = ("/api/v1/leaderboard", "/api/v1/keep-rates", "/api/v1/near-misses", "/")
+            results = {path: timings(client, path, args.requests) for path in paths}
+            # As after a new decision: keep rates computed again, near misses' diffs redone.
+            results["/api/v1/keep-rates, recomputed"] = timings_after(
+                client, "/api/v1/keep-rates", args.requests, history._COMPUTED.clear
+            )
+            results["/api/v1/near-misses, fresh"] = timings_after(
+                client, "/api/v1/near-misses", args.requests, history.applies_to.cache_clear
+            )
     reference = statistics.median(results["/api/v1/leaderboard"])
     print(
         f"{args.experiments:,} experiments, {rates['overall']['tried']:,} decided and counted, "

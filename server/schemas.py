@@ -504,27 +504,25 @@ class BestEffectOut(BaseModel):
     se: float | None
 
 
-class KeepRateOut(BaseModel):
+class TallyOut(BaseModel):
+    tried: int = Field(description="decided experiments counted (for a kind: whose change included it)")
+    measured: int = Field(description="of those, with a valid run")
+    kept: int
+    rate: float | None = Field(description="kept / tried")
+    best: BestEffectOut | None
+
+
+class KeepRateOut(TallyOut):
     """One kind of change: a constant moved one way, or a region touched."""
 
     part: Part
     name: str
     direction: Direction | None = Field(description="how the constant moved; null for regions")
-    tried: int = Field(description="decided experiments whose change included this kind")
-    measured: int = Field(description="of those, with a valid run")
-    kept: int
     alone: int = Field(description="tried as the change's only constant (or its only region)")
-    rate: float | None = Field(description="kept / tried")
-    best: BestEffectOut | None
 
 
-class KeepRateTotalsOut(BaseModel):
-    tried: int = Field(description="decided experiments counted, each once")
-    measured: int
-    kept: int
+class KeepRateTotalsOut(TallyOut):
     unparsed: int = Field(description="of those, changes whose train.py did not parse: in no kind")
-    rate: float | None
-    best: BestEffectOut | None
 
 
 class KeepRatesOut(BaseModel):

@@ -153,26 +153,15 @@ def keep_rate_table(
     return KeepRatesOut(
         platform=project.platform,
         harness_id=project.harness_id,
-        overall=KeepRateTotalsOut(
-            tried=rates.overall.tried,
-            measured=rates.overall.measured,
-            kept=rates.overall.kept,
-            unparsed=rates.unparsed,
-            rate=rates.overall.rate,
-            best=_best(rates.overall),
-        ),
+        overall=KeepRateTotalsOut(unparsed=rates.unparsed, **_tally(rates.overall)),
         kinds_total=len(kinds),
         kinds=[
             KeepRateOut(
                 part=entry.kind.part,
                 name=entry.kind.name,
                 direction=entry.kind.direction,
-                tried=entry.tally.tried,
-                measured=entry.tally.measured,
-                kept=entry.tally.kept,
                 alone=entry.alone,
-                rate=entry.tally.rate,
-                best=_best(entry.tally),
+                **_tally(entry.tally),
             )
             for entry in kinds[:limit]
         ],
@@ -201,6 +190,14 @@ def _keep_rates(session: Session, platform: str | None, harness_id: str | None) 
     return computed[1]
 
 
-def _best(tally: Tally) -> BestEffectOut | None:
+def _tally(tally: Tally) -> dict[str, Any]:
     best = tally.best
-    return BestEffectOut(experiment_id=best.experiment_id, effect=best.effect, se=best.se) if best else None
+    return {
+        "tried": tally.tried,
+        "measured": tally.measured,
+        "kept": tally.kept,
+        "rate": tally.rate,
+        "best": BestEffectOut(experiment_id=best.experiment_id, effect=best.effect, se=best.se)
+        if best
+        else None,
+    }

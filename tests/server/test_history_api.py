@@ -61,12 +61,17 @@ def play_history(live: Live) -> dict[str, int]:
     return ids
 
 
-def test_near_misses_are_the_reverted_changes_within_the_noise_most_promising_first(
-    live_factory, database_url: str
-) -> None:
+@pytest.fixture
+def played(live_factory, database_url: str) -> tuple[Client, dict[str, int]]:  # type: ignore[no-untyped-def]
+    """A server on SQLite, then PostgreSQL, with the history played: a reader client, the ids."""
     live = live_factory(database_url, SOURCE, **NOISE)
-    ids = play_history(live)
-    reader = Client(live.url)
+    return Client(live.url), play_history(live)
+
+
+def test_near_misses_are_the_reverted_changes_within_the_noise_most_promising_first(
+    played: tuple[Client, dict[str, int]],
+) -> None:
+    reader, ids = played
     found = reader.near_misses()
     assert found["sigmas"] == 1.0 and found["noise_sigma"] > 0
     assert found["best"] == reader.best()["commit"]
@@ -116,11 +121,9 @@ def _kinds(rates: dict) -> list[tuple]:
 
 
 def test_keep_rates_count_each_decided_change_under_each_of_its_kinds(
-    live_factory, database_url: str
+    played: tuple[Client, dict[str, int]],
 ) -> None:
-    live = live_factory(database_url, SOURCE, **NOISE)
-    ids = play_history(live)
-    reader = Client(live.url)
+    reader, ids = played
     rates = reader.keep_rates()
     assert (rates["platform"], rates["harness_id"]) == ("cpu", "test-harness")
     overall = rates["overall"]
