@@ -9,9 +9,9 @@ is summarised once, timed: diffing every experiment on every request would cost 
 the experiments) and, for the reverted ones, a standard error, so that some are near misses.
 The app then runs in uvicorn and GET /api/v1/keep-rates, GET /api/v1/near-misses, GET / (which
 lists near misses) and, as the reference measured in the same run, GET /api/v1/leaderboard are
-timed over HTTP, repeated (keep rates from the cache, the near misses' diffs cached) and fresh,
-as right after a new decision (keep rates computed again, every listed diff applied to the best
-again). Figures depend on the machine and its load; compare the ratios.
+timed over HTTP, repeated (both from their caches) and fresh, as right after a new decision (keep
+rates computed again; every near miss found again and its diff applied to the best again).
+Figures depend on the machine and its load; compare the ratios.
 """
 
 from __future__ import annotations
@@ -70,6 +70,11 @@ def give_real_changes(db: Database, repo: ResearchRepo, commits: int, seed: int 
     return [ms for _, _, ms in changes]
 
 
+def forget_near_misses() -> None:
+    history.NEAR_MISSES.clear()
+    history.applies_to.cache_clear()
+
+
 def timings_after(
     client: httpx.Client, path: str, requests: int, before: Callable[[], object]
 ) -> list[float]:
@@ -107,10 +112,10 @@ def main() -> None:
             results = {path: timings(client, path, args.requests) for path in paths}
             # As after a new decision: keep rates computed again, near misses' diffs redone.
             results["/api/v1/keep-rates, recomputed"] = timings_after(
-                client, "/api/v1/keep-rates", args.requests, history._COMPUTED.clear
+                client, "/api/v1/keep-rates", args.requests, history.KEEP_RATES.clear
             )
             results["/api/v1/near-misses, fresh"] = timings_after(
-                client, "/api/v1/near-misses", args.requests, history.applies_to.cache_clear
+                client, "/api/v1/near-misses", args.requests, forget_near_misses
             )
     reference = statistics.median(results["/api/v1/leaderboard"])
     print(

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
+from cachetools import LRUCache
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -19,7 +22,7 @@ from server.crud.experiments import BASELINE_AGENT, agent_names
 from server.crud.project import load_project
 from server.keep_rates import Direction, KeepRates, Part, Tally, keep_rates
 from server.models import EXPERIMENTS, Experiment
-from server.near_misses import Measured, near_misses
+from server.near_misses import Measured, NearMiss, near_misses
 from server.patches import PatchError, carry_over
 from server.research_repo import ResearchRepo
 from server.schemas import (
@@ -33,6 +36,7 @@ from server.schemas import (
     NearMissOut,
 )
 
+T = TypeVar("T")
 _REVERTED_AND_MEASURED = select(
     EXPERIMENTS.c.id,
     EXPERIMENTS.c.effect,
@@ -60,11 +64,16 @@ def near_miss_list(session: Session, repo: ResearchRepo, sigmas: float, limit: i
     if noise_sigma is not None:
         may_pass |= se.is_(None) & (EXPERIMENTS.c.effect < sigmas * noise_sigma * math.sqrt(2))
     statement = _REVERTED_AND_MEASURED.where(EXPERIMENTS.c.platform == project.platform, may_pass)
-    measured = [
-        Measured(row.id, row.effect, row.effect_se, row.compared_runs, row.best_runs or 0)
-        for row in session.execute(statement)
-    ]
-    found = near_misses(measured, sigmas, noise_sigma)[:limit]
+
+    def ranked() -> list[NearMiss]:
+        measured = [
+            Measured(row.id, row.effect, row.effect_se, row.compared_runs, row.best_runs or 0)
+            for row in session.execute(statement)
+        ]
+        return near_misses(measured, sigmas, noise_sigma)
+
+    # The pooled noise changes with runs, not decisions: it is one of the arguments.
+    found = NEAR_MISSES.get(session, (project.platform, sigmas, noise_sigma), ranked)[:limit]
     experiments = {
         e.id: e
         for e in session.scalars(
@@ -142,7 +151,10 @@ def keep_rate_table(
 ) -> KeepRatesOut:
     """Keep rates by kind of change on the project's platform and harness (server/keep_rates.py)."""
     project = load_project(session)
-    rates = _keep_rates(session, project.platform, project.harness_id)
+    pins = (project.platform, project.harness_id)
+    rates: KeepRates = KEEP_RATES.get(
+        session, pins, lambda: keep_rates(change_kinds.outcomes(session, *pins))
+    )
     kinds = [
         entry
         for entry in rates.kinds
@@ -168,26 +180,44 @@ def keep_rate_table(
     )
 
 
-# The keep rates computed last, per database and project pins, with the state of the decided
-# experiments they were computed from. A decided experiment's kinds and outcome never change, so
-# the decided experiments' count and id sum (one aggregate) tell when to compute them again: the
-# agents page is fetched again on every decision, and computing them reads every counted
-# experiment (docs/benchmarks.md, "Keep rates and near misses").
-_COMPUTED: dict[tuple[str, str | None, str | None], tuple[tuple[int, int], KeepRates]] = {}
 _DECIDED = select(func.count(), func.coalesce(func.sum(EXPERIMENTS.c.id), 0)).where(
     EXPERIMENTS.c.decision.is_not(None), EXPERIMENTS.c.changes_parsed.is_not(None)
 )
 
 
-def _keep_rates(session: Session, platform: str | None, harness_id: str | None) -> KeepRates:
-    place = (str(session.get_bind().url), platform, harness_id)
-    count, ids = session.execute(_DECIDED).one()
-    state = (int(count), int(ids))
-    computed = _COMPUTED.get(place)
-    if computed is None or computed[0] != state:
-        computed = state, keep_rates(change_kinds.outcomes(session, platform, harness_id))
-        _COMPUTED[place] = computed
-    return computed[1]
+class SinceLastDecision:
+    """What was computed last from the decided experiments, per database and arguments.
+
+    A decided experiment's kinds, outcome and judgement never change, so the decided experiments'
+    count and id sum (one aggregate) say when to compute again. Pages are fetched again on every
+    decision, and computing reads every counted experiment: thousands of rows
+    (docs/benchmarks.md, "Keep rates and near misses").
+    """
+
+    def __init__(self, size: int = 64) -> None:
+        # Bounded: the arguments come from query strings (another `sigmas`, another entry).
+        self._computed: LRUCache[tuple[Any, ...], tuple[tuple[int, int], Any]] = LRUCache(maxsize=size)
+        self._lock = threading.Lock()
+
+    def get(self, session: Session, arguments: tuple[Any, ...], compute: Callable[[], T]) -> T:
+        place = (str(session.get_bind().url), *arguments)
+        count, ids = session.execute(_DECIDED).one()
+        state = (int(count), int(ids))
+        with self._lock:  # cachetools' caches are not thread-safe; requests run in threads
+            computed = self._computed.get(place)
+        if computed is None or computed[0] != state:
+            computed = state, compute()  # two requests at once may both compute: the same answer
+            with self._lock:
+                self._computed[place] = computed
+        return cast(T, computed[1])
+
+    def clear(self) -> None:
+        with self._lock:
+            self._computed.clear()
+
+
+KEEP_RATES = SinceLastDecision()
+NEAR_MISSES = SinceLastDecision()
 
 
 def _tally(tally: Tally) -> dict[str, Any]:

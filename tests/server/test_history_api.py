@@ -204,3 +204,18 @@ def test_a_server_start_fills_in_the_changes_of_experiments_decided_before_chang
             assert reader.keep_rates()["overall"]["tried"] == 5
     finally:
         again.state.ctx.db.dispose()
+
+
+def test_what_is_cached_follows_every_new_decision(live_factory) -> None:  # type: ignore[no-untyped-def]
+    """Keep rates and near misses are kept between requests until the decided experiments change."""
+    live = live_factory(None, SOURCE, **NOISE)
+    worker, agent, reader = sim_worker(live), live.client("agent"), Client(live.url)
+    for value in (1.0, 1.002, 0.998):
+        worker.run_next(value)
+    assert reader.keep_rates()["overall"]["tried"] == 0 and reader.near_misses()["items"] == []
+    for n, value in enumerate((0.9995, 1.0003), 1):
+        near = agent.submit(f"decay {n}", train_py=_change(DECAY=0.5 + n / 10))["id"]
+        assert worker.run_next(value)["decision"] == "revert"
+        assert reader.keep_rates()["overall"]["tried"] == n
+        assert reader.keep_rates(part="constant")["kinds"][0]["tried"] == n
+        assert near in [item["experiment_id"] for item in reader.near_misses()["items"]]
