@@ -31,7 +31,6 @@ from client.states import DECIDED_STATUS, Decision, ExperimentStatus, RunKind, R
 from harness.result import RunResult
 from server.candidates import commit_message, find_same_train_py, queue_candidate
 from server.context import AppContext, Tx
-from server.crud import change_kinds
 from server.crud import noise as noise_crud
 from server.crud.experiments import agent_names
 from server.crud.project import current_best, load_project
@@ -202,9 +201,6 @@ def _apply(
         "decision_reason": reason,
         "rebased_to_id": rebased_to,
         "finished_at": utcnow(),
-        "changes_parsed": change_kinds.record(
-            tx.session, ctx.repo, experiment.id, experiment.base_commit, experiment.commit_sha
-        ),
     }
 
 
@@ -279,9 +275,6 @@ def reapply_before_running(ctx: AppContext, tx: Tx, experiment_id: int, run_id: 
     experiment.status, experiment.decision = DECIDED_STATUS[decision], decision
     experiment.decision_reason, experiment.rebased_to_id, experiment.finished_at = reason, rebased_to, now
     experiment.best_before_commit = experiment.base_commit
-    experiment.changes_parsed = change_kinds.record(
-        tx.session, ctx.repo, experiment.id, experiment.base_commit, experiment.commit_sha
-    )
     run = tx.session.get(Run, run_id)
     assert run is not None
     run.status, run.finished_at, run.attempts = RunState.CANCELLED, now, run.attempts - 1

@@ -99,7 +99,10 @@ def build_context(settings: ServerSettings) -> AppContext:
         note_limit=PerCallerLimit(settings.notes_per_minute, window_s=60.0),
     )
     queue_what_the_best_is_due(context)
-    change_kinds.backfill(db, repo)
+    # Experiments decided before change_kinds existed, or while no server ran to summarise them.
+    summarised = change_kinds.summarise_pending(context)
+    if summarised:
+        log.info("summarised the changes of %d decided experiments (keep rates, near misses)", summarised)
     return context
 
 
@@ -162,6 +165,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             asyncio.create_task(_sweep_leases(ctx)),
             asyncio.create_task(ctx.totals.keep_fresh(ctx)),
             asyncio.create_task(ctx.fleet.keep_counted(lambda: online_count(ctx))),
+            asyncio.create_task(change_kinds.keep_summarised(ctx)),
         ]
         try:
             async with mcp_sessions.run():

@@ -116,6 +116,8 @@ class Experiment(Base):
         Index("ix_experiments_bpb", "val_bpb"),
         # by_commit and measured_bpb: the oldest experiment of a commit, one index lookup.
         Index("ix_experiments_commit", "commit_sha", "id"),
+        # Decided experiments whose change is not summarised yet (server/crud/change_kinds.py).
+        Index("ix_experiments_changes_parsed", "changes_parsed", "id"),
         # GET /experiments?status=... pages newest first.
         Index("ix_experiments_status_id", "status", "id"),
         # Per-agent standings read only this index (no table lookups) over all experiments.
@@ -163,7 +165,7 @@ class Experiment(Base):
     val_bpb_m2: Mapped[float] = mapped_column(Float, default=0.0)
     platform: Mapped[str | None] = mapped_column(String(200))
     # Whether both train.py files of its change parsed (server/changes.py), once decided and
-    # summarized into change_kinds; None until then.
+    # summarised into change_kinds; None until then.
     changes_parsed: Mapped[bool | None] = mapped_column(Boolean)
 
 
@@ -323,9 +325,9 @@ class Note(Base):
 
 class ChangeKind(Base):
     """One kind of change a decided experiment made (server/keep_rates.py): a constant it set, with
-    the way its value moved and both values, or a region of train.py it touched. Written when the
-    experiment is decided (server/crud/change_kinds.py), so that keep rates and near misses never
-    diff train.py files on a request."""
+    the way its value moved and both values, or a region of train.py it touched. Written shortly
+    after the experiment is decided (server/crud/change_kinds.py), so that keep rates and near
+    misses never diff train.py files on a request."""
 
     __tablename__ = "change_kinds"
 

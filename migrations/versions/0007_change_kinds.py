@@ -1,7 +1,7 @@
 """change_kinds and experiments.changes_parsed: what each decided experiment changed, stored for
 keep rates by kind of change and near misses (issue 16). Existing decided experiments are filled
-in when the server starts (server/crud/change_kinds.py, `backfill`): that needs the research
-repo, which a migration does not see.
+in when the server starts (server/crud/change_kinds.py, `summarise_pending`): that needs the
+research repo, which a migration does not see.
 
 Revision ID: 0007
 Revises: 0006
@@ -21,6 +21,8 @@ depends_on = None
 
 def upgrade() -> None:
     op.add_column("experiments", sa.Column("changes_parsed", sa.Boolean(), nullable=True))
+    with op.batch_alter_table("experiments") as batch:
+        batch.create_index("ix_experiments_changes_parsed", ["changes_parsed", "id"], unique=False)
     op.create_table(
         "change_kinds",
         sa.Column("experiment_id", sa.Integer(), nullable=False),
@@ -37,4 +39,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("change_kinds")
     with op.batch_alter_table("experiments") as batch:
+        batch.drop_index("ix_experiments_changes_parsed")
         batch.drop_column("changes_parsed")

@@ -1,10 +1,12 @@
-"""What decided experiments changed (the change_kinds table): written when an experiment is
-decided, filled in for older ones when the server starts, and read for keep rates by kind of
-change and near misses.
+"""What decided experiments changed (the change_kinds table): written shortly after each decision
+by a background task, and at start for experiments decided before change_kinds existed; read for
+keep rates and near misses.
 
-Summarising a change diffs and parses two train.py files (server/changes.py): milliseconds each
-(docs/benchmarks.md, "Keep rates and near misses"), far too slow to do for every experiment on
-every request, and cheap once per experiment. So the summary is stored once, as rows of kinds.
+Summarising a change diffs and parses two train.py files (server/changes.py): tens of
+milliseconds each (docs/benchmarks.md, "Keep rates and near misses"), far too slow to do for
+every experiment on every request, and too slow for a result's transaction (on SQLite every
+other writer would wait on it). So each change is summarised once, outside any transaction, and
+stored as rows of kinds; the experiment's `changes_parsed` says that it was.
 
 Only what counts is read: decided experiments (kept, reverted or stale; a `rebased` one's change
 goes on as its copy) with a base, at least one of whose runs reported on the project's platform
@@ -13,20 +15,22 @@ and harness.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from itertools import groupby
 from typing import Any
 
-from sqlalchemy import delete, exists, insert, select, update
+from sqlalchemy import bindparam, delete, exists, insert, select, update
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from client.states import Decision
 from server.changes import ChangeSummary, summarize
-from server.core.db import Database
+from server.context import AppContext
 from server.keep_rates import Direction, Kind, Outcome, Part, kinds_of
 from server.models import CHANGE_KINDS, EXPERIMENTS, RESULTS
-from server.research_repo import ResearchRepo
+from server.research_repo import ResearchRepo, UnknownCommit
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +39,8 @@ log = logging.getLogger(__name__)
 # of rows. Names longer than NAME_CHARS are cut (the column's size).
 MAX_KINDS_PER_PART = 64
 NAME_CHARS = 200
-BACKFILL_BATCH = 200
+BATCH = 200  # experiments summarised per write transaction
+SWEEP_SECONDS = 1.0  # how soon after its decision an experiment's change is summarised
 COUNTED_DECISIONS = (Decision.KEEP, Decision.REVERT, Decision.STALE)
 
 
@@ -76,48 +81,71 @@ def _finite(value: float | None) -> float | None:
         return None
 
 
-def record(
-    session: Session, repo: ResearchRepo, experiment_id: int, base: str | None, commit: str
-) -> bool | None:
-    """Store what an experiment's change made (replacing what was stored); its `changes_parsed`
-    value (None for the baseline, which changed nothing)."""
-    if base is None:
-        return None
-    summary = summary_of(repo, base, commit)
-    connection = session.connection()
-    connection.execute(delete(CHANGE_KINDS).where(CHANGE_KINDS.c.experiment_id == experiment_id))
-    rows = rows_of(experiment_id, summary)
-    if rows:
-        connection.execute(insert(CHANGE_KINDS), rows)
-    return summary.parsed
+_PENDING = (
+    select(EXPERIMENTS.c.id, EXPERIMENTS.c.base_commit, EXPERIMENTS.c.commit_sha)
+    .where(
+        EXPERIMENTS.c.changes_parsed.is_(None),  # ix_experiments_changes_parsed
+        EXPERIMENTS.c.decision.is_not(None),
+        EXPERIMENTS.c.base_commit.is_not(None),
+    )
+    .order_by(EXPERIMENTS.c.id)
+    .limit(bindparam("n"))
+)
+_MARK = (
+    update(EXPERIMENTS)
+    .where(EXPERIMENTS.c.id == bindparam("experiment_id"))
+    .values(changes_parsed=bindparam("parsed"))
+)
 
 
-def backfill(db: Database, repo: ResearchRepo) -> int:
-    """Summarise every decided experiment that has no summary yet (those decided before change_kinds
-    existed), a batch per transaction; how many."""
+def summarise_pending(ctx: AppContext, batch: int = BATCH) -> int:
+    """Store what every decided experiment without a summary changed; how many.
+
+    A batch at a time: the summaries are made outside any transaction (tens of milliseconds each,
+    so the database's writers never wait on them), then written in one short transaction that
+    announces each experiment with a `summarised` event.
+    """
     done = 0
     while True:
-        with db.write() as session:
-            batch = session.execute(
-                select(EXPERIMENTS.c.id, EXPERIMENTS.c.base_commit, EXPERIMENTS.c.commit_sha)
-                .where(
-                    EXPERIMENTS.c.decision.is_not(None),
-                    EXPERIMENTS.c.base_commit.is_not(None),
-                    EXPERIMENTS.c.changes_parsed.is_(None),
-                )
-                .order_by(EXPERIMENTS.c.id)
-                .limit(BACKFILL_BATCH)
-            ).all()
-            for row in batch:
-                parsed = record(session, repo, row.id, row.base_commit, row.commit_sha)
-                session.execute(
-                    update(EXPERIMENTS).where(EXPERIMENTS.c.id == row.id).values(changes_parsed=parsed)
-                )
-        done += len(batch)
-        if len(batch) < BACKFILL_BATCH:
-            if done:
-                log.info("summarised the changes of %d decided experiments (keep rates, near misses)", done)
+        with ctx.db.read() as session:
+            pending = session.execute(_PENDING, {"n": batch}).all()
+        if not pending:
             return done
+        summaries = {row.id: _summary(ctx.repo, row.base_commit, row.commit_sha) for row in pending}
+        rows = [kind for id_, summary in summaries.items() for kind in rows_of(id_, summary)]
+        with ctx.transaction() as tx:
+            connection = tx.session.connection()
+            connection.execute(delete(CHANGE_KINDS).where(CHANGE_KINDS.c.experiment_id.in_(list(summaries))))
+            if rows:
+                connection.execute(insert(CHANGE_KINDS), rows)
+            marks = [{"experiment_id": id_, "parsed": summary.parsed} for id_, summary in summaries.items()]
+            connection.execute(_MARK, marks)
+            for id_ in summaries:
+                tx.emit("summarised", experiment_id=id_)
+        done += len(pending)
+
+
+def _summary(repo: ResearchRepo, base: str, commit: str) -> ChangeSummary:
+    try:
+        return summary_of(repo, base, commit)
+    except UnknownCommit:  # the research repo lost a commit: nothing is known, and never asked again
+        log.warning("no train.py at %s or %s: its change is not summarised", base, commit)
+        return ChangeSummary(constants=(), regions=(), removed=(), added=(), parsed=False)
+
+
+async def keep_summarised(ctx: AppContext) -> None:
+    """Summarise newly decided experiments in the background: every SWEEP_SECONDS when an event
+    was published since the last sweep (a decision is an event)."""
+    seen = -1
+    while True:
+        await asyncio.sleep(SWEEP_SECONDS)
+        if ctx.bus.last_event_id == seen:
+            continue
+        seen = ctx.bus.last_event_id
+        try:
+            await run_in_threadpool(summarise_pending, ctx)
+        except Exception:  # keep sweeping; the next sweep takes the batch up again
+            log.exception("summarising the changes of decided experiments failed")
 
 
 def _counted(platform: str | None, harness_id: str | None) -> Any:

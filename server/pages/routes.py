@@ -32,6 +32,7 @@ router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 # The events that change what each page shows; pages refresh their live sections on them.
 DECISION_EVENTS = "finished,kept,reverted,rebased,stale"
 LEADERBOARD_EVENTS = f"queued,started,{DECISION_EVENTS}"
+SUMMARISED = "summarised"  # near misses and keep rates count a decision once its change is summarised
 LOG_LIMIT = 200_000  # characters of the log shown on the page; the API's /log has all of it
 NOTES_SHOWN = 100  # notes per page (the newest); GET /api/v1/notes pages through all of them
 NEAR_MISSES_SHOWN = 10  # on the leaderboard, most promising first; GET /api/v1/near-misses has more
@@ -86,7 +87,7 @@ def leaderboard(
         "leaderboard.html",
         {
             "nav": "leaderboard",
-            "live_events": LEADERBOARD_EVENTS,
+            "live_events": f"{LEADERBOARD_EVENTS},{SUMMARISED}",
             "summary": summary,
             "chart": plotted.markup,
             "table": table,
@@ -156,7 +157,7 @@ def agents_page(request: Request, ctx: Ctx, _reader: Reader) -> HTMLResponse:
         "agents.html",
         {
             "nav": "agents",
-            "live_events": DECISION_EVENTS,
+            "live_events": f"{DECISION_EVENTS},{SUMMARISED}",
             "agents": rows,
             "contributions": contributions,
             "rates": rates,

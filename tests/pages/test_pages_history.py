@@ -1,9 +1,11 @@
 """Near misses on the leaderboard and keep rates on the agents page, in a real browser (Debian's
 headless Chromium) against a real server judging with the noise-aware rule: what each shows, and
-a new near miss appearing on an open leaderboard without a reload."""
+a new near miss appearing on an open leaderboard without a reload (once its change is summarised,
+which a `summarised` event announces)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -27,6 +29,14 @@ def decide(lab: Research, experiment_id: int, *values: float) -> dict:
     return answer
 
 
+def summarised(lab: Research, decided: int, timeout_s: float = 30.0) -> None:
+    """Wait until the server has summarised `decided` changes (a background task, after each decision)."""
+    deadline = time.monotonic() + timeout_s
+    while lab.agent("alice").keep_rates()["overall"]["tried"] < decided:
+        assert time.monotonic() < deadline, "the decided changes were not summarised in time"
+        time.sleep(0.1)
+
+
 @pytest.fixture(scope="module")
 def research(
     tmp_path_factory: pytest.TempPathFactory,
@@ -40,6 +50,7 @@ def research(
         assert decide(lab, ids["near"], 0.9985, 0.9995)["decision"] == "revert"
         ids["worse"] = lab.submit("matrix lr, worse", agent="bob")
         assert decide(lab, ids["worse"], 1.006)["decision"] == "revert"
+        summarised(lab, 2)
         yield server, lab, ids
         lab.close()
 

@@ -1,17 +1,21 @@
 """Near misses and keep rates through a live server on SQLite and PostgreSQL (GET /near-misses,
 GET /keep-rates, the SDK): real submissions judged by the noise-aware rule from the results a
-simulated worker reports; the change_kinds store filled at decision time, and filled in again by
-the server's start after a downgrade to the schema before it (migration 0007)."""
+simulated worker reports; the change_kinds store filled by the server's background task after
+each decision, and filled in again by the server's start after a downgrade to the schema before
+it (migration 0007)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy import func, select
 
 from client import ApiError, Client
 from server.core.migrate import downgrade
 from server.main import create_app
+from server.models import Experiment
 from tests.server.conftest import (
     BASELINE,
     Live,
@@ -58,7 +62,24 @@ def play_history(live: Live) -> dict[str, int]:
     kept = tried("depth and lr up", _change(DEPTH=5, LEARNING_RATE=0.03), 0.990, 0.991)
     assert kept["decision"] == "keep"
     worker.run_next(0.9905)  # the new best's third run
+    summarised(live)
     return ids
+
+
+def summarised(live: Live, timeout_s: float = 30.0) -> None:
+    """Wait until the server's background task has summarised every decided experiment's change."""
+    pending = select(func.count()).where(
+        Experiment.decision.is_not(None),
+        Experiment.base_commit.is_not(None),
+        Experiment.changes_parsed.is_(None),
+    )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with live.ctx.db.read() as session:
+            if session.scalar(pending) == 0:
+                return
+        assert time.monotonic() < deadline, "decided experiments were not summarised in time"
+        time.sleep(0.1)
 
 
 @pytest.fixture
@@ -216,6 +237,7 @@ def test_what_is_cached_follows_every_new_decision(live_factory) -> None:  # typ
     for n, value in enumerate((0.9995, 1.0003), 1):
         near = agent.submit(f"decay {n}", train_py=_change(DECAY=0.5 + n / 10))["id"]
         assert worker.run_next(value)["decision"] == "revert"
+        summarised(live)
         assert reader.keep_rates()["overall"]["tried"] == n
         assert reader.keep_rates(part="constant")["kinds"][0]["tried"] == n
         assert near in [item["experiment_id"] for item in reader.near_misses()["items"]]
