@@ -24,7 +24,7 @@ from server.keep_rates import Direction, KeepRates, Part, Tally, keep_rates
 from server.models import EXPERIMENTS, Experiment
 from server.near_misses import Measured, NearMiss, near_misses
 from server.patches import PatchError, carry_over
-from server.research_repo import ResearchRepo
+from server.research_repo import ResearchRepo, UnknownCommit
 from server.schemas import (
     BestEffectOut,
     ChangeOut,
@@ -116,14 +116,14 @@ def near_miss_list(session: Session, repo: ResearchRepo, sigmas: float, limit: i
 def applies_to(repo: ResearchRepo, base: str, commit: str, best: str) -> bool:
     """Whether the change from `base` to `commit` applies to `best` and changes it. Commits never
     change, so the answer is cached (a diff of two train.py files takes milliseconds)."""
-    best_source = repo.train_py(best).decode("utf-8", "replace")
     try:
+        best_source = repo.train_py(best).decode("utf-8", "replace")
         moved = carry_over(
             repo.train_py(base).decode("utf-8", "replace"),
             repo.train_py(commit).decode("utf-8", "replace"),
             best_source,
         )
-    except PatchError:
+    except (PatchError, UnknownCommit):  # UnknownCommit: the research repo lost one of them
         return False
     return moved != best_source
 
