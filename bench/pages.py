@@ -25,6 +25,8 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -225,6 +227,21 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@contextmanager
+def served(app: FastAPI) -> Iterator[str]:
+    """Run `app` in uvicorn on a free local port, in a thread; yield its URL."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=_free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
 def timings(client: httpx.Client, path: str, requests: int) -> list[float]:
     """Milliseconds per request, after two warm-up requests (caches, first-use imports)."""
     for _ in range(2):
@@ -280,23 +297,15 @@ def main() -> None:
         started = time.perf_counter()
         seed_experiments(db, args.experiments)
         print(f"seeded {args.experiments:,} experiments in {time.perf_counter() - started:.1f} s")
-        port = _free_port()
         app = create_app(settings)
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.05)
         try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            with served(app) as url, httpx.Client(base_url=url, timeout=60) as client:
                 size = len(client.get("/").content)
                 results = {path: timings(client, path, args.requests)
                            for path in ("/", "/api/v1/healthz", "/api/v1/leaderboard")}  # fmt: skip
                 results["/ after a new result"] = timings_after_results(client, db, args.requests)
                 results["/ chart from scratch"] = timings_from_scratch(client, app, args.requests)
         finally:
-            server.should_exit = True
-            thread.join(timeout=10)
             db.dispose()
     page = statistics.median(results["/"])
     print(

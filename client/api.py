@@ -250,6 +250,21 @@ class Client:
         }
         return self._json("GET", "/notes", params={k: v for k, v in params.items() if v is not None})
 
+    def near_misses(self, *, sigmas: float | None = None, limit: int = 20) -> JSON:
+        """`{sigmas, noise_sigma, best, items}`: reverted experiments that may still be better than
+        what they were measured against (effect - sigmas * se < 0), most promising first, with what
+        each changed: candidates to combine."""
+        params = {"sigmas": sigmas, "limit": limit}
+        return self._json("GET", "/near-misses", params={k: v for k, v in params.items() if v is not None})
+
+    def keep_rates(
+        self, *, part: str | None = None, name: str | None = None, min_tried: int = 1, limit: int = 100
+    ) -> JSON:
+        """`{platform, harness_id, overall, kinds_total, kinds}`: tried, measured and kept per
+        constant and direction (`part="constant"`) and per region (`part="region"`), most tried first."""
+        params = {"part": part, "name": name, "min_tried": min_tried, "limit": limit}
+        return self._json("GET", "/keep-rates", params={k: v for k, v in params.items() if v is not None})
+
     def results_tsv(self) -> str:
         return self._send("GET", "/results.tsv").text
 

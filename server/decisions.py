@@ -38,7 +38,7 @@ from server.crud.runs import cancel_queued_runs, queue_runs, repeat_count, run_c
 from server.judge import Action, Comparison, Reference, Rule, Sample, Snapshot, Verdict, judge
 from server.judge import Run as JudgedRun
 from server.models import EXPERIMENTS, Experiment, Project, Run, utcnow
-from server.patches import PatchError, apply_patch, make_patch, parse_patch
+from server.patches import PatchError, carry_over
 from server.research_repo import blob_sha
 
 # The oldest experiment of a commit (by_commit), as the sample a candidate is compared with.
@@ -235,7 +235,7 @@ def _rebase(
     own_source = ctx.repo.train_py(experiment.commit_sha).decode("utf-8")
     best_source = ctx.repo.train_py(project.best_commit).decode("utf-8")
     try:
-        moved_source = apply_patch(best_source, parse_patch(make_patch(base_source, own_source)))
+        moved_source = carry_over(base_source, own_source, best_source)
     except PatchError as exc:
         return Decision.STALE, f"{moved}; its change does not apply to the new best: {exc.detail}", None
     if moved_source == best_source:

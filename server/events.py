@@ -29,6 +29,7 @@ EVENT_TYPES = (
     "finished",
     *(status.value for status in DECIDED_STATUS.values()),
     "note",
+    "summarised",  # a decided experiment's change was summarised (server/crud/change_kinds.py)
 )
 
 

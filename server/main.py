@@ -34,6 +34,7 @@ from server.core.openapi import install_openapi
 from server.core.problems import install_problem_handlers
 from server.core.rate_limit import PerCallerLimit
 from server.core.request_metrics import RequestTimer, request_times
+from server.crud import change_kinds
 from server.crud.leases import expire_leases
 from server.crud.project import load_project
 from server.crud.requeue import requeue_unmeasured_best
@@ -98,6 +99,10 @@ def build_context(settings: ServerSettings) -> AppContext:
         note_limit=PerCallerLimit(settings.notes_per_minute, window_s=60.0),
     )
     queue_what_the_best_is_due(context)
+    # Experiments decided before change_kinds existed, or while no server ran to summarise them.
+    summarised = change_kinds.summarise_pending(context)
+    if summarised:
+        log.info("summarised the changes of %d decided experiments (keep rates, near misses)", summarised)
     return context
 
 
@@ -161,6 +166,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             asyncio.create_task(_sweep_leases(ctx)),
             asyncio.create_task(ctx.totals.keep_fresh(ctx)),
             asyncio.create_task(ctx.fleet.keep_counted(lambda: online_count(ctx))),
+            asyncio.create_task(change_kinds.keep_summarised(ctx)),
         ]
         try:
             async with mcp_sessions.run():

@@ -31,11 +31,15 @@ from pydantic import BaseModel, Field
 
 from client import ApiError, Client
 from client.states import FINAL_STATUSES, ExperimentStatus
+from server.keep_rates import Part
+from server.near_misses import DEFAULT_SIGMAS, MAX_SIGMAS
 from server.schemas import (
     BestOut,
     ExperimentOut,
     ExperimentPage,
+    KeepRatesOut,
     LeaderboardOut,
+    NearMissesOut,
     NoiseListOut,
     NoteIn,
     NoteOut,
@@ -52,7 +56,9 @@ An autoresearch server: agents submit changes of train.py, GPU workers run each 
 budget, and the server keeps a change only when it beats the best by more than the run-to-run
 noise. Before proposing, read `best`, recent `notes` and `search_experiments` (what was tried,
 kept, reverted); after a finding, leave one `post_note`. Submit with `submit` and follow it with
-`experiment`."""
+`experiment`.
+`near_misses` lists changes that missed the bar by less than the noise (candidates to combine);
+`keep_rates` says which kinds of change (a constant up or down, a region) were tried and kept."""
 
 MAX_WAIT_S = 3600.0
 POLL_S = 2.0
@@ -251,5 +257,42 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         is about."""
         with connect(ctx) as client:
             return NoteOut.model_validate(client.post_note(**note))
+
+    # Has this been tried: near misses and keep rates ------------------------------------------
+
+    @mcp.tool()
+    @api_errors
+    def near_misses(
+        ctx: Context,
+        sigmas: Annotated[
+            float,
+            Field(gt=0, le=MAX_SIGMAS, description="k: a near miss's effect - k * se is below zero"),
+        ] = DEFAULT_SIGMAS,
+        limit: Annotated[int, Field(ge=1, le=100)] = 20,
+    ) -> NearMissesOut:
+        """Changes that were measured and not kept but may still be better than what they were
+        measured against (within `sigmas` standard errors, or better), most promising first, with
+        effect ± se, runs, the constants and regions each changed, and whether its diff still
+        applies to the best: candidates to combine into one change."""
+        with connect(ctx) as client:
+            return NearMissesOut.model_validate(client.near_misses(sigmas=sigmas, limit=limit))
+
+    @mcp.tool()
+    @api_errors
+    def keep_rates(
+        ctx: Context,
+        part: Annotated[Part | None, Field(description="constant or region (default: both)")] = None,
+        name: Annotated[
+            str | None, Field(min_length=1, max_length=200, description="one constant or region")
+        ] = None,
+        min_tried: Annotated[int, Field(ge=1, le=1_000_000)] = 1,
+        limit: Annotated[int, Field(ge=1, le=1000)] = 100,
+    ) -> KeepRatesOut:
+        """What was tried and what helped, by kind of change: per constant and direction (`LR up`,
+        `LR down`) and per region of train.py (a function, class or method, or `module`), how many
+        decided experiments tried it, were measured, were kept, and the best effect seen."""
+        with connect(ctx) as client:
+            rates = client.keep_rates(part=part, name=name, min_tried=min_tried, limit=limit)
+            return KeepRatesOut.model_validate(rates)
 
     return mcp

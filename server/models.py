@@ -116,6 +116,8 @@ class Experiment(Base):
         Index("ix_experiments_bpb", "val_bpb"),
         # by_commit and measured_bpb: the oldest experiment of a commit, one index lookup.
         Index("ix_experiments_commit", "commit_sha", "id"),
+        # Decided experiments whose change is not summarised yet (server/crud/change_kinds.py).
+        Index("ix_experiments_changes_parsed", "changes_parsed", "id"),
         # GET /experiments?status=... pages newest first.
         Index("ix_experiments_status_id", "status", "id"),
         # Per-agent standings read only this index (no table lookups) over all experiments.
@@ -162,6 +164,9 @@ class Experiment(Base):
     val_bpb: Mapped[float | None] = mapped_column(Float)
     val_bpb_m2: Mapped[float] = mapped_column(Float, default=0.0)
     platform: Mapped[str | None] = mapped_column(String(200))
+    # Whether both train.py files of its change parsed (server/changes.py), once decided and
+    # summarised into change_kinds; None until then.
+    changes_parsed: Mapped[bool | None] = mapped_column(Boolean)
 
 
 class Run(Base):
@@ -318,6 +323,22 @@ class Note(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
 
 
+class ChangeKind(Base):
+    """One kind of change a decided experiment made (server/keep_rates.py): a constant it set, with
+    the way its value moved and both values, or a region of train.py it touched. Written shortly
+    after the experiment is decided (server/crud/change_kinds.py), so that keep rates and near
+    misses never diff train.py files on a request."""
+
+    __tablename__ = "change_kinds"
+
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), primary_key=True)
+    part: Mapped[str] = mapped_column(String(16), primary_key=True)  # keep_rates.Part
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    direction: Mapped[str | None] = mapped_column(String(8))  # keep_rates.Direction; constants only
+    old: Mapped[float | None] = mapped_column(Float)  # a constant's value before (None: it is new)
+    new: Mapped[float | None] = mapped_column(Float)  # and after (None: it went)
+
+
 # The tables as Core `Table`s (which `Model.__table__` is not typed as), for the plain Core
 # statements of the worker endpoints (server/crud/leases.py, server/crud/results.py).
 EXPERIMENTS = cast(Table, Experiment.__table__)
@@ -326,3 +347,4 @@ LEASES = cast(Table, Lease.__table__)
 RESULTS = cast(Table, Result.__table__)
 PROJECT = cast(Table, Project.__table__)
 NOISE = cast(Table, NoiseEstimate.__table__)
+CHANGE_KINDS = cast(Table, ChangeKind.__table__)

@@ -241,6 +241,11 @@ def make_patch(old: str, new: str, context: int = 3) -> str:
     return "".join(out)
 
 
+def carry_over(base: str, changed: str, onto: str) -> str:
+    """The change from `base` to `changed`, applied to `onto` (PatchError when it does not apply)."""
+    return apply_patch(onto, parse_patch(make_patch(base, changed)))
+
+
 def _range(start: int, end: int) -> str:
     count = end - start
     first = start + 1 if count else start

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from client.states import Decision, ExperimentStatus, RunKind, RunState
 from harness.result import ErrorClass, ProgressEvent, RunResult, RunStatus
 from server.judge import Rule
+from server.keep_rates import Direction, Part
 
 # The largest integer accepted: exact as a JSON double, so that every client reads the bound alike
 # (2**63 - 1 is not), and far beyond any count of steps, tokens or parameters.
@@ -449,3 +450,87 @@ class ReleaseIn(Strict):
         description="true when the run failed on this worker (the runner broke, not the candidate): "
         "the attempt counts, so an experiment that breaks every worker ends after MAX_ATTEMPTS",
     )
+
+
+# Has this been tried: near misses and keep rates -----------------------------------------------
+
+
+class ConstantSetOut(BaseModel):
+    name: str
+    old: float | None = Field(description="its value before (null: the change added it)")
+    new: float | None = Field(description="its value after (null: the change removed it)")
+    direction: Direction
+
+
+class ChangeOut(BaseModel):
+    """What a change made (server/changes.py), as stored when it was decided."""
+
+    parsed: bool | None = Field(
+        description="both train.py files parse; when not, its constants and regions are unknown"
+    )
+    constants: list[ConstantSetOut] = Field(description="the constants it set, by name")
+    regions: list[str] = Field(description="the functions, classes or methods it touched, or `module`")
+
+
+class NearMissOut(BaseModel):
+    """A reverted experiment that may still be better than what it was measured against."""
+
+    experiment_id: int
+    agent: str
+    description: str
+    effect: float = Field(description="its mean val_bpb minus its reference's (negative is better)")
+    se: float = Field(description="the effect's standard error")
+    pooled_se: bool = Field(description="se from the pooled noise: its decision (greedy rule) stated none")
+    lower: float = Field(description="effect - sigmas * se: below zero, so it may be better")
+    upper: float = Field(description="effect + sigmas * se: the least it is likely worth; the ranking")
+    runs: int = Field(description="its valid runs the effect rests on")
+    reference_runs: int
+    val_bpb: float | None = Field(description="the mean of its valid runs")
+    reference: str | None = Field(description="the commit it was compared with (the best at the time)")
+    reference_is_best: bool = Field(description="that commit is the current best")
+    applies_to_best: bool = Field(description="its diff applies to the current best and changes it")
+    reason: str | None = Field(description="why it was reverted")
+    changes: ChangeOut
+    finished_at: datetime | None
+
+
+class NearMissesOut(BaseModel):
+    sigmas: float = Field(description="k of the rule: effect - k * se < 0")
+    noise_sigma: float | None = Field(description="the pooled noise, for decisions without a standard error")
+    best: str | None = Field(description="the current best commit")
+    items: list[NearMissOut] = Field(description="most promising first (lowest `upper`)")
+
+
+class BestEffectOut(BaseModel):
+    experiment_id: int
+    effect: float = Field(description="the most negative effect measured (negative is better)")
+    se: float | None
+
+
+class TallyOut(BaseModel):
+    tried: int = Field(description="decided experiments counted (for a kind: whose change included it)")
+    measured: int = Field(description="of those, with a valid run")
+    kept: int
+    rate: float | None = Field(description="kept / tried")
+    best: BestEffectOut | None
+
+
+class KeepRateOut(TallyOut):
+    """One kind of change: a constant moved one way, or a region touched."""
+
+    part: Part
+    name: str
+    direction: Direction | None = Field(description="how the constant moved; null for regions")
+    alone: int = Field(description="tried as the change's only constant (or its only region)")
+
+
+class KeepRateTotalsOut(TallyOut):
+    unparsed: int = Field(description="of those, changes whose train.py did not parse: in no kind")
+
+
+class KeepRatesOut(BaseModel):
+    platform: str | None
+    harness_id: str | None
+    overall: KeepRateTotalsOut
+    kinds_total: int = Field(description="kinds that match the filters, before `limit`")
+    kinds: list[KeepRateOut] = Field(description="most tried first")

@@ -17,11 +17,12 @@ from client.states import ExperimentStatus
 from server.api.deps import Ctx, Reader
 from server.api.params import Cursor
 from server.core.problems import Problem
-from server.crud import standings
+from server.crud import history, standings
 from server.crud.experiments import get_view
 from server.crud.leases import progress_of
 from server.crud.notes import list_notes
 from server.models import Result
+from server.near_misses import DEFAULT_SIGMAS
 from server.pages import queries
 from server.pages.diff_view import render_diff
 from server.pages.templating import templates
@@ -31,8 +32,11 @@ router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 # The events that change what each page shows; pages refresh their live sections on them.
 DECISION_EVENTS = "finished,kept,reverted,rebased,stale"
 LEADERBOARD_EVENTS = f"queued,started,{DECISION_EVENTS}"
+SUMMARISED = "summarised"  # near misses and keep rates count a decision once its change is summarised
 LOG_LIMIT = 200_000  # characters of the log shown on the page; the API's /log has all of it
 NOTES_SHOWN = 100  # notes per page (the newest); GET /api/v1/notes pages through all of them
+NEAR_MISSES_SHOWN = 10  # on the leaderboard, most promising first; GET /api/v1/near-misses has more
+KEEP_RATES_SHOWN = 50  # kinds of change on the agents page, most tried first; GET /api/v1/keep-rates
 
 
 def _optional(value: str | None) -> str | None:
@@ -71,6 +75,7 @@ def leaderboard(
             session, status=status, agent=agent, sort=sort, descending=order == "desc", page=page
         )
         agents = queries.agent_choices(session)
+        near = history.near_miss_list(session, ctx.repo, DEFAULT_SIGMAS, NEAR_MISSES_SHOWN)
     params = {"status": status, "agent": agent, "sort": sort, "order": order, "page": table.page}
 
     def table_url(**changes: object) -> str:
@@ -82,7 +87,7 @@ def leaderboard(
         "leaderboard.html",
         {
             "nav": "leaderboard",
-            "live_events": LEADERBOARD_EVENTS,
+            "live_events": f"{LEADERBOARD_EVENTS},{SUMMARISED}",
             "summary": summary,
             "chart": plotted.markup,
             "table": table,
@@ -90,6 +95,7 @@ def leaderboard(
             "statuses": list(ExperimentStatus),
             "params": params,
             "table_url": table_url,
+            "near": near,
         },
     )
 
@@ -145,10 +151,17 @@ def agents_page(request: Request, ctx: Ctx, _reader: Reader) -> HTMLResponse:
     with ctx.db.read() as session:
         rows = standings.agent_standings(session)
         contributions = queries.best_contributions(session)
+        rates = history.keep_rate_table(session, limit=KEEP_RATES_SHOWN)
     return templates.TemplateResponse(
         request,
         "agents.html",
-        {"nav": "agents", "live_events": DECISION_EVENTS, "agents": rows, "contributions": contributions},
+        {
+            "nav": "agents",
+            "live_events": f"{DECISION_EVENTS},{SUMMARISED}",
+            "agents": rows,
+            "contributions": contributions,
+            "rates": rates,
+        },
     )
 
 

@@ -41,7 +41,10 @@ def test_the_rules_are_stated() -> None:
 
 def test_every_endpoint_it_names_exists() -> None:
     routes = api_routes()
-    named = re.findall(r"`(?:(GET|POST) )?(/(?:best|leaderboard|experiments|commits|events)[^`?\s]*)", TEXT)
+    named = re.findall(
+        r"`(?:(GET|POST) )?(/(?:best|leaderboard|experiments|commits|events|near-misses|keep-rates)[^`?\s]*)",
+        TEXT,
+    )
     assert len(named) >= 8
     for method, path in named:
         assert (method or "GET", re.sub(r"\{[^}]*\}", "{}", path)) in routes, (method, path)

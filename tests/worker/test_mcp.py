@@ -34,17 +34,24 @@ TOOLS = {
     "notes",
     "post_note",
 }
+TOOLS |= {"near_misses", "keep_rates"}  # has this been tried (tests/server/test_history_mcp.py)
 TRANSPORTS = ["stdio", "http"]
 
 
 @asynccontextmanager
 async def mcp_client(project: Project, transport: str, token: str | None = None) -> AsyncIterator[Client]:
-    token = token or project.agent_token
+    async with connect_mcp(project.url, token or project.agent_token, transport) as client:
+        yield client
+
+
+@asynccontextmanager
+async def connect_mcp(url: str, token: str, transport: str) -> AsyncIterator[Client]:
+    """The SDK's client of the server at `url`: `autoresearch mcp` over stdio, or /mcp/ over HTTP."""
     if transport == "stdio":
         params = StdioServerParameters(
             command=sys.executable,
             args=["-m", "cli.main", "mcp"],
-            env={SERVER_ENV: project.url, TOKEN_ENV: token},
+            env={SERVER_ENV: url, TOKEN_ENV: token},
             cwd=REPO_ROOT,
         )
         async with Client(params) as client:
@@ -53,7 +60,7 @@ async def mcp_client(project: Project, transport: str, token: str | None = None)
     http = httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=600)
     )
-    async with http, Client(streamable_http_client(f"{project.url}/mcp/", http_client=http)) as client:
+    async with http, Client(streamable_http_client(f"{url}/mcp/", http_client=http)) as client:
         yield client
 
 

@@ -1,0 +1,215 @@
+"""What decided experiments changed (the change_kinds table): written shortly after each decision
+by a background task, and at start for experiments decided before change_kinds existed; read for
+keep rates and near misses.
+
+Summarising a change diffs and parses two train.py files (server/changes.py): tens of
+milliseconds each (docs/benchmarks.md, "Keep rates and near misses"), far too slow to do for
+every experiment on every request, and too slow for a result's transaction (on SQLite every
+other writer would wait on it). So each change is summarised once, outside any transaction, and
+stored as rows of kinds; the experiment's `changes_parsed` says that it was.
+
+Only what counts is read: decided experiments (kept, reverted or stale; a `rebased` one's change
+goes on as its copy) with a base, at least one of whose runs reported on the project's platform
+and harness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from itertools import groupby
+from typing import Any
+
+from sqlalchemy import bindparam, delete, exists, insert, select, update
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from client.states import Decision
+from server.changes import ChangeSummary, summarize
+from server.context import AppContext
+from server.keep_rates import Direction, Kind, Outcome, Part, kinds_of
+from server.models import CHANGE_KINDS, EXPERIMENTS, RESULTS
+from server.research_repo import ResearchRepo, UnknownCommit
+
+log = logging.getLogger(__name__)
+
+# A change that sets more constants (or touches more regions) than this is a rewrite, not a kind
+# of change: it counts under its first ones only, so that one submission cannot write thousands
+# of rows. Names longer than NAME_CHARS are cut (the column's size).
+MAX_KINDS_PER_PART = 64
+NAME_CHARS = 200
+BATCH = 200  # experiments summarised per write transaction
+SWEEP_SECONDS = 1.0  # how soon after its decision an experiment's change is summarised
+COUNTED_DECISIONS = (Decision.KEEP, Decision.REVERT, Decision.STALE)
+
+
+def summary_of(repo: ResearchRepo, base_commit: str, commit: str) -> ChangeSummary:
+    return summarize(
+        repo.train_py(base_commit).decode("utf-8", "replace"),
+        repo.train_py(commit).decode("utf-8", "replace"),
+    )
+
+
+def rows_of(experiment_id: int, summary: ChangeSummary) -> list[dict[str, Any]]:
+    """The change_kinds rows of a change (at most MAX_KINDS_PER_PART of each part)."""
+    values = {change.name: (change.old, change.new) for change in summary.constants}
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    taken = dict.fromkeys(Part, 0)
+    for kind in kinds_of(summary):
+        name = kind.name[:NAME_CHARS]
+        if taken[kind.part] == MAX_KINDS_PER_PART or (kind.part, name) in rows:
+            continue
+        taken[kind.part] += 1
+        old, new = values.get(kind.name, (None, None))
+        rows[(kind.part, name)] = {
+            "experiment_id": experiment_id,
+            "part": kind.part.value,
+            "name": name,
+            "direction": kind.direction.value if kind.direction else None,
+            "old": _finite(old),
+            "new": _finite(new),
+        }
+    return list(rows.values())
+
+
+def _finite(value: float | None) -> float | None:
+    """A constant's value as a float column holds it (an int past the float range: unknown)."""
+    try:
+        return float(value) if value is not None else None
+    except OverflowError:
+        return None
+
+
+_PENDING = (
+    select(EXPERIMENTS.c.id, EXPERIMENTS.c.base_commit, EXPERIMENTS.c.commit_sha)
+    .where(
+        EXPERIMENTS.c.changes_parsed.is_(None),  # ix_experiments_changes_parsed
+        EXPERIMENTS.c.decision.is_not(None),
+        EXPERIMENTS.c.base_commit.is_not(None),
+    )
+    .order_by(EXPERIMENTS.c.id)
+    .limit(bindparam("n"))
+)
+_MARK = (
+    update(EXPERIMENTS)
+    .where(EXPERIMENTS.c.id == bindparam("experiment_id"))
+    .values(changes_parsed=bindparam("parsed"))
+)
+
+
+def summarise_pending(ctx: AppContext, batch: int = BATCH) -> int:
+    """Store what every decided experiment without a summary changed; how many.
+
+    A batch at a time: the summaries are made outside any transaction (tens of milliseconds each,
+    so the database's writers never wait on them), then written in one short transaction that
+    announces each experiment with a `summarised` event.
+    """
+    done = 0
+    while True:
+        with ctx.db.read() as session:
+            pending = session.execute(_PENDING, {"n": batch}).all()
+        if not pending:
+            return done
+        summaries = {row.id: _summary(ctx.repo, row.base_commit, row.commit_sha) for row in pending}
+        rows = [kind for id_, summary in summaries.items() for kind in rows_of(id_, summary)]
+        with ctx.transaction() as tx:
+            connection = tx.session.connection()
+            connection.execute(delete(CHANGE_KINDS).where(CHANGE_KINDS.c.experiment_id.in_(list(summaries))))
+            if rows:
+                connection.execute(insert(CHANGE_KINDS), rows)
+            marks = [{"experiment_id": id_, "parsed": summary.parsed} for id_, summary in summaries.items()]
+            connection.execute(_MARK, marks)
+            for id_ in summaries:
+                tx.emit("summarised", experiment_id=id_)
+        done += len(pending)
+
+
+def _summary(repo: ResearchRepo, base: str, commit: str) -> ChangeSummary:
+    try:
+        return summary_of(repo, base, commit)
+    except UnknownCommit:  # the research repo lost a commit: nothing is known, and never asked again
+        log.warning("no train.py at %s or %s: its change is not summarised", base, commit)
+        return ChangeSummary(constants=(), regions=(), removed=(), added=(), parsed=False)
+
+
+async def keep_summarised(ctx: AppContext) -> None:
+    """Summarise newly decided experiments in the background: every SWEEP_SECONDS when an event
+    was published since the last sweep (a decision is an event)."""
+    seen = -1
+    while True:
+        await asyncio.sleep(SWEEP_SECONDS)
+        if ctx.bus.last_event_id == seen:
+            continue
+        seen = ctx.bus.last_event_id
+        try:
+            await run_in_threadpool(summarise_pending, ctx)
+        except Exception:  # keep sweeping; the next sweep takes the batch up again
+            log.exception("summarising the changes of decided experiments failed")
+
+
+def _counted(platform: str | None, harness_id: str | None) -> Any:
+    """The experiments keep rates count (see the module's docstring)."""
+    on_the_platform = exists().where(
+        RESULTS.c.experiment_id == EXPERIMENTS.c.id,
+        RESULTS.c.device == platform,
+        RESULTS.c.harness_id == harness_id,
+    )
+    return (
+        EXPERIMENTS.c.decision.in_(COUNTED_DECISIONS)
+        & EXPERIMENTS.c.base_commit.is_not(None)
+        & EXPERIMENTS.c.changes_parsed.is_not(None)
+        & on_the_platform
+    )
+
+
+def outcomes(session: Session, platform: str | None, harness_id: str | None) -> list[Outcome]:
+    """Every counted experiment with its kinds, for keep_rates(): one query."""
+    statement = (
+        select(
+            EXPERIMENTS.c.id,
+            EXPERIMENTS.c.decision,
+            EXPERIMENTS.c.valid_runs,
+            EXPERIMENTS.c.effect,
+            EXPERIMENTS.c.effect_se,
+            EXPERIMENTS.c.changes_parsed,
+            CHANGE_KINDS.c.part,
+            CHANGE_KINDS.c.name,
+            CHANGE_KINDS.c.direction,
+        )
+        .select_from(EXPERIMENTS.outerjoin(CHANGE_KINDS, CHANGE_KINDS.c.experiment_id == EXPERIMENTS.c.id))
+        .where(_counted(platform, harness_id))
+        .order_by(EXPERIMENTS.c.id)
+    )
+    found = []
+    known: dict[tuple[str, str, str | None], Kind] = {}  # one Kind per kind: thousands of rows share them
+    for _, group in groupby(session.execute(statement), key=lambda row: row[0]):
+        rows = list(group)
+        id_, decision, valid_runs, effect, se, parsed = rows[0][:6]
+        kinds = []
+        for *_, part, name, direction in rows:
+            if part is None:
+                continue  # an experiment with no kinds (nothing parsed): one row, without a kind
+            key = (part, name, direction)
+            if key not in known:
+                known[key] = Kind(Part(part), name, Direction(direction) if direction else None)
+            kinds.append(known[key])
+        found.append(
+            Outcome(id_, decision == Decision.KEEP, valid_runs > 0, effect, se, tuple(kinds), bool(parsed))
+        )
+    return found
+
+
+def stored(session: Session, experiment_ids: Sequence[int]) -> dict[int, list[Any]]:
+    """The stored kinds of these experiments, as rows (part, name, direction, old, new), by id."""
+    if not experiment_ids:
+        return {}
+    statement = (
+        select(CHANGE_KINDS)
+        .where(CHANGE_KINDS.c.experiment_id.in_(experiment_ids))
+        .order_by(CHANGE_KINDS.c.experiment_id, CHANGE_KINDS.c.part, CHANGE_KINDS.c.name)
+    )
+    found: dict[int, list[Any]] = {}
+    for row in session.execute(statement):
+        found.setdefault(row.experiment_id, []).append(row)
+    return found

@@ -1,0 +1,233 @@
+"""What history says before an agent proposes: near misses (candidates to combine) and keep rates
+by kind of change, as the API and the pages show them. The rules are pure functions
+(server/near_misses.py, server/keep_rates.py); this module reads their inputs and builds views.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from cachetools import LRUCache
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from client.states import Decision
+from server.crud import change_kinds
+from server.crud import noise as noise_crud
+from server.crud.experiments import BASELINE_AGENT, agent_names
+from server.crud.project import load_project
+from server.keep_rates import Direction, KeepRates, Part, Tally, keep_rates
+from server.models import EXPERIMENTS, Experiment
+from server.near_misses import Measured, NearMiss, near_misses
+from server.patches import PatchError, carry_over
+from server.research_repo import ResearchRepo, UnknownCommit
+from server.schemas import (
+    BestEffectOut,
+    ChangeOut,
+    ConstantSetOut,
+    KeepRateOut,
+    KeepRatesOut,
+    KeepRateTotalsOut,
+    NearMissesOut,
+    NearMissOut,
+)
+
+T = TypeVar("T")
+_REVERTED_AND_MEASURED = select(
+    EXPERIMENTS.c.id,
+    EXPERIMENTS.c.effect,
+    EXPERIMENTS.c.effect_se,
+    EXPERIMENTS.c.compared_runs,
+    EXPERIMENTS.c.best_runs,
+).where(
+    EXPERIMENTS.c.decision == Decision.REVERT,
+    EXPERIMENTS.c.valid_runs > 0,
+    EXPERIMENTS.c.effect.is_not(None),
+    EXPERIMENTS.c.compared_runs.is_not(None),
+)
+
+
+def near_miss_list(session: Session, repo: ResearchRepo, sigmas: float, limit: int) -> NearMissesOut:
+    """The `limit` most promising near misses on the project's platform (server/near_misses.py)."""
+    project = load_project(session)
+    estimate = noise_crud.noise(session, project.platform, project.harness_id)
+    noise_sigma = estimate.sigma if estimate is not None else None
+    # Most reverted experiments are clearly worse: only those that may pass the rule are read. The
+    # rule itself is near_misses(); this is a superset of it (a pooled se is at most
+    # sigma * sqrt(2), one run on each side).
+    se = EXPERIMENTS.c.effect_se
+    may_pass = se.is_not(None) & (EXPERIMENTS.c.effect < sigmas * se)
+    if noise_sigma is not None:
+        may_pass |= se.is_(None) & (EXPERIMENTS.c.effect < sigmas * noise_sigma * math.sqrt(2))
+    statement = _REVERTED_AND_MEASURED.where(EXPERIMENTS.c.platform == project.platform, may_pass)
+
+    def ranked() -> list[NearMiss]:
+        measured = [
+            Measured(row.id, row.effect, row.effect_se, row.compared_runs, row.best_runs or 0)
+            for row in session.execute(statement)
+        ]
+        return near_misses(measured, sigmas, noise_sigma)
+
+    # The pooled noise changes with runs, not decisions: it is one of the arguments.
+    found = NEAR_MISSES.get(session, (project.platform, sigmas, noise_sigma), ranked)[:limit]
+    experiments = {
+        e.id: e
+        for e in session.scalars(
+            select(Experiment).where(Experiment.id.in_([n.experiment_id for n in found]))
+        )
+    }
+    names = agent_names(session, {e.agent_id for e in experiments.values() if e.agent_id is not None})
+    kinds = change_kinds.stored(session, list(experiments))
+    best = project.best_commit
+    items = []
+    for near in found:
+        e = experiments[near.experiment_id]
+        items.append(
+            NearMissOut(
+                experiment_id=e.id,
+                agent=names.get(e.agent_id, BASELINE_AGENT) if e.agent_id is not None else BASELINE_AGENT,
+                description=e.description,
+                effect=near.effect,
+                se=near.se,
+                pooled_se=near.pooled_se,
+                lower=near.lower,
+                upper=near.upper,
+                runs=e.compared_runs or 0,
+                reference_runs=e.best_runs or 0,
+                val_bpb=e.val_bpb,
+                reference=e.best_before_commit,
+                reference_is_best=e.best_before_commit is not None and e.best_before_commit == best,
+                applies_to_best=best is not None
+                and e.base_commit is not None
+                and applies_to(repo, e.base_commit, e.commit_sha, best),
+                reason=e.decision_reason,
+                changes=change_view(e.changes_parsed, kinds.get(e.id, [])),
+                finished_at=e.finished_at,
+            )
+        )
+    return NearMissesOut(sigmas=sigmas, noise_sigma=noise_sigma, best=best, items=items)
+
+
+@functools.lru_cache(maxsize=4096)
+def applies_to(repo: ResearchRepo, base: str, commit: str, best: str) -> bool:
+    """Whether the change from `base` to `commit` applies to `best` and changes it. Commits never
+    change, so the answer is cached (a diff of two train.py files takes milliseconds)."""
+    try:
+        best_source = repo.train_py(best).decode("utf-8", "replace")
+        moved = carry_over(
+            repo.train_py(base).decode("utf-8", "replace"),
+            repo.train_py(commit).decode("utf-8", "replace"),
+            best_source,
+        )
+    except (PatchError, UnknownCommit):  # UnknownCommit: the research repo lost one of them
+        return False
+    return moved != best_source
+
+
+def change_view(parsed: bool | None, rows: list[Any]) -> ChangeOut:
+    """A change as stored in change_kinds (rows ordered by part, then name)."""
+    return ChangeOut(
+        parsed=parsed,
+        constants=[
+            ConstantSetOut(name=r.name, old=r.old, new=r.new, direction=Direction(r.direction))
+            for r in rows
+            if r.part == Part.CONSTANT
+        ],
+        regions=[r.name for r in rows if r.part == Part.REGION],
+    )
+
+
+def keep_rate_table(
+    session: Session,
+    *,
+    part: Part | None = None,
+    name: str | None = None,
+    min_tried: int = 1,
+    limit: int = 100,
+) -> KeepRatesOut:
+    """Keep rates by kind of change on the project's platform and harness (server/keep_rates.py)."""
+    project = load_project(session)
+    pins = (project.platform, project.harness_id)
+    rates: KeepRates = KEEP_RATES.get(
+        session, pins, lambda: keep_rates(change_kinds.outcomes(session, *pins))
+    )
+    kinds = [
+        entry
+        for entry in rates.kinds
+        if (part is None or entry.kind.part == part)
+        and (name is None or entry.kind.name == name)
+        and entry.tally.tried >= min_tried
+    ]
+    return KeepRatesOut(
+        platform=project.platform,
+        harness_id=project.harness_id,
+        overall=KeepRateTotalsOut(unparsed=rates.unparsed, **_tally(rates.overall)),
+        kinds_total=len(kinds),
+        kinds=[
+            KeepRateOut(
+                part=entry.kind.part,
+                name=entry.kind.name,
+                direction=entry.kind.direction,
+                alone=entry.alone,
+                **_tally(entry.tally),
+            )
+            for entry in kinds[:limit]
+        ],
+    )
+
+
+_DECIDED = select(func.count(), func.coalesce(func.sum(EXPERIMENTS.c.id), 0)).where(
+    EXPERIMENTS.c.decision.is_not(None), EXPERIMENTS.c.changes_parsed.is_not(None)
+)
+
+
+class SinceLastDecision:
+    """What was computed last from the decided experiments, per database and arguments.
+
+    A decided experiment's kinds, outcome and judgement never change, so the decided experiments'
+    count and id sum (one aggregate) say when to compute again. Pages are fetched again on every
+    decision, and computing reads every counted experiment: thousands of rows
+    (docs/benchmarks.md, "Keep rates and near misses").
+    """
+
+    def __init__(self, size: int = 64) -> None:
+        # Bounded: the arguments come from query strings (another `sigmas`, another entry).
+        self._computed: LRUCache[tuple[Any, ...], tuple[tuple[int, int], Any]] = LRUCache(maxsize=size)
+        self._lock = threading.Lock()
+
+    def get(self, session: Session, arguments: tuple[Any, ...], compute: Callable[[], T]) -> T:
+        place = (str(session.get_bind().url), *arguments)
+        count, ids = session.execute(_DECIDED).one()
+        state = (int(count), int(ids))
+        with self._lock:  # cachetools' caches are not thread-safe; requests run in threads
+            computed = self._computed.get(place)
+        if computed is None or computed[0] != state:
+            computed = state, compute()  # two requests at once may both compute: the same answer
+            with self._lock:
+                self._computed[place] = computed
+        return cast(T, computed[1])
+
+    def clear(self) -> None:
+        with self._lock:
+            self._computed.clear()
+
+
+KEEP_RATES = SinceLastDecision()
+NEAR_MISSES = SinceLastDecision()
+
+
+def _tally(tally: Tally) -> dict[str, Any]:
+    best = tally.best
+    return {
+        "tried": tally.tried,
+        "measured": tally.measured,
+        "kept": tally.kept,
+        "rate": tally.rate,
+        "best": BestEffectOut(experiment_id=best.experiment_id, effect=best.effect, se=best.se)
+        if best
+        else None,
+    }

@@ -1,0 +1,243 @@
+"""Near misses and keep rates through a live server on SQLite and PostgreSQL (GET /near-misses,
+GET /keep-rates, the SDK): real submissions judged by the noise-aware rule from the results a
+simulated worker reports; the change_kinds store filled by the server's background task after
+each decision, and filled in again by the server's start after a downgrade to the schema before
+it (migration 0008)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from client import ApiError, Client
+from server.core.migrate import downgrade
+from server.main import create_app
+from server.models import Experiment
+from tests.server.conftest import (
+    BASELINE,
+    Live,
+    init_with_small_baseline,
+    make_settings,
+    serve,
+    sim_worker,
+)
+
+NOISE = {"decision_rule": "noise_aware", "noise_runs": 3, "best_rerun_every": 0}
+# The server tests' baseline, and a constant far enough from the others (more than a diff's three
+# lines of context) that changing it still applies once they changed.
+SOURCE = BASELINE + "\n\nDECAY = 0.5\n"
+
+
+def _change(**values: object) -> str:
+    source = SOURCE
+    for name, value in values.items():
+        line = next(line for line in SOURCE.splitlines() if line.startswith(f"{name} = "))
+        source = source.replace(line, f"{name} = {value}")
+    return source
+
+
+def play_history(live: Live) -> dict[str, int]:
+    """The baseline measured three times (sigma 0.002), then five changes with known outcomes."""
+    worker, agent = sim_worker(live), live.client("agent", "alice")
+    for value in (1.0, 1.002, 0.998):
+        worker.run_next(value)
+    ids: dict[str, int] = {}
+
+    def tried(label: str, train_py: str, *values: float | None) -> dict:
+        ids[label] = agent.submit(label, train_py=train_py)["id"]
+        for value in values:
+            answer = worker.run_next(value) if value is not None else worker.run_next(None, status="crash")
+            assert answer["experiment_id"] == ids[label]
+        return agent.experiment(ids[label])
+
+    near = tried("lr up, near", _change(LEARNING_RATE=0.02), 0.9985, 0.9995)  # promising, then not
+    assert near["decision"] == "revert" and near["comparison"]["runs"] == 2
+    assert tried("lr down, worse", _change(LEARNING_RATE=0.005), 1.004)["decision"] == "revert"
+    assert tried("decay up, near", _change(DECAY=0.8), 0.9995)["decision"] == "revert"
+    crashed = SOURCE.replace("def train(model, ctx):\n    raise", "def train(model, ctx):\n    assert")
+    assert tried("train body, crash", crashed, None)["decision"] == "revert"
+    kept = tried("depth and lr up", _change(DEPTH=5, LEARNING_RATE=0.03), 0.990, 0.991)
+    assert kept["decision"] == "keep"
+    worker.run_next(0.9905)  # the new best's third run
+    summarised(live)
+    return ids
+
+
+def summarised(live: Live, timeout_s: float = 30.0) -> None:
+    """Wait until the server's background task has summarised every decided experiment's change."""
+    pending = select(func.count()).where(
+        Experiment.decision.is_not(None),
+        Experiment.base_commit.is_not(None),
+        Experiment.changes_parsed.is_(None),
+    )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with live.ctx.db.read() as session:
+            if session.scalar(pending) == 0:
+                return
+        assert time.monotonic() < deadline, "decided experiments were not summarised in time"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def played(live_factory, database_url: str) -> tuple[Client, dict[str, int]]:  # type: ignore[no-untyped-def]
+    """A server on SQLite, then PostgreSQL, with the history played: a reader client, the ids."""
+    live = live_factory(database_url, SOURCE, **NOISE)
+    return Client(live.url), play_history(live)
+
+
+def test_near_misses_are_the_reverted_changes_within_the_noise_most_promising_first(
+    played: tuple[Client, dict[str, int]],
+) -> None:
+    reader, ids = played
+    found = reader.near_misses()
+    assert found["sigmas"] == 1.0 and found["noise_sigma"] > 0
+    assert found["best"] == reader.best()["commit"]
+    items = found["items"]
+    assert [n["experiment_id"] for n in items] == [ids["lr up, near"], ids["decay up, near"]]
+    # The rule on the stored judgements: every reverted, measured experiment with effect - se < 0.
+    for experiment in reader.iter_experiments(status="reverted"):
+        comparison = experiment["comparison"]
+        near = comparison is not None and experiment["valid_runs"] > 0
+        near = near and comparison["effect"] - comparison["se"] < 0
+        assert near == (experiment["id"] in {n["experiment_id"] for n in items}), experiment
+    first, second = items
+    view = reader.experiment(first["experiment_id"])
+    assert (first["effect"], first["se"], first["runs"], first["reference_runs"]) == (
+        pytest.approx(view["comparison"]["effect"]),
+        pytest.approx(view["comparison"]["se"]),
+        2,
+        3,
+    )
+    assert first["upper"] == pytest.approx(first["effect"] + first["se"]) and first["upper"] < second["upper"]
+    assert first["lower"] == pytest.approx(first["effect"] - first["se"]) and first["pooled_se"] is False
+    assert (first["agent"], first["description"], first["reason"]) == ("alice", "lr up, near", view["reason"])
+    assert first["changes"] == {
+        "parsed": True,
+        "constants": [{"name": "LEARNING_RATE", "old": 0.01, "new": 0.02, "direction": "up"}],
+        "regions": ["module"],
+    }
+    # Both were measured on the baseline; the best is now the kept change, which set the learning
+    # rate too: the learning rate's diff no longer applies there, the decay's does.
+    assert first["reference"] == second["reference"] == reader.experiment(1)["commit"]
+    assert not first["reference_is_best"] and not second["reference_is_best"]
+    assert (first["applies_to_best"], second["applies_to_best"]) == (False, True)
+    # Wider: the change that was worse by less than two standard errors joins them.
+    wider = reader.near_misses(sigmas=2.0)["items"]
+    worse = reader.experiment(ids["lr down, worse"])["comparison"]
+    assert (worse["effect"] - 2 * worse["se"] < 0) == (
+        ids["lr down, worse"] in [n["experiment_id"] for n in wider]
+    )
+    assert [n["experiment_id"] for n in reader.near_misses(limit=1)["items"]] == [ids["lr up, near"]]
+
+
+def _kinds(rates: dict) -> list[tuple]:
+    return [
+        (k["part"], k["name"], k["direction"], k["tried"], k["measured"], k["kept"], k["alone"])
+        for k in rates["kinds"]
+    ]
+
+
+def test_keep_rates_count_each_decided_change_under_each_of_its_kinds(
+    played: tuple[Client, dict[str, int]],
+) -> None:
+    reader, ids = played
+    rates = reader.keep_rates()
+    assert (rates["platform"], rates["harness_id"]) == ("cpu", "test-harness")
+    overall = rates["overall"]
+    assert (overall["tried"], overall["measured"], overall["kept"], overall["unparsed"]) == (5, 4, 1, 0)
+    assert (
+        overall["rate"] == pytest.approx(0.2) and overall["best"]["experiment_id"] == ids["depth and lr up"]
+    )
+    assert _kinds(rates) == [
+        ("region", "module", None, 4, 4, 1, 4),
+        ("constant", "LEARNING_RATE", "up", 2, 2, 1, 1),  # alone once: the kept change set DEPTH too
+        ("constant", "DECAY", "up", 1, 1, 0, 1),
+        ("constant", "DEPTH", "up", 1, 1, 1, 0),
+        ("constant", "LEARNING_RATE", "down", 1, 1, 0, 1),
+        ("region", "train", None, 1, 0, 0, 1),  # tried, crashed: not measured
+    ]
+    lr_up = rates["kinds"][1]
+    kept = reader.experiment(ids["depth and lr up"])["comparison"]
+    assert lr_up["rate"] == 0.5
+    assert lr_up["best"] == {
+        "experiment_id": ids["depth and lr up"],
+        "effect": pytest.approx(kept["effect"]),
+        "se": pytest.approx(kept["se"]),
+    }
+    assert rates["kinds"][5]["best"] is None and rates["kinds"][5]["rate"] == 0.0
+    assert [k["name"] for k in reader.keep_rates(part="region")["kinds"]] == ["module", "train"]
+    by_name = reader.keep_rates(name="LEARNING_RATE")["kinds"]
+    assert [(k["name"], k["direction"]) for k in by_name] == [
+        ("LEARNING_RATE", "up"),
+        ("LEARNING_RATE", "down"),
+    ]
+    assert [k["tried"] for k in reader.keep_rates(min_tried=2)["kinds"]] == [4, 2]
+    limited = reader.keep_rates(limit=1)
+    assert limited["kinds_total"] == 6 and len(limited["kinds"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "params"),
+    [
+        ("/near-misses", {"sigmas": "0"}),
+        ("/near-misses", {"sigmas": "3.5"}),
+        ("/near-misses", {"sigmas": "nan"}),
+        ("/near-misses", {"sigmas": "one"}),
+        ("/near-misses", {"limit": "0"}),
+        ("/near-misses", {"limit": "101"}),
+        ("/keep-rates", {"part": "function"}),
+        ("/keep-rates", {"min_tried": "0"}),
+        ("/keep-rates", {"limit": "1001"}),
+        ("/keep-rates", {"name": ""}),
+        ("/keep-rates", {"name": "x" * 201}),
+    ],
+)
+def test_bad_query_parameters_are_422_problems(live: Live, path: str, params: dict[str, str]) -> None:
+    with Client(live.url) as reader, pytest.raises(ApiError) as caught:
+        reader._json("GET", path, params=params)
+    assert caught.value.status == 422, caught.value.problem
+    assert caught.value.problem["type"].endswith("validation-error")
+    assert caught.value.problem["errors"]
+
+
+def test_a_server_start_fills_in_the_changes_of_experiments_decided_before_change_kinds(
+    tmp_path: Path, database_url: str
+) -> None:
+    """Decided under revision 0008, downgraded to 0007 (the table and the column go), started
+    again: the start migrates and summarises every decided experiment, and the answers are the
+    same."""
+    settings = make_settings(tmp_path, database_url, **NOISE)
+    init_with_small_baseline(settings, tmp_path, SOURCE)
+    app = create_app(settings)
+    with serve(app) as url:
+        play_history(Live(url, app, settings))
+        with Client(url) as reader:
+            before = (reader.keep_rates(), reader.near_misses())
+    downgrade(settings.resolved_database_url, "0007")
+    again = create_app(settings)
+    try:
+        with serve(again) as url, Client(url) as reader:
+            assert (reader.keep_rates(), reader.near_misses()) == before
+            assert reader.keep_rates()["overall"]["tried"] == 5
+    finally:
+        again.state.ctx.db.dispose()
+
+
+def test_what_is_cached_follows_every_new_decision(live_factory) -> None:  # type: ignore[no-untyped-def]
+    """Keep rates and near misses are kept between requests until the decided experiments change."""
+    live = live_factory(None, SOURCE, **NOISE)
+    worker, agent, reader = sim_worker(live), live.client("agent"), Client(live.url)
+    for value in (1.0, 1.002, 0.998):
+        worker.run_next(value)
+    assert reader.keep_rates()["overall"]["tried"] == 0 and reader.near_misses()["items"] == []
+    for n, value in enumerate((0.9995, 1.0003), 1):
+        near = agent.submit(f"decay {n}", train_py=_change(DECAY=0.5 + n / 10))["id"]
+        assert worker.run_next(value)["decision"] == "revert"
+        summarised(live)
+        assert reader.keep_rates()["overall"]["tried"] == n
+        assert reader.keep_rates(part="constant")["kinds"][0]["tried"] == n
+        assert near in [item["experiment_id"] for item in reader.near_misses()["items"]]

@@ -1,0 +1,69 @@
+"""Near misses and keep rates as MCP tools, through the official SDK's own client over both
+transports (stdio: `autoresearch mcp` as a subprocess; streamable HTTP: /mcp/ on the server),
+against a live server whose history a simulated worker played: the tools answer what the REST API
+answers, and bad inputs are tool errors."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from client import Client
+from server.main import create_app
+from tests.server.conftest import Live, init_with_small_baseline, make_settings, serve
+from tests.server.test_history_api import NOISE, SOURCE, play_history
+from tests.worker.test_mcp import TRANSPORTS, call, connect_mcp
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One played history for the module (SQLite; the API tests cover PostgreSQL)."""
+    folder = tmp_path_factory.mktemp("history-mcp")
+    settings = make_settings(folder, **NOISE)
+    init_with_small_baseline(settings, folder, SOURCE)
+    app = create_app(settings)
+    with serve(app) as url:
+        live = Live(url, app, settings)
+        ids = play_history(live)
+        yield live, live.token("agent", "reader"), ids
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_near_misses_and_keep_rates_are_tools_that_answer_what_the_api_answers(
+    history: Any, transport: str
+) -> None:
+    live, token, ids = history
+
+    async def scenario() -> dict[str, Any]:
+        async with connect_mcp(live.url, token, transport) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            out: dict[str, Any] = {"tools": tools}
+            out["near"] = await call(client, "near_misses", {})
+            out["near_wide"] = await call(client, "near_misses", {"sigmas": 2.0, "limit": 5})
+            out["rates"] = await call(client, "keep_rates", {})
+            out["lr"] = await call(client, "keep_rates", {"part": "constant", "name": "LEARNING_RATE"})
+            out["bad_sigmas"] = await client.call_tool("near_misses", {"sigmas": 0})
+            out["bad_part"] = await client.call_tool("keep_rates", {"part": "function"})
+            return out
+
+    out = asyncio.run(scenario())
+    with Client(live.url) as reader:
+        assert out["near"] == reader.near_misses()
+        assert out["near_wide"] == reader.near_misses(sigmas=2.0, limit=5)
+        assert out["rates"] == reader.keep_rates()
+        assert out["lr"] == reader.keep_rates(part="constant", name="LEARNING_RATE")
+    assert [n["experiment_id"] for n in out["near"]["items"]] == [ids["lr up, near"], ids["decay up, near"]]
+    assert [(k["name"], k["direction"]) for k in out["lr"]["kinds"]] == [
+        ("LEARNING_RATE", "up"),
+        ("LEARNING_RATE", "down"),
+    ]
+    # Inputs and outputs are the API's: limits in the input schema, the response model as output.
+    schema = out["tools"]["near_misses"].input_schema["properties"]["sigmas"]
+    assert (schema["exclusiveMinimum"], schema["maximum"]) == (0, 3.0)
+    assert out["tools"]["keep_rates"].input_schema["$defs"]["Part"]["enum"] == ["constant", "region"]
+    assert "kinds" in out["tools"]["keep_rates"].output_schema["properties"]
+    for bad in (out["bad_sigmas"], out["bad_part"]):
+        assert bad.is_error
+    assert "sigmas" in "".join(getattr(block, "text", "") for block in out["bad_sigmas"].content)
