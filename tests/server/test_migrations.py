@@ -27,6 +27,8 @@ TABLES = {
     "runs",
     "noise_estimates",
     "notes",
+    "experiment_changes",
+    "experiment_constants",
 }
 
 
@@ -40,10 +42,12 @@ def _tables(url: str) -> set[str]:
 
 def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     upgrade(database_url)
-    assert current_revision(database_url) == "0006"
+    assert current_revision(database_url) == "0007"
     assert _tables(database_url) == TABLES
-    downgrade(database_url, "0004")  # notes go, everything else stays
-    assert _tables(database_url) == TABLES - {"notes"}
+    downgrade(database_url, "0006")  # what changes touched goes, everything else stays
+    assert _tables(database_url) == TABLES - {"experiment_changes", "experiment_constants"}
+    downgrade(database_url, "0004")  # notes go too
+    assert _tables(database_url) == TABLES - {"notes", "experiment_changes", "experiment_constants"}
     downgrade(database_url, "base")
     assert current_revision(database_url) is None
     assert _tables(database_url) == set()
