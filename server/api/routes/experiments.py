@@ -19,7 +19,7 @@ from server.crud import experiments as crud
 from server.crud.leases import progress_of
 from server.crud.requeue import has_result, queue_again
 from server.crud.runs import cancel_queued_runs
-from server.crud.similar import similar_to_experiment
+from server.crud.similar import Touched, similar_to_experiment
 from server.models import Experiment, Result, Run, utcnow
 from server.patches import make_patch
 from server.schemas import (
@@ -90,6 +90,19 @@ def list_experiments(
         str | None,
         Query(min_length=1, max_length=200, description="words the description or hypothesis contains"),
     ] = None,
+    constant: Annotated[
+        str | None,
+        Query(min_length=1, max_length=200, description="the name of a constant the change set"),
+    ] = None,
+    line: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=200,
+            pattern=r"\S",
+            description="text one of the changed lines contains (case-sensitive, whitespace collapsed)",
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Cursor = None,
 ) -> ExperimentPage:
@@ -104,6 +117,7 @@ def list_experiments(
             limit=limit,
             before_id=int(cursor) if cursor else None,
             text=text,
+            touched=Touched(constant=constant, line=line),
         )
 
 
