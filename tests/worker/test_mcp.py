@@ -33,6 +33,8 @@ TOOLS = {
     "noise",
     "notes",
     "post_note",
+    "has_this_been_tried",
+    "similar_experiments",
 }
 TRANSPORTS = ["stdio", "http"]
 
