@@ -135,8 +135,10 @@ def main() -> None:
         ]
         db.dispose()
     base = statistics.median(reference)
+    where = "PostgreSQL" if args.postgres else "SQLite"
     print(
-        f"{args.experiments} experiments ({args.code_share:.0%} changing code), {'PostgreSQL' if args.postgres else 'SQLite'}, {args.queries} queries each"
+        f"{args.experiments} experiments ({args.code_share:.0%} changing code), {where}, "
+        f"{args.queries} queries"
     )
     for name, times in rows:
         median, worst = statistics.median(times), max(times)

@@ -355,10 +355,23 @@ class ExperimentChange(Base):
 
 
 class ExperimentConstant(Base):
-    """A constant an experiment's change set (GET /experiments?constant=NAME)."""
+    """A constant an experiment's change set, and its new value (GET /experiments?constant=NAME;
+    the nearby values of a constant are a range of this index)."""
 
     __tablename__ = "experiment_constants"
-    __table_args__ = (Index("ix_experiment_constants_name", "name", "experiment_id"),)
+    __table_args__ = (Index("ix_experiment_constants_value", "name", "value"),)
 
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), primary_key=True)
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    value: Mapped[float | None] = mapped_column(Float)  # None: the change removed it
+
+
+class ExperimentCodeLine(Base):
+    """A changed line of an experiment's code (not a constant's assignment), by its hash: the
+    changes that share a line with a new one are the candidates of overlapping_code."""
+
+    __tablename__ = "experiment_code_lines"
+    __table_args__ = (Index("ix_experiment_code_lines_line", "line_sha"),)
+
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), primary_key=True)
+    line_sha: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 of `-line` or `+line`

@@ -96,6 +96,27 @@ def _logit(p: float) -> float:
     return math.log(p) - math.log1p(-p)
 
 
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+def nearby_range(value: float) -> tuple[float, float]:
+    """An interval that holds every value nearby `value` (value_distance at most NEARBY), for the
+    database to narrow the candidates before the rule runs (a little wider than needed: both
+    spaces a fraction can be compared in, and a margin for rounding)."""
+    if value == 0 or not math.isfinite(value):
+        return value, value
+    factor = math.exp(NEARBY) * (1 + 1e-9)
+    low, high = sorted((value / factor, value * factor))
+    if 0 < value < 1:
+        logit = _logit(value)
+        low, high = (
+            min(low, _sigmoid(logit - NEARBY * (1 + 1e-9))),
+            max(high, _sigmoid(logit + NEARBY * (1 + 1e-9))),
+        )
+    return low, high
+
+
 def code_lines(summary: ChangeSummary) -> Counter[str]:
     """The change's lines that are not assignments of a constant it set: `-line` for removed,
     `+line` for added, with their counts."""

@@ -4,11 +4,13 @@ whose change resembles one (the rule itself is server/similarity.py).
 Every queued experiment gets its change summary stored with it (`store_change`, in the
 transaction that inserts it); experiments from before that are summarized when the server
 starts (`backfill`). Finding similar experiments reads no git: the rule's candidates come from
-three index lookups and one filtered scan, each a necessary condition of one kind of match:
+index lookups, each a necessary condition of one kind of match, and the rule (server/similarity.py)
+then runs on those alone:
 - the same content hash (`identical`);
 - the same removed and added lines (`lines_sha`: same_change, same_change_other_base);
-- the same constants set and the same code lines (`shape_sha`: nearby_constants);
-- any code lines changed (`code_lines > 0`: overlapping_code, a Jaccard index computed here).
+- the same constants set and the same code lines (`shape_sha`), with the first constant's new
+  value within `nearby_range` (experiment_constants' value index: nearby_constants);
+- a code line in common (experiment_code_lines: overlapping_code needs most of them in common).
 """
 
 from __future__ import annotations
@@ -20,15 +22,30 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session
 
 from server.changes import ChangeSummary, ConstantChange, summarize
 from server.context import AppContext
 from server.crud.experiments import BASELINE_AGENT, agent_names
-from server.models import NOT_RERUN_STATUSES, Experiment, ExperimentChange, ExperimentConstant
+from server.models import (
+    NOT_RERUN_STATUSES,
+    Experiment,
+    ExperimentChange,
+    ExperimentCodeLine,
+    ExperimentConstant,
+)
 from server.schemas import SimilarExperiment
-from server.similarity import Change, Match, Similarity, SimilarityKind, code_lines, rank, sort_key
+from server.similarity import (
+    Change,
+    Match,
+    Similarity,
+    SimilarityKind,
+    code_lines,
+    nearby_range,
+    rank,
+    sort_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +55,10 @@ _BACKFILL_BATCH = 200
 
 def _sha(value: object) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def _line_sha(line: str) -> str:
+    return hashlib.sha256(line.encode()).hexdigest()
 
 
 def lines_key(summary: ChangeSummary) -> str:
@@ -70,7 +91,14 @@ def store_change(session: Session, experiment_id: int, summary: ChangeSummary) -
             ),
         )
     )
-    session.add_all(ExperimentConstant(experiment_id=experiment_id, name=c.name) for c in summary.constants)
+    session.add_all(
+        ExperimentConstant(experiment_id=experiment_id, name=c.name, value=c.new) for c in summary.constants
+    )
+    if summary.parsed:
+        session.add_all(
+            ExperimentCodeLine(experiment_id=experiment_id, line_sha=sha)
+            for sha in {_line_sha(line) for line in code_lines(summary)}
+        )
     session.flush()
 
 
@@ -116,20 +144,31 @@ def backfill(ctx: AppContext) -> int:
 
 
 def _candidates(session: Session, change: Change, exclude: set[int], before_id: int | None) -> list[Match]:
+    """The stored changes that can match `change` (one necessary condition of a kind each), ranked
+    by the rule."""
     summary = change.summary
     conditions = [ExperimentChange.lines_sha == lines_key(summary)]
     shape = shape_key(summary)
-    if shape is not None:
-        conditions.append(ExperimentChange.shape_sha == shape)
-    if summary.parsed and code_lines(summary):
-        conditions.append(ExperimentChange.code_lines > 0)
-    where = conditions[0]
-    for condition in conditions[1:]:
-        where = where | condition
-    statement = select(ExperimentChange, Experiment.base_commit).join(
-        Experiment, Experiment.id == ExperimentChange.experiment_id
+    if shape is not None:  # nearby_constants: the same shape, and the first constant nearby
+        first = summary.constants[0]
+        setting = select(ExperimentConstant.experiment_id).where(ExperimentConstant.name == first.name)
+        if first.new is None:
+            setting = setting.where(ExperimentConstant.value.is_(None))
+        else:
+            low, high = nearby_range(first.new)
+            setting = setting.where(ExperimentConstant.value.between(low, high))
+        conditions.append((ExperimentChange.shape_sha == shape) & ExperimentChange.experiment_id.in_(setting))
+    code = code_lines(summary) if summary.parsed else None
+    if code:  # overlapping_code: at least one code line in common
+        sharing = select(ExperimentCodeLine.experiment_id).where(
+            ExperimentCodeLine.line_sha.in_({_line_sha(line) for line in code})
+        )
+        conditions.append(ExperimentChange.experiment_id.in_(sharing))
+    statement = (
+        select(ExperimentChange, Experiment.base_commit)
+        .join(Experiment, Experiment.id == ExperimentChange.experiment_id)
+        .where(or_(*conditions))
     )
-    statement = statement.where(where)
     if before_id is not None:
         statement = statement.where(ExperimentChange.experiment_id < before_id)
     earlier = (

@@ -29,6 +29,7 @@ TABLES = {
     "notes",
     "experiment_changes",
     "experiment_constants",
+    "experiment_code_lines",
 }
 
 
@@ -45,9 +46,18 @@ def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     assert current_revision(database_url) == "0007"
     assert _tables(database_url) == TABLES
     downgrade(database_url, "0006")  # what changes touched goes, everything else stays
-    assert _tables(database_url) == TABLES - {"experiment_changes", "experiment_constants"}
+    assert _tables(database_url) == TABLES - {
+        "experiment_changes",
+        "experiment_constants",
+        "experiment_code_lines",
+    }
     downgrade(database_url, "0004")  # notes go too
-    assert _tables(database_url) == TABLES - {"notes", "experiment_changes", "experiment_constants"}
+    assert _tables(database_url) == TABLES - {
+        "notes",
+        "experiment_changes",
+        "experiment_constants",
+        "experiment_code_lines",
+    }
     downgrade(database_url, "base")
     assert current_revision(database_url) is None
     assert _tables(database_url) == set()

@@ -11,7 +11,7 @@ from sqlalchemy import delete, func, select
 
 from client import ApiError
 from server.main import create_app
-from server.models import Experiment, ExperimentChange, ExperimentConstant
+from server.models import Experiment, ExperimentChange, ExperimentCodeLine, ExperimentConstant
 from server.patches import make_patch
 from tests.server.conftest import BASELINE, Live, LiveFactory, serve
 
@@ -72,6 +72,21 @@ def test_the_same_change_on_another_base_is_found(live_any_db: Live, worker_fact
     (found,) = deeper_on_best["similar"]
     assert found["experiment_id"] == deeper_on_baseline["id"]
     assert found["kind"] == "same_change_other_base" and not found["same_base"]
+
+
+def test_changes_of_code_that_mostly_agree_are_found(live_any_db: Live) -> None:
+    agent = live_any_db.client("agent")
+    body = "    raise NotImplementedError\n\n\ndef train"
+    one = agent.submit(
+        "build", train_py=BASELINE.replace(body, "    model = None\n    return model\n\n\ndef train")
+    )
+    asked = agent.similar_to(
+        train_py=BASELINE.replace(body, "    model = None\n    return model\n    # done\n\n\ndef train")
+    )["similar"]
+    assert _kinds(asked) == [(one["id"], "overlapping_code")]
+    assert asked[0]["detail"] == "3 of its 3 changed code lines are the same"
+    other = agent.similar_to(train_py=BASELINE.replace("    raise NotImplementedError\n", "    pass\n", 1))
+    assert other["similar"] == []
 
 
 def test_search_by_the_constant_set_or_the_lines_changed(live_any_db: Live) -> None:
@@ -136,6 +151,7 @@ def test_experiments_stored_before_their_changes_are_summarized_at_start(
     second = agent.submit("lr again", train_py=_lr("0.0201"))
     with live.ctx.db.write() as session:  # as a database migrated to 0007 from before it
         session.execute(delete(ExperimentConstant))
+        session.execute(delete(ExperimentCodeLine))
         session.execute(delete(ExperimentChange))
     assert agent.similar(second["id"])["similar"] == []
     restarted = create_app(live.settings)

@@ -21,6 +21,7 @@ from server.similarity import (
     SimilarityKind,
     code_lines,
     compare,
+    nearby_range,
     rank,
     value_distance,
 )
@@ -232,3 +233,24 @@ def test_constant_lines_are_told_from_code_by_their_assignment() -> None:
     assert set(code_lines(summary)) == set()
     summary = summarize("LR = 0.1\nif LR == 0.1:\n    pass\n", "LR = 0.2\nif LR == 0.2:\n    pass\n")
     assert set(code_lines(summary)) == {"-if LR == 0.1:", "+if LR == 0.2:"}
+
+
+magnitudes = st.floats(min_value=1e-6, max_value=1e6)
+
+
+@given(magnitudes, st.sampled_from([1, -1]), st.floats(min_value=-NEARBY, max_value=NEARBY), st.booleans())
+def test_the_nearby_range_holds_every_nearby_value(
+    magnitude: float, sign: int, step: float, in_logit_space: bool
+) -> None:
+    """What the database narrows candidates to (nearby_range) never leaves out a nearby value."""
+    value = sign * magnitude
+    assert nearby_range(0) == (0, 0)
+    if in_logit_space and 0 < value < 1:
+        logit = math.log(value) - math.log1p(-value)
+        other = 1 / (1 + math.exp(-(logit + step)))
+    else:
+        other = value * math.exp(step)
+    low, high = nearby_range(value)
+    if value_distance(value, other) <= NEARBY:
+        assert low <= other <= high
+    assert value_distance(value, low * (1 - 1e-6) if value > 0 else low * (1 + 1e-6)) > NEARBY
