@@ -1,6 +1,6 @@
 """Has this been tried? What the random agent gains by skipping values already measured.
 
-    python bench/tried.py [--seeds 1,2,3] [--count 8] [--steps 40]
+    python bench/tried.py [--seeds 1,2,3] [--count 6] [--steps 40]
 
 For every seed, two arms on the same start, one after the other (their order alternates from one
 seed to the next, so that a machine getting busier does not favour one arm):
@@ -103,7 +103,7 @@ def run_arm(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="1,2,3", help="comma-separated agent seeds (default 1,2,3)")
-    parser.add_argument("--count", type=int, default=8, help="experiments per arm (default 8)")
+    parser.add_argument("--count", type=int, default=6, help="experiments per arm (default 6)")
     parser.add_argument("--steps", type=int, default=40, help="training steps of the bigram (default 40)")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
