@@ -3,6 +3,11 @@
 It runs the whole research loop through the API without an LLM, and is the control that LLM
 agents are compared against: an agent that cannot beat random hyperparameter search on the same
 budget has not learned anything from the results.
+
+Before submitting, it asks "has this been tried?" (POST /similar): a draw whose change was
+already measured, or is being measured (the same train.py, the same change, or the same
+constants set to nearby values: server/similarity.py), is drawn again, so that runs go to values
+not yet measured (bench/tried.py measures what that buys).
 """
 
 from __future__ import annotations
@@ -15,9 +20,13 @@ from typing import Any
 
 from agent.mutation import mutate_constants
 from client import ApiError, Client
-from client.states import FINAL_STATUSES, ExperimentStatus
+from client.states import FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus
 
 HYPOTHESIS = "random-search control: one or two hyperparameter constants moved at random"
+# Draws per submission before giving up on finding an untried change (and submitting the last
+# draw anyway): with one constant moved by at most a factor 2, a quarter of the range is covered
+# by each measured value near the best, so 20 tried draws in a row mean the neighbourhood is spent.
+MAX_DRAWS = 20
 
 
 @dataclass
@@ -32,10 +41,37 @@ class Tally:
         return sum(1 for experiment in self.finished if experiment["status"] == ExperimentStatus.KEPT)
 
 
-def _submit_one(client: Client, rng: random.Random, say: Callable[[str], None]) -> dict[str, Any] | None:
+def tried_by(similar: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The most alike of these similar experiments that was measured or is being measured (not
+    cancelled or lost with its workers), or None."""
+    return next((s for s in similar if s["status"] not in RETRYABLE_STATUSES), None)
+
+
+def _draw(
+    client: Client, best: dict[str, Any], rng: random.Random, say: Callable[[str], None], skip_tried: bool
+) -> tuple[str, str]:
+    """A mutation of the best (source, description); with `skip_tried`, one not tried yet if one
+    of MAX_DRAWS draws is."""
+    for _ in range(MAX_DRAWS if skip_tried else 1):
+        source, change = mutate_constants(best["train_py"], rng)
+        if not skip_tried:
+            break
+        tried = tried_by(client.similar_to(train_py=source, base=best["commit"])["similar"])
+        if tried is None:
+            break
+        how = f"{tried['status']}, {tried['kind']}"
+        say(f"skipping {change}: tried in experiment {tried['experiment_id']} ({how})")
+    else:
+        say(f"every one of {MAX_DRAWS} draws was tried; submitting the last one")
+    return source, change
+
+
+def _submit_one(
+    client: Client, rng: random.Random, say: Callable[[str], None], skip_tried: bool
+) -> dict[str, Any] | None:
     """Mutate the current best and submit it; None when the agent's queue is full (429)."""
     best = client.best()
-    source, change = mutate_constants(best["train_py"], rng)
+    source, change = _draw(client, best, rng, say, skip_tried)
     try:
         experiment = client.submit(
             f"random: {change}", train_py=source, base=best["commit"], hypothesis=HYPOTHESIS
@@ -60,8 +96,10 @@ def run_random_agent(
     parallel: int = 1,
     poll_s: float = 2.0,
     stop: threading.Event | None = None,
+    skip_tried: bool = True,
 ) -> Tally:
-    """Submit `count` experiments (0: until `stop` is set), at most `parallel` unfinished at a time.
+    """Submit `count` experiments (0: until `stop` is set), at most `parallel` unfinished at a time;
+    with `skip_tried`, draw again rather than submit a change that was already tried.
 
     Each submission starts from the best at that moment, so with `parallel=1` every change builds
     on the decisions before it. Re-based experiments are followed to their re-runs.
@@ -72,7 +110,7 @@ def run_random_agent(
     queue_full = False
     while not stop.is_set() and (in_flight or count == 0 or len(tally.submitted) < count):
         while len(in_flight) < parallel and (count == 0 or len(tally.submitted) < count):
-            experiment = _submit_one(client, rng, say)
+            experiment = _submit_one(client, rng, say, skip_tried)
             if experiment is None:  # the server's per-agent queue limit: wait for decisions first
                 if not queue_full:
                     say("this agent has as many experiments queued as the server allows; waiting")

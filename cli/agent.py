@@ -37,6 +37,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="experiments in flight at once (default 1: each starts from the last decision)",
     )
     parser.add_argument("--poll", type=float, default=2.0, metavar="S", help="seconds between status checks")
+    parser.add_argument(
+        "--skip-tried",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="ask the server whether a draw was already tried (the same change, or the same constants "
+        "at nearby values) and draw again if so (default: on)",
+    )
     add_connection_args(parser)
     parser.set_defaults(func=run)
 
@@ -68,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
                 parallel=args.parallel,
                 poll_s=args.poll,
                 stop=stop,
+                skip_tried=args.skip_tried,
             )
         except (NoConstantsError, SyntaxError) as exc:
             raise SystemExit(f"autoresearch agent: cannot mutate the best train.py: {exc}") from None

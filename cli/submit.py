@@ -57,26 +57,26 @@ def looks_like_patch(text: str) -> bool:
     return False
 
 
-def read_change(path: str, kind: str | None) -> tuple[str, str]:
+def read_change(path: str, kind: str | None, command: str = "submit") -> tuple[str, str]:
     """("patch" | "train.py", text) of FILE; exits with the fix when it cannot be used."""
     name = "standard input" if path == "-" else path
     try:
         data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except FileNotFoundError:
-        raise SystemExit(f"autoresearch submit: {name}: no such file") from None
+        raise SystemExit(f"autoresearch {command}: {name}: no such file") from None
     except (IsADirectoryError, PermissionError) as exc:
-        raise SystemExit(f"autoresearch submit: {name}: cannot read it ({exc.strerror})") from None
+        raise SystemExit(f"autoresearch {command}: {name}: cannot read it ({exc.strerror})") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SystemExit(f"autoresearch submit: {name}: not UTF-8 text (byte {exc.start})") from None
+        raise SystemExit(f"autoresearch {command}: {name}: not UTF-8 text (byte {exc.start})") from None
     if not text.strip():
-        raise SystemExit(f"autoresearch submit: {name} is empty; give a patch of train.py or a train.py")
+        raise SystemExit(f"autoresearch {command}: {name} is empty; give a patch of train.py or a train.py")
     if kind is None:
         kind = "train.py" if path.endswith(".py") or not looks_like_patch(text) else "patch"
     if kind == "patch" and not looks_like_patch(text):
         raise SystemExit(
-            f"autoresearch submit: {name} is not a unified diff (no ---/+++/@@ lines); "
+            f"autoresearch {command}: {name} is not a unified diff (no ---/+++/@@ lines); "
             "make one with `git diff` or `diff -u`, or submit the edited train.py itself"
         )
     return kind, text
@@ -99,6 +99,11 @@ def run(args: argparse.Namespace) -> int:
             print(views.summary(experiment), flush=True)
         else:
             print(views.summary(experiment), flush=True)
+        if experiment.get("similar") and not (args.quiet or args.json):
+            print(
+                "tried before (most alike first):\n" + "\n".join(views.similar(experiment["similar"])),
+                flush=True,
+            )
         if not args.wait:
             return 0
         # With -q or --json, stdout carries only the id or the JSON; the live report goes to stderr.

@@ -140,3 +140,19 @@ def _number(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:,.0f}" if float(value).is_integer() or abs(value) >= 100 else f"{value:.2f}"
+
+
+def similar(items: list[dict[str, Any]]) -> list[str]:
+    """Similar experiments (SimilarExperiment), one line each:
+    `  #12 reverted val_bpb 1.020000 (+0.0200 ± 0.0040): nearby_constants, LR 0.02 (here 0.021) - lr 0.02`."""
+    out = []
+    for item in items:
+        effect = ""
+        if item["effect"] is not None:
+            se = f" ± {item['se']:.4f}" if item["se"] is not None else ""
+            effect = f" ({item['effect']:+.4f}{se})"
+        out.append(
+            f"  #{item['experiment_id']} {item['status']} val_bpb {bpb(item['val_bpb'])}{effect}: "
+            f"{item['kind']}, {item['detail']} - {item['description']}"
+        )
+    return out

@@ -161,17 +161,22 @@ class Client:
         base: str | None = None,
         since: str | None = None,
         text: str | None = None,
+        constant: str | None = None,
+        line: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> JSON:
         """One page: `{"items": [...], "next_cursor": str | None}`, newest first. `text`: words the
-        description or hypothesis contains (case-insensitive)."""
+        description or hypothesis contains (case-insensitive); `constant`: the name of a constant
+        the change set; `line`: text one of its changed lines contains."""
         params = {
             "status": status,
             "agent": agent,
             "base": base,
             "since": since,
             "text": text,
+            "constant": constant,
+            "line": line,
             "limit": limit,
             "cursor": cursor,
         }
@@ -186,6 +191,20 @@ class Client:
             cursor = page["next_cursor"]
             if cursor is None:
                 return
+
+    def similar(self, experiment_id: int) -> JSON:
+        """`{experiment_id, similar}`: the other experiments whose change is the same or nearly the
+        same as this one's, most alike first, with their outcomes."""
+        return self._json("GET", f"/experiments/{experiment_id}/similar")
+
+    def similar_to(
+        self, *, patch: str | None = None, train_py: str | None = None, base: str | None = None
+    ) -> JSON:
+        """Has this been tried? Before submitting a change (a diff against `base`, default the best,
+        or a whole train.py): the experiments that made the same or nearly the same one. Checked
+        as a submission is (ApiError if not valid); nothing is stored."""
+        body = {"patch": patch, "train_py": train_py, "base": base}
+        return self._json("POST", "/similar", json={k: v for k, v in body.items() if v is not None})
 
     def diff(self, experiment_id: int) -> str:
         return self._send("GET", f"/experiments/{experiment_id}/diff").text

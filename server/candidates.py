@@ -8,8 +8,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from client.states import ExperimentStatus, RunKind
+from server.changes import ChangeSummary
 from server.context import AppContext, Tx
 from server.crud.runs import queue_runs
+from server.crud.similar import store_change
 from server.models import NOT_RERUN_STATUSES, Experiment, utcnow
 
 
@@ -39,11 +41,12 @@ def queue_candidate(
     base_commit: str,
     commit_sha: str,
     blob: str,
+    change: ChangeSummary,
     queued_at: datetime | None = None,
     rebased_from_id: int | None = None,
 ) -> Experiment:
-    """Insert a queued experiment (and its first run) for an existing candidate commit, and point
-    its ref at it."""
+    """Insert a queued experiment (and its first run) for an existing candidate commit, with the
+    summary of its change (`change`, for "has this been tried?"), and point its ref at it."""
     now = utcnow()
     experiment = Experiment(
         agent_id=agent_id,
@@ -63,6 +66,7 @@ def queue_candidate(
     tx.session.flush()
     experiment_id = experiment.id
     queue_runs(tx.session, experiment_id, RunKind.FIRST, experiment.queued_at)
+    store_change(tx.session, experiment_id, change)
     ctx.repo.set_experiment_ref(experiment_id, commit_sha)
     tx.undo.append(lambda: ctx.repo.delete_experiment_ref(experiment_id))
     tx.emit(

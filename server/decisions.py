@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 from client.states import DECIDED_STATUS, Decision, ExperimentStatus, RunKind, RunState
 from harness.result import RunResult
 from server.candidates import commit_message, find_same_train_py, queue_candidate
+from server.changes import summarize
 from server.context import AppContext, Tx
 from server.crud import noise as noise_crud
 from server.crud.experiments import agent_names
@@ -261,6 +262,7 @@ def _rebase(
         base_commit=project.best_commit,
         commit_sha=commit,
         blob=blob,
+        change=summarize(best_source, moved_source),
         queued_at=experiment.queued_at,
         rebased_from_id=experiment.id,
     )

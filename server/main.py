@@ -39,6 +39,7 @@ from server.crud.leases import expire_leases
 from server.crud.project import load_project
 from server.crud.requeue import requeue_unmeasured_best
 from server.crud.runs import queue_runs
+from server.crud.similar import backfill as backfill_changes
 from server.crud.tokens import sync_env_admin
 from server.crud.workers import online_count
 from server.decisions import best_repeats_due
@@ -98,6 +99,7 @@ def build_context(settings: ServerSettings) -> AppContext:
         fleet=Fleet(settings.fleet_progress_per_s),
         note_limit=PerCallerLimit(settings.notes_per_minute, window_s=60.0),
     )
+    backfill_changes(context)  # experiments from before migration 0009: what their changes touched
     queue_what_the_best_is_due(context)
     # Experiments decided before change_kinds existed, or while no server ran to summarise them.
     summarised = change_kinds.summarise_pending(context)

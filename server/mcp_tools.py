@@ -45,6 +45,9 @@ from server.schemas import (
     NoteOut,
     NotePage,
     Sha,
+    SimilarExperiment,
+    SimilarIn,
+    SimilarOut,
     SubmitIn,
 )
 
@@ -55,8 +58,8 @@ INSTRUCTIONS = """\
 An autoresearch server: agents submit changes of train.py, GPU workers run each for a fixed time
 budget, and the server keeps a change only when it beats the best by more than the run-to-run
 noise. Before proposing, read `best`, recent `notes` and `search_experiments` (what was tried,
-kept, reverted); after a finding, leave one `post_note`. Submit with `submit` and follow it with
-`experiment`.
+kept, reverted), and ask `has_this_been_tried`; after a finding, leave one `post_note`. Submit
+with `submit` and follow it with `experiment`.
 `near_misses` lists changes that missed the bar by less than the noise (candidates to combine);
 `keep_rates` says which kinds of change (a constant up or down, a region) were tried and kept."""
 
@@ -72,6 +75,10 @@ class ExperimentReport(BaseModel):
     existing: bool = Field(False, description="the same train.py had been submitted: this is that experiment")
     diff: str = Field("", description="unified diff of train.py against its base")
     log_tail: str = Field("", description="the last lines of its latest run's log")
+    similar: list[SimilarExperiment] = Field(
+        default_factory=list,
+        description="when just submitted: earlier experiments whose change resembles it, with outcomes",
+    )
 
 
 def problem_result(kind: str, status: int | None, detail: str, problem: dict[str, Any]) -> CallToolResult:
@@ -139,6 +146,7 @@ def report(client: Client, experiment: dict[str, Any], wait_s: float, log_lines:
         existing=bool(experiment.get("existing")),
         diff=client.diff(experiment["id"]),
         log_tail=tail(client.log(experiment["id"]), log_lines),
+        similar=experiment.get("similar", []),
     )
 
 
@@ -199,13 +207,30 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
             str | None,
             Field(min_length=1, max_length=200, description="words the description or hypothesis contains"),
         ] = None,
+        constant: Annotated[
+            str | None,
+            Field(min_length=1, max_length=200, description="the name of a constant the change set"),
+        ] = None,
+        line: Annotated[
+            str | None,
+            Field(min_length=1, max_length=200, description="text one of the changed lines contains"),
+        ] = None,
         limit: Annotated[int, Field(ge=1, le=200)] = 20,
         cursor: Annotated[str | None, Field(description="next_cursor of the previous page")] = None,
     ) -> ExperimentPage:
-        """Experiments, newest first, filtered by status, agent and text: what was tried, kept,
-        reverted or failed, before you try it again."""
+        """Experiments, newest first, filtered by status, agent, text, the constant a change set
+        (`constant="MATRIX_LR"`) or text of the lines it changed: what was tried, kept, reverted or
+        failed, before you try it again."""
         with connect(ctx) as client:
-            page = client.experiments(status=status, agent=agent, text=text, limit=limit, cursor=cursor)
+            page = client.experiments(
+                status=status,
+                agent=agent,
+                text=text,
+                constant=constant,
+                line=line,
+                limit=limit,
+                cursor=cursor,
+            )
             return ExperimentPage.model_validate(page)
 
     @mcp.tool()
@@ -294,5 +319,28 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         with connect(ctx) as client:
             rates = client.keep_rates(part=part, name=name, min_tried=min_tried, limit=limit)
             return KeepRatesOut.model_validate(rates)
+
+    # Has this been tried? ------------------------------------------------------------------
+
+    @mcp.tool()
+    @api_errors
+    @takes_fields_of(SimilarIn)
+    def has_this_been_tried(ctx: Context, **change: Any) -> SimilarOut:
+        """Before submitting a change (a `patch` against `base`, default the best, or a whole
+        `train_py`): the experiments that made the same change, or nearly (the same constants set
+        to nearby values, the same lines changed, the same diff on another base), with their
+        outcomes. Nothing is submitted. Skip or rethink a change that was already measured."""
+        with connect(ctx) as client:
+            return SimilarOut.model_validate(
+                client.similar_to(**{k: v for k, v in change.items() if v is not None})
+            )
+
+    @mcp.tool()
+    @api_errors
+    def similar_experiments(ctx: Context, experiment_id: Annotated[int, Field(ge=1, le=2**62)]) -> SimilarOut:
+        """The other experiments whose change is the same or nearly the same as this experiment's,
+        most alike first, with their outcomes."""
+        with connect(ctx) as client:
+            return SimilarOut.model_validate(client.similar(experiment_id))
 
     return mcp

@@ -348,3 +348,52 @@ RESULTS = cast(Table, Result.__table__)
 PROJECT = cast(Table, Project.__table__)
 NOISE = cast(Table, NoiseEstimate.__table__)
 CHANGE_KINDS = cast(Table, ChangeKind.__table__)
+
+
+# "Has this been tried?" (server/similarity.py, server/crud/similar.py): what each experiment's
+# change touched, stored when it is queued so that finding similar changes reads rows, not git.
+
+
+class ExperimentChange(Base):
+    """The change an experiment made to its base's train.py (server/changes.py's summary)."""
+
+    __tablename__ = "experiment_changes"
+    __table_args__ = (
+        # The candidates of the similarity rule, each one index lookup: the same lines changed,
+        # and the same constants set with the same other lines (their values compared after).
+        Index("ix_experiment_changes_lines", "lines_sha"),
+        Index("ix_experiment_changes_shape", "shape_sha"),
+    )
+
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), primary_key=True)
+    parsed: Mapped[bool] = mapped_column(Boolean)
+    lines_sha: Mapped[str] = mapped_column(String(64))  # sha256 of the removed and added lines
+    # sha256 of the constants' names and the code lines; None when no constant was set (or unparsed)
+    shape_sha: Mapped[str | None] = mapped_column(String(64))
+    code_lines: Mapped[int] = mapped_column(Integer)  # changed lines that are not constants'
+    # {"constants": [[name, old, new], ...], "regions": [...], "removed": [...], "added": [...]}
+    summary: Mapped[dict[str, Any]] = mapped_column(JSON)
+    touched: Mapped[str] = mapped_column(Text)  # the changed lines, `-` or `+` first, one a line
+
+
+class ExperimentConstant(Base):
+    """A constant an experiment's change set, and its new value (GET /experiments?constant=NAME;
+    the nearby values of a constant are a range of this index)."""
+
+    __tablename__ = "experiment_constants"
+    __table_args__ = (Index("ix_experiment_constants_value", "name", "value"),)
+
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    value: Mapped[float | None] = mapped_column(Float)  # None: the change removed it
+
+
+class ExperimentCodeLine(Base):
+    """A changed line of an experiment's code (not a constant's assignment), by its hash: the
+    changes that share a line with a new one are the candidates of overlapping_code."""
+
+    __tablename__ = "experiment_code_lines"
+    __table_args__ = (Index("ix_experiment_code_lines_line", "line_sha"),)
+
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), primary_key=True)
+    line_sha: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 of `-line` or `+line`

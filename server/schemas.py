@@ -18,6 +18,7 @@ from client.states import Decision, ExperimentStatus, RunKind, RunState
 from harness.result import ErrorClass, ProgressEvent, RunResult, RunStatus
 from server.judge import Rule
 from server.keep_rates import Direction, Part
+from server.similarity import SimilarityKind
 
 # The largest integer accepted: exact as a JSON double, so that every client reads the bound alike
 # (2**63 - 1 is not), and far beyond any count of steps, tokens or parameters.
@@ -534,3 +535,47 @@ class KeepRatesOut(BaseModel):
     overall: KeepRateTotalsOut
     kinds_total: int = Field(description="kinds that match the filters, before `limit`")
     kinds: list[KeepRateOut] = Field(description="most tried first")
+
+
+# Has this been tried? (server/similarity.py: the rule; docs/api.md, "Similar experiments")
+
+
+class SimilarIn(Strict):
+    """A change not submitted: which experiments made the same or nearly the same one?"""
+
+    model_config = ConfigDict(json_schema_extra=SubmitIn.model_config.get("json_schema_extra"))
+
+    base: Sha | None = Field(None, description="commit the change is made on; default: the current best")
+    patch: str | None = Field(None, description="unified diff of train.py against base")
+    train_py: str | None = Field(None, description="the whole new train.py (instead of patch)")
+
+
+class SimilarExperiment(BaseModel):
+    """An experiment whose change resembles the one asked about, with its outcome."""
+
+    experiment_id: int
+    kind: SimilarityKind = Field(description="how it resembles it (docs/api.md, 'Similar experiments')")
+    distance: float = Field(description="0: the same; up to the kind's threshold")
+    detail: str = Field(description="what is alike, in words")
+    same_base: bool = Field(description="made on the same base commit")
+    status: ExperimentStatus
+    decision: Decision | None
+    val_bpb: float | None = Field(description="the mean of its valid runs")
+    valid_runs: int
+    effect: float | None = Field(description="its latest judgement's effect (mean minus reference mean)")
+    se: float | None = Field(description="the effect's standard error")
+    agent: str
+    description: str
+    base: str | None
+    commit: str
+
+
+class SimilarOut(BaseModel):
+    experiment_id: int | None = Field(description="the experiment asked about; null for a proposed change")
+    similar: list[SimilarExperiment] = Field(description="most alike first")
+
+
+class SubmitOut(ExperimentOut):
+    """The experiment submitted, and the earlier experiments whose change resembles its own."""
+
+    similar: list[SimilarExperiment] = Field(description="earlier experiments, most alike first")

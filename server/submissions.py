@@ -11,24 +11,27 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from client.states import ExperimentStatus, RunKind
 from server.candidates import commit_message, find_same_train_py, queue_candidate
+from server.changes import summarize
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud.experiments import get_view, resolve_commit
 from server.crud.project import load_project
 from server.crud.runs import queue_runs
+from server.crud.similar import similar_to_experiment
 from server.crud.tokens import Principal
 from server.decisions import best_repeats_due
 from server.models import Experiment, IdempotencyKey, Project
 from server.patches import PatchError, apply_patch, parse_patch
 from server.research_repo import blob_sha
-from server.schemas import ExperimentOut, SubmitIn
+from server.schemas import ExperimentOut, SimilarExperiment, SimilarIn, SubmitIn
+from server.similarity import Change
 
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 
@@ -38,11 +41,42 @@ class Submitted:
     experiment_id: int
     created: bool  # False: an existing experiment (same train.py, or a repeated Idempotency-Key)
     view: ExperimentOut | None = None  # what POST /experiments answers
+    similar: list[SimilarExperiment] = field(default_factory=list)  # earlier, most alike first
 
 
 def _with_view(session: Session, outcome: Submitted) -> Submitted:
     """The outcome with its experiment's view, read in the session at hand (one session less)."""
     return replace(outcome, view=get_view(session, outcome.experiment_id))
+
+
+def _with_similar(session: Session, outcome: Submitted) -> Submitted:
+    """The outcome with the earlier experiments whose change resembles its experiment's."""
+    experiment = session.get(Experiment, outcome.experiment_id)
+    assert experiment is not None
+    return replace(outcome, similar=similar_to_experiment(session, experiment, earlier_only=True))
+
+
+@dataclass(frozen=True)
+class Proposed:
+    """A change of train.py that passed the checks: its base, and the source before and after."""
+
+    base: str
+    base_source: str
+    new_source: str
+
+    @property
+    def change(self) -> Change:
+        return Change(summarize(self.base_source, self.new_source), self.base)
+
+
+def propose(ctx: AppContext, session: Session, body: SubmitIn | SimilarIn) -> Proposed:
+    """Check a change as a submission is checked (base, patch or file, sizes); Problem if bad."""
+    base = _resolve_base(session, body.base)
+    try:
+        base_source = ctx.repo.train_py(base).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Problem(422, "base-not-text", f"train.py of base {base} is not UTF-8 text") from exc
+    return Proposed(base, base_source, _new_train_py(ctx, body, base_source))
 
 
 def _request_sha256(body: SubmitIn) -> str:
@@ -78,7 +112,7 @@ def _resolve_base(session: Session, base: str | None) -> str:
         ) from exc
 
 
-def _new_train_py(ctx: AppContext, body: SubmitIn, base_source: str) -> str:
+def _new_train_py(ctx: AppContext, body: SubmitIn | SimilarIn, base_source: str) -> str:
     settings = ctx.settings
     if (body.patch is None) == (body.train_py is None):
         raise Problem(422, "patch-or-train-py", "send exactly one of `patch` (a unified diff) or `train_py`")
@@ -124,17 +158,15 @@ def submit(ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_ke
         if idempotency_key is not None:
             replay = _replayed(session, principal, idempotency_key, request_sha)
             if replay is not None:
-                return _with_view(session, replay)
-        base = _resolve_base(session, body.base)
-        try:
-            base_source = ctx.repo.train_py(base).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise Problem(422, "base-not-text", f"train.py of base {base} is not UTF-8 text") from exc
-        new_source = _new_train_py(ctx, body, base_source).encode()
+                return _with_similar(session, _with_view(session, replay))
+        proposed = propose(ctx, session, body)
+        base, new_source = proposed.base, proposed.new_source.encode()
         blob = blob_sha(new_source)
         existing = find_same_train_py(session, blob)
         if existing is not None and idempotency_key is None:
-            return _with_view(session, Submitted(existing.id, created=False))
+            return _with_similar(session, _with_view(session, Submitted(existing.id, created=False)))
+    # Summarized before the transaction: it takes milliseconds, and the project is locked in it.
+    change = proposed.change.summary
     commit = ctx.repo.commit_candidate(
         base, new_source, commit_message(body.description, body.hypothesis), principal.name
     )
@@ -143,7 +175,8 @@ def submit(ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_ke
         if idempotency_key is not None:
             replay = _replayed(tx.session, principal, idempotency_key, request_sha)
             if replay is not None:
-                return _with_view(tx.session, replay)
+                outcome = _with_view(tx.session, replay)
+                return _with_similar(tx.session, outcome)
         existing = find_same_train_py(tx.session, blob)
         if existing is not None:
             outcome = Submitted(existing.id, created=False)
@@ -172,6 +205,7 @@ def submit(ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_ke
                 base_commit=base,
                 commit_sha=commit,
                 blob=blob,
+                change=change,
             )
             outcome = Submitted(experiment.id, created=True)
             _rerun_best_when_due(ctx, tx.session, project, experiment.id)
@@ -185,4 +219,6 @@ def submit(ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_ke
                     status_code=201 if outcome.created else 200,
                 )
             )
-        return _with_view(tx.session, outcome)
+        outcome = _with_view(tx.session, outcome)
+    with ctx.db.read() as session:  # not under the project lock
+        return _with_similar(session, outcome)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
@@ -12,6 +13,9 @@ from client.states import RunState
 from server.crud.runs import runs_of
 from server.models import ApiToken, Experiment, Result, Run
 from server.schemas import BestBefore, ComparisonOut, ExperimentOut, ExperimentPage, ResultOut, RunOut
+
+if TYPE_CHECKING:  # server.crud.similar reads agent names from here
+    from server.crud.similar import Touched
 
 BASELINE_AGENT = "baseline"
 
@@ -141,6 +145,7 @@ def list_page(
     limit: int,
     before_id: int | None,
     text: str | None = None,
+    touched: Touched | None = None,
 ) -> ExperimentPage:
     """Newest first; `before_id` is the cursor (the last id of the previous page)."""
     statement = select(Experiment).order_by(Experiment.id.desc()).limit(limit + 1)
@@ -163,6 +168,8 @@ def list_page(
             Experiment.description.icontains(text, autoescape=True)
             | Experiment.hypothesis.icontains(text, autoescape=True)
         )
+    if touched is not None:
+        statement = touched.filter(statement)
     if before_id is not None:
         statement = statement.where(Experiment.id < before_id)
     rows = list(session.scalars(statement))

@@ -21,7 +21,8 @@ from server.crud import history, standings
 from server.crud.experiments import get_view
 from server.crud.leases import progress_of
 from server.crud.notes import list_notes
-from server.models import Result
+from server.crud.similar import similar_to_experiment
+from server.models import Experiment, Result
 from server.near_misses import DEFAULT_SIGMAS
 from server.pages import queries
 from server.pages.diff_view import render_diff
@@ -113,6 +114,9 @@ def experiment_page(
         place = queries.run_place(session, experiment_id)
         base_id = queries.experiment_id_of_commit(session, view.base)
         notes = list_notes(session, experiment_id=experiment_id, limit=NOTES_SHOWN).items
+        experiment = session.get(Experiment, experiment_id)
+        assert experiment is not None
+        similar = similar_to_experiment(session, experiment)
         log = session.execute(
             select(Result.log_tail, Result.error_message)
             .where(Result.experiment_id == experiment_id)
@@ -134,6 +138,7 @@ def experiment_page(
             "e": view,
             "place": place,
             "notes": notes,
+            "similar": similar,
             "base_id": base_id,
             "diff": render_diff(old, new),
             "log_text": log_text[-LOG_LIMIT:],

@@ -28,6 +28,9 @@ TABLES = {
     "noise_estimates",
     "notes",
     "change_kinds",
+    "experiment_changes",
+    "experiment_constants",
+    "experiment_code_lines",
 }
 
 
@@ -41,10 +44,13 @@ def _tables(url: str) -> set[str]:
 
 def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     upgrade(database_url)
-    assert current_revision(database_url) == "0008"
+    assert current_revision(database_url) == "0009"
     assert _tables(database_url) == TABLES
-    downgrade(database_url, "0004")  # notes and change kinds go, everything else stays
-    assert _tables(database_url) == TABLES - {"notes", "change_kinds"}
+    similar = {"experiment_changes", "experiment_constants", "experiment_code_lines"}
+    downgrade(database_url, "0008")  # what changes touched (for similar experiments) goes
+    assert _tables(database_url) == TABLES - similar
+    downgrade(database_url, "0004")  # notes and change kinds go too, everything else stays
+    assert _tables(database_url) == TABLES - similar - {"notes", "change_kinds"}
     downgrade(database_url, "base")
     assert current_revision(database_url) is None
     assert _tables(database_url) == set()

@@ -33,6 +33,8 @@ TOOLS = {
     "noise",
     "notes",
     "post_note",
+    "has_this_been_tried",
+    "similar_experiments",
 }
 TOOLS |= {"near_misses", "keep_rates"}  # has this been tried (tests/server/test_history_mcp.py)
 TRANSPORTS = ["stdio", "http"]

@@ -19,9 +19,18 @@ from server.crud import experiments as crud
 from server.crud.leases import progress_of
 from server.crud.requeue import has_result, queue_again
 from server.crud.runs import cancel_queued_runs
+from server.crud.similar import Touched, similar_to_experiment
 from server.models import Experiment, Result, Run, utcnow
 from server.patches import make_patch
-from server.schemas import CancelOut, ExperimentOut, ExperimentPage, ProgressOut, SubmitIn
+from server.schemas import (
+    CancelOut,
+    ExperimentOut,
+    ExperimentPage,
+    ProgressOut,
+    SimilarOut,
+    SubmitIn,
+    SubmitOut,
+)
 from server.submissions import submit
 
 router = APIRouter(prefix="/experiments", tags=["experiments"])
@@ -43,7 +52,7 @@ def _not_found(experiment_id: int) -> Problem:
     status_code=201,
     responses={
         200: {
-            "model": ExperimentOut,
+            "model": SubmitOut,
             "description": "the same train.py was already submitted: that experiment",
         },
         409: {"description": "the project has no baseline yet"},
@@ -59,13 +68,14 @@ async def submit_experiment(
     body: SubmitIn,
     response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
-) -> ExperimentOut:
-    """Queue a change of train.py: a unified diff against `base` (default: the best) or a whole file."""
+) -> SubmitOut:
+    """Queue a change of train.py: a unified diff against `base` (default: the best) or a whole file.
+    The answer lists the earlier experiments whose change resembles it (`similar`)."""
     outcome = await run_in_threadpool(submit, ctx, agent, body, idempotency_key)
     response.status_code = 201 if outcome.created else 200
     response.headers["Location"] = f"/api/v1/experiments/{outcome.experiment_id}"
     assert outcome.view is not None
-    return outcome.view
+    return SubmitOut(**dict(outcome.view), similar=outcome.similar)
 
 
 @router.get("", responses=_ERRORS)
@@ -79,6 +89,19 @@ def list_experiments(
     text: Annotated[
         str | None,
         Query(min_length=1, max_length=200, description="words the description or hypothesis contains"),
+    ] = None,
+    constant: Annotated[
+        str | None,
+        Query(min_length=1, max_length=200, description="the name of a constant the change set"),
+    ] = None,
+    line: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=200,
+            pattern=r"\S",
+            description="text one of the changed lines contains (case-sensitive, whitespace collapsed)",
+        ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Cursor = None,
@@ -94,6 +117,7 @@ def list_experiments(
             limit=limit,
             before_id=int(cursor) if cursor else None,
             text=text,
+            touched=Touched(constant=constant, line=line),
         )
 
 
@@ -229,3 +253,17 @@ def retry_experiment(ctx: Ctx, admin: Admin, experiment_id: ExperimentId) -> Exp
     view = _view(ctx, experiment_id)
     assert view is not None
     return view
+
+
+# Has this been tried? -----------------------------------------------------------------------
+
+
+@router.get("/{experiment_id}/similar", responses=_ERRORS)
+def get_similar(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> SimilarOut:
+    """The other experiments whose change is the same or nearly the same as this one's (earlier and
+    later), most alike first, with their outcomes (docs/api.md, "Similar experiments")."""
+    with ctx.db.read() as session:
+        experiment = session.get(Experiment, experiment_id)
+        if experiment is None:
+            raise _not_found(experiment_id)
+        return SimilarOut(experiment_id=experiment_id, similar=similar_to_experiment(session, experiment))

@@ -1,0 +1,55 @@
+"""`autoresearch similar`: has this been tried? The experiments that made the same change as a
+patch or an edited train.py (before submitting it), or as an existing experiment, or nearly."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from cli import views
+from cli.connection import add_connection_args, connect, reporting
+from cli.submit import read_change
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "similar",
+        help="has this been tried? experiments that made the same or nearly the same change",
+        description="Before submitting FILE (a patch of train.py or an edited train.py; - reads stdin), "
+        "or for an existing experiment (-e ID): the experiments whose change is the same or nearly the "
+        "same (the same train.py, the same lines changed, the same diff on another base, the same "
+        "constants set to nearby values, mostly the same code), most alike first, with their outcomes. "
+        "Nothing is submitted.",
+    )
+    parser.add_argument("file", metavar="FILE", nargs="?", help="a patch of train.py or a train.py")
+    parser.add_argument("-e", "--experiment", type=int, metavar="ID", help="an existing experiment instead")
+    parser.add_argument("--base", metavar="COMMIT", help="commit FILE applies to (default: the best)")
+    parser.add_argument(
+        "--as", dest="kind", choices=["patch", "train.py"], help="how to read FILE (default: guessed)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_connection_args(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if (args.file is None) == (args.experiment is None):
+        raise SystemExit(
+            "autoresearch similar: give FILE (a patch or a train.py) or --experiment ID, not both"
+        )
+    client = connect(args, "similar", token_required=False)
+    with reporting("similar", client):
+        if args.experiment is not None:
+            answer = client.similar(args.experiment)
+        else:
+            kind, text = read_change(args.file, args.kind, command="similar")
+            change = {"patch": text} if kind == "patch" else {"train_py": text}
+            answer = client.similar_to(base=args.base, **change)
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    elif not answer["similar"]:
+        print("not tried: no experiment made this change or a nearly identical one")
+    else:
+        print(f"{len(answer['similar'])} similar experiment(s), most alike first:")
+        print("\n".join(views.similar(answer["similar"])))
+    return 0

@@ -1,0 +1,280 @@
+"""Has this been tried? Storing what each experiment's change touched, and finding the experiments
+whose change resembles one (the rule itself is server/similarity.py).
+
+Every queued experiment gets its change summary stored with it (`store_change`, in the
+transaction that inserts it); experiments from before that are summarized when the server
+starts (`backfill`). Finding similar experiments reads no git: the rule's candidates come from
+index lookups, each a necessary condition of one kind of match, and the rule (server/similarity.py)
+then runs on those alone:
+- the same content hash (`identical`);
+- the same removed and added lines (`lines_sha`: same_change, same_change_other_base);
+- the same constants set and the same code lines (`shape_sha`), with the first constant's new
+  value within `nearby_range` (experiment_constants' value index: nearby_constants);
+- a code line in common (experiment_code_lines: overlapping_code needs most of them in common).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Select, or_, select
+from sqlalchemy.orm import Session
+
+from server.changes import ChangeSummary, ConstantChange, summarize
+from server.context import AppContext
+from server.crud.experiments import BASELINE_AGENT, agent_names
+from server.models import (
+    NOT_RERUN_STATUSES,
+    Experiment,
+    ExperimentChange,
+    ExperimentCodeLine,
+    ExperimentConstant,
+)
+from server.schemas import SimilarExperiment
+from server.similarity import (
+    Change,
+    Match,
+    Similarity,
+    SimilarityKind,
+    code_lines,
+    nearby_range,
+    rank,
+    sort_key,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_SIMILAR = 20  # the most alike first; more is rarely read
+_BACKFILL_BATCH = 200
+
+
+def _sha(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def _line_sha(line: str) -> str:
+    return hashlib.sha256(line.encode()).hexdigest()
+
+
+def lines_key(summary: ChangeSummary) -> str:
+    return _sha([summary.removed, summary.added])
+
+
+def shape_key(summary: ChangeSummary) -> str | None:
+    """What two changes must share to be nearby_constants: the names set and the code lines."""
+    if not (summary.parsed and summary.constants):
+        return None
+    return _sha([sorted(c.name for c in summary.constants), sorted(code_lines(summary).elements())])
+
+
+def store_change(session: Session, experiment_id: int, summary: ChangeSummary) -> None:
+    session.add(
+        ExperimentChange(
+            experiment_id=experiment_id,
+            parsed=summary.parsed,
+            lines_sha=lines_key(summary),
+            shape_sha=shape_key(summary),
+            code_lines=sum(code_lines(summary).values()) if summary.parsed else 0,
+            summary={
+                "constants": [[c.name, c.old, c.new] for c in summary.constants],
+                "regions": list(summary.regions),
+                "removed": list(summary.removed),
+                "added": list(summary.added),
+            },
+            touched="\n".join(
+                ["-" + line for line in summary.removed] + ["+" + line for line in summary.added]
+            ),
+        )
+    )
+    session.add_all(
+        ExperimentConstant(experiment_id=experiment_id, name=c.name, value=c.new) for c in summary.constants
+    )
+    if summary.parsed:
+        session.add_all(
+            ExperimentCodeLine(experiment_id=experiment_id, line_sha=sha)
+            for sha in {_line_sha(line) for line in code_lines(summary)}
+        )
+    session.flush()
+
+
+def stored_summary(row: ExperimentChange) -> ChangeSummary:
+    data = row.summary
+    return ChangeSummary(
+        constants=tuple(ConstantChange(name, old, new) for name, old, new in data["constants"]),
+        regions=tuple(data["regions"]),
+        removed=tuple(data["removed"]),
+        added=tuple(data["added"]),
+        parsed=row.parsed,
+    )
+
+
+def backfill(ctx: AppContext) -> int:
+    """Summarize the changes of experiments queued before their summaries were stored (once,
+    after migration 0009); how many. Reads each experiment's and its base's train.py from git."""
+    done = 0
+    sources: dict[str, str] = {}  # many experiments share a base
+
+    def source(commit: str) -> str:
+        if commit not in sources:
+            sources[commit] = ctx.repo.train_py(commit).decode("utf-8", "replace")
+        return sources[commit]
+
+    while True:
+        with ctx.db.read() as session:
+            missing = session.execute(
+                select(Experiment.id, Experiment.base_commit, Experiment.commit_sha)
+                .outerjoin(ExperimentChange, ExperimentChange.experiment_id == Experiment.id)
+                .where(ExperimentChange.experiment_id.is_(None), Experiment.base_commit.is_not(None))
+                .order_by(Experiment.id)
+                .limit(_BACKFILL_BATCH)
+            ).all()
+        if not missing:
+            break
+        with ctx.transaction() as tx:
+            for row in missing:
+                store_change(tx.session, row.id, summarize(source(row.base_commit), source(row.commit_sha)))
+        done += len(missing)
+        log.info("summarized the changes of %d earlier experiments", done)
+    return done
+
+
+def _candidates(session: Session, change: Change, exclude: set[int], before_id: int | None) -> list[Match]:
+    """The stored changes that can match `change` (one necessary condition of a kind each), ranked
+    by the rule."""
+    summary = change.summary
+    conditions = [ExperimentChange.lines_sha == lines_key(summary)]
+    shape = shape_key(summary)
+    if shape is not None:  # nearby_constants: the same shape, and the first constant nearby
+        first = summary.constants[0]
+        setting = select(ExperimentConstant.experiment_id).where(ExperimentConstant.name == first.name)
+        if first.new is None:
+            setting = setting.where(ExperimentConstant.value.is_(None))
+        else:
+            low, high = nearby_range(first.new)
+            setting = setting.where(ExperimentConstant.value.between(low, high))
+        conditions.append((ExperimentChange.shape_sha == shape) & ExperimentChange.experiment_id.in_(setting))
+    code = code_lines(summary) if summary.parsed else None
+    if code:  # overlapping_code: at least one code line in common
+        sharing = select(ExperimentCodeLine.experiment_id).where(
+            ExperimentCodeLine.line_sha.in_({_line_sha(line) for line in code})
+        )
+        conditions.append(ExperimentChange.experiment_id.in_(sharing))
+    statement = (
+        select(ExperimentChange, Experiment.base_commit)
+        .join(Experiment, Experiment.id == ExperimentChange.experiment_id)
+        .where(or_(*conditions))
+    )
+    if before_id is not None:
+        statement = statement.where(ExperimentChange.experiment_id < before_id)
+    earlier = (
+        (row.experiment_id, Change(stored_summary(row), base or ""))
+        for row, base in session.execute(statement)
+        if row.experiment_id not in exclude
+    )
+    return rank(change, earlier)
+
+
+def find_similar(
+    session: Session,
+    change: Change,
+    blob: str | None,
+    *,
+    exclude: Iterable[int] = (),
+    before_id: int | None = None,
+    limit: int = MAX_SIMILAR,
+) -> list[SimilarExperiment]:
+    """The experiments (other than `exclude`, older than `before_id` when given) whose change
+    resembles `change`, or whose train.py is `blob` (identical), most alike first."""
+    excluded = set(exclude)
+    identical: list[Match] = []
+    if blob is not None:
+        statement = select(Experiment.id).where(
+            Experiment.train_py_blob == blob, Experiment.status.in_(NOT_RERUN_STATUSES)
+        )
+        if before_id is not None:
+            statement = statement.where(Experiment.id < before_id)
+        same = Similarity(SimilarityKind.IDENTICAL, 0.0, "the same train.py")
+        identical = [Match(i, same) for i in session.scalars(statement) if i not in excluded]
+        excluded |= {match.experiment_id for match in identical}
+    matches = sorted(identical + _candidates(session, change, excluded, before_id), key=sort_key)[:limit]
+    return _views(session, change, matches)
+
+
+def _views(session: Session, change: Change, matches: list[Match]) -> list[SimilarExperiment]:
+    if not matches:
+        return []
+    experiments = {
+        e.id: e
+        for e in session.scalars(
+            select(Experiment).where(Experiment.id.in_([m.experiment_id for m in matches]))
+        )
+    }
+    names = agent_names(session, {e.agent_id for e in experiments.values() if e.agent_id is not None})
+    out = []
+    for match in matches:
+        e = experiments[match.experiment_id]
+        out.append(
+            SimilarExperiment(
+                experiment_id=e.id,
+                kind=match.similarity.kind,
+                distance=match.similarity.distance,
+                detail=match.similarity.detail,
+                same_base=e.base_commit == change.base,
+                status=e.status,  # type: ignore[arg-type]
+                decision=e.decision,  # type: ignore[arg-type]
+                val_bpb=e.val_bpb,
+                valid_runs=e.valid_runs,
+                effect=e.effect,
+                se=e.effect_se,
+                agent=names.get(e.agent_id, BASELINE_AGENT) if e.agent_id is not None else BASELINE_AGENT,
+                description=e.description,
+                base=e.base_commit,
+                commit=e.commit_sha,
+            )
+        )
+    return out
+
+
+def similar_to_experiment(
+    session: Session, experiment: Experiment, *, earlier_only: bool = False, limit: int = MAX_SIMILAR
+) -> list[SimilarExperiment]:
+    """The experiments whose change resembles this experiment's (its stored summary); none for
+    the baseline, which changed nothing."""
+    row = session.get(ExperimentChange, experiment.id)
+    if row is None or experiment.base_commit is None:
+        return []
+    return find_similar(
+        session,
+        Change(stored_summary(row), experiment.base_commit),
+        experiment.train_py_blob,
+        exclude={experiment.id},
+        before_id=experiment.id if earlier_only else None,
+        limit=limit,
+    )
+
+
+@dataclass(frozen=True)
+class Touched:
+    """GET /experiments (and MCP's search) by what a change touched: a constant it set (its exact
+    name), or text one of its changed lines contains (case-sensitive, whitespace collapsed as
+    the stored lines are)."""
+
+    constant: str | None = None
+    line: str | None = None
+
+    def filter(self, statement: Select[Any]) -> Select[Any]:
+        if self.constant is not None:
+            setting = select(ExperimentConstant.experiment_id).where(ExperimentConstant.name == self.constant)
+            statement = statement.where(Experiment.id.in_(setting))
+        if self.line is not None:
+            text = " ".join(self.line.split())
+            lines = select(ExperimentChange.experiment_id).where(
+                ExperimentChange.touched.contains(text, autoescape=True)
+            )
+            statement = statement.where(Experiment.id.in_(lines))
+        return statement

@@ -1,0 +1,54 @@
+"""`autoresearch similar` and what `autoresearch submit` says was tried before, against the kit's
+real server and worker (`test` preset). Learning rates near 0.6 keep these apart from the other
+kit tests' changes (0.019-0.2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.kit.cli_process import cli, in_process, write
+from tests.worker.candidates import bigram
+from tests.worker.processes import Project
+
+
+def test_similar_before_submitting_and_for_an_experiment_and_what_submit_prints(
+    project: Project, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with project.agent() as agent:
+        tried = agent.submit("lr 0.6", train_py=bigram(0.6))
+    nearby = write(tmp_path / "train.py", bigram(0.61))
+    asked = in_process(capsys, "similar", str(nearby), server=project.url)
+    assert asked.code == 0, asked.err
+    assert asked.out.startswith("1 similar experiment(s), most alike first:\n")
+    assert (
+        f"  #{tried['id']} " in asked.out
+        and "nearby_constants, LEARNING_RATE 0.6 (here 0.61) - lr 0.6" in asked.out
+    )
+    as_json = in_process(capsys, "similar", str(nearby), "--json", server=project.url)
+    assert [s["experiment_id"] for s in json.loads(as_json.out)["similar"]] == [tried["id"]]
+    empty = cli("similar", "-", stdin="", server=project.url)
+    assert empty.returncode == 1 and "autoresearch similar: standard input is empty" in empty.stderr
+    untried = in_process(capsys, "similar", str(write(tmp_path / "far.py", bigram(0.95))), server=project.url)
+    assert untried.out == "not tried: no experiment made this change or a nearly identical one\n"
+
+    submitted = cli("submit", str(nearby), "-m", "lr 0.61", server=project.url, token=project.agent_token)
+    assert submitted.returncode == 0, submitted.stderr
+    assert "tried before (most alike first):\n" in submitted.stdout
+    assert f"  #{tried['id']} " in submitted.stdout
+    new_id = int(submitted.stdout.split()[1])
+    of_tried = in_process(capsys, "similar", "-e", str(tried["id"]), server=project.url)
+    assert f"  #{new_id} " in of_tried.out
+
+
+def test_similar_refuses_what_it_cannot_use(
+    project: Project, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    both = in_process(capsys, "similar", "x.py", "-e", "1", server=project.url)
+    assert both.code == 1 and "give FILE (a patch or a train.py) or --experiment ID, not both" in both.err
+    missing = in_process(capsys, "similar", str(tmp_path / "nope.py"), server=project.url)
+    assert missing.code == 1 and f"autoresearch similar: {tmp_path / 'nope.py'}: no such file" in missing.err
+    unknown = in_process(capsys, "similar", "-e", "99999", server=project.url)
+    assert unknown.code == 1 and "99999" in unknown.err

@@ -1,0 +1,174 @@
+"""Has this been tried? over real HTTP with the SDK, on SQLite and PostgreSQL: the submit answer,
+GET /experiments/{id}/similar, POST /similar (no side effects), search by what a change touched,
+precise refusals, and the backfill of experiments stored before their changes were."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from sqlalchemy import delete, func, select
+
+from client import ApiError
+from server.main import create_app
+from server.models import Experiment, ExperimentChange, ExperimentCodeLine, ExperimentConstant
+from server.patches import make_patch
+from tests.server.conftest import BASELINE, Live, LiveFactory, serve
+
+
+def _lr(value: str, source: str = BASELINE) -> str:
+    return source.replace("LEARNING_RATE = 0.01", f"LEARNING_RATE = {value}")
+
+
+def _kinds(answer: list[dict]) -> list[tuple[int, str]]:
+    return [(item["experiment_id"], item["kind"]) for item in answer]
+
+
+def test_the_submit_answer_and_both_endpoints_find_nearby_values_with_their_outcomes(
+    live_any_db: Live, worker_factory: Callable
+) -> None:
+    live = live_any_db
+    agent, worker = live.client("agent", "alice"), worker_factory(live)
+    worker.run_next(1.0)  # the baseline
+    first = agent.submit("lr 0.02", train_py=_lr("0.02"))
+    assert first["similar"] == []
+    worker.run_next(1.1)  # measured and reverted (greedy rule)
+    far = agent.submit("lr 0.05", train_py=_lr("0.05"))
+    assert far["similar"] == []
+    near = agent.submit("lr 0.021", patch=make_patch(BASELINE, _lr("0.021")))
+    (found,) = near["similar"]
+    assert found["experiment_id"] == first["id"] and found["kind"] == "nearby_constants"
+    assert found["status"] == "reverted" and found["decision"] == "revert" and found["val_bpb"] == 1.1
+    assert found["effect"] == pytest.approx(0.1) and found["valid_runs"] == 1 and found["same_base"]
+    assert found["detail"] == "LEARNING_RATE 0.02 (here 0.021)" and found["agent"] == "alice"
+    assert 0 < found["distance"] < 0.173
+
+    # Of an existing experiment: the others, later ones too.
+    assert _kinds(agent.similar(first["id"])["similar"]) == [(near["id"], "nearby_constants")]
+    assert agent.similar(far["id"]) == {"experiment_id": far["id"], "similar": []}
+
+    # Before submitting: nothing is stored, the nearest first, the same train.py is `identical`.
+    before = _count(live)
+    asked = agent.similar_to(train_py=_lr("0.0205"))
+    assert asked["experiment_id"] is None
+    assert _kinds(asked["similar"]) == [(near["id"], "nearby_constants"), (first["id"], "nearby_constants")]
+    same = agent.similar_to(patch=make_patch(BASELINE, _lr("0.021")))["similar"]
+    assert _kinds(same) == [(near["id"], "identical"), (first["id"], "nearby_constants")]
+    assert agent.similar_to(train_py=_lr("0.2"))["similar"] == []
+    assert _count(live) == before
+
+
+def test_the_same_change_on_another_base_is_found(live_any_db: Live, worker_factory: Callable) -> None:
+    live = live_any_db
+    agent, worker = live.client("agent"), worker_factory(live)
+    worker.run_next(1.0)
+    kept = agent.submit("lr 0.02", train_py=_lr("0.02"))
+    worker.run_next(0.9)
+    assert agent.experiment(kept["id"])["status"] == "kept"
+    deeper_on_baseline = agent.submit(
+        "deeper", train_py=BASELINE.replace("DEPTH = 4", "DEPTH = 8"), base=agent.experiment(1)["commit"]
+    )
+    deeper_on_best = agent.submit("deeper again", train_py=_lr("0.02").replace("DEPTH = 4", "DEPTH = 8"))
+    (found,) = deeper_on_best["similar"]
+    assert found["experiment_id"] == deeper_on_baseline["id"]
+    assert found["kind"] == "same_change_other_base" and not found["same_base"]
+
+
+def test_changes_of_code_that_mostly_agree_are_found(live_any_db: Live) -> None:
+    agent = live_any_db.client("agent")
+    body = "    raise NotImplementedError\n\n\ndef train"
+    one = agent.submit(
+        "build", train_py=BASELINE.replace(body, "    model = None\n    return model\n\n\ndef train")
+    )
+    asked = agent.similar_to(
+        train_py=BASELINE.replace(body, "    model = None\n    return model\n    # done\n\n\ndef train")
+    )["similar"]
+    assert _kinds(asked) == [(one["id"], "overlapping_code")]
+    assert asked[0]["detail"] == "3 of its 3 changed code lines are the same"
+    other = agent.similar_to(train_py=BASELINE.replace("    raise NotImplementedError\n", "    pass\n", 1))
+    assert other["similar"] == []
+
+
+def test_search_by_the_constant_set_or_the_lines_changed(live_any_db: Live) -> None:
+    agent = live_any_db.client("agent")
+    lr = agent.submit("lr", train_py=_lr("0.03"))
+    depth = agent.submit("depth", train_py=BASELINE.replace("DEPTH = 4", "DEPTH = 6"))
+    code = agent.submit(
+        "code",
+        train_py=BASELINE.replace(
+            "    raise NotImplementedError\n\n\ndef train", "    return None\n\n\ndef train"
+        ),
+    )
+
+    def ids(**filters: str) -> list[int]:
+        return [e["id"] for e in agent.experiments(**filters)["items"]]
+
+    assert ids(constant="LEARNING_RATE") == [lr["id"]]
+    assert ids(constant="DEPTH") == [depth["id"]]
+    assert ids(constant="WIDTH") == [] and ids(constant="learning_rate") == []
+    assert ids(line="return None") == [code["id"]]
+    assert ids(line="DEPTH  =  6") == [depth["id"]]  # whitespace collapsed, as the lines are stored
+    assert set(ids(line="NotImplementedError")) == {code["id"]}  # its removed line
+    assert ids(line="%") == []  # LIKE's wildcards are plain text here
+    assert ids(constant="DEPTH", line="LEARNING") == []
+
+
+def test_bad_input_is_refused_precisely_and_changes_nothing(live_any_db: Live) -> None:
+    live = live_any_db
+    agent = live.client("agent")
+    before = _count(live)
+    cases = [
+        ({"patch": make_patch(BASELINE, _lr("0.02")), "train_py": _lr("0.02")}, 422, "patch-or-train-py"),
+        ({}, 422, "patch-or-train-py"),
+        ({"patch": "--- a/train.py\n+++ b/train.py\n@@ -1,1 +1,1 @@\n-nope\n+yes\n"}, 422, None),
+        ({"train_py": _lr("0.02"), "base": "abcdef12"}, 404, "unknown-base"),
+        ({"train_py": BASELINE}, 422, "empty-change"),
+        ({"patch": "x" * 250_000}, 413, "patch-too-large"),
+    ]
+    for body, status, kind in cases:
+        with pytest.raises(ApiError) as caught:
+            agent.similar_to(**body)
+        assert caught.value.status == status, body
+        if kind is not None:
+            assert caught.value.problem["type"].endswith(kind)
+    response = agent.http.post("/similar", json={"train_py": _lr("0.02"), "extra": 1})
+    assert response.status_code == 422 and response.headers["content-type"] == "application/problem+json"
+    with pytest.raises(ApiError) as caught:
+        agent.similar(999)
+    assert caught.value.status == 404
+    with pytest.raises(ApiError) as caught:
+        agent.experiments(line="   ")
+    assert caught.value.status == 422
+    assert _count(live) == before
+
+
+def test_experiments_stored_before_their_changes_are_summarized_at_start(
+    live_factory: LiveFactory, database_url: str
+) -> None:
+    live = live_factory(database_url)
+    agent = live.client("agent")
+    first = agent.submit("lr", train_py=_lr("0.02"))
+    second = agent.submit("lr again", train_py=_lr("0.0201"))
+    with live.ctx.db.write() as session:  # as a database migrated to 0009 from before it
+        session.execute(delete(ExperimentConstant))
+        session.execute(delete(ExperimentCodeLine))
+        session.execute(delete(ExperimentChange))
+    assert agent.similar(second["id"])["similar"] == []
+    restarted = create_app(live.settings)
+    with serve(restarted) as url:
+        again = Live(url, restarted, live.settings).client("agent")
+        assert _kinds(again.similar(second["id"])["similar"]) == [(first["id"], "nearby_constants")]
+        assert [e["id"] for e in again.experiments(constant="LEARNING_RATE")["items"]] == [
+            second["id"],
+            first["id"],
+        ]
+    with restarted.state.ctx.db.read() as session:
+        assert session.scalar(select(func.count()).select_from(ExperimentChange)) == 2  # not the baseline
+
+
+def _count(live: Live) -> tuple[int, int]:
+    with live.ctx.db.read() as session:
+        return (
+            int(session.scalar(select(func.count()).select_from(Experiment)) or 0),
+            int(session.scalar(select(func.count()).select_from(ExperimentChange)) or 0),
+        )

@@ -1,0 +1,63 @@
+"""Has this been tried? through MCP, with the official SDK's client over both transports: search by
+the constant a change set or the lines it changed, the similar experiments of a proposed change
+and of an existing one, the submit tool's `similar`, and a bad change as a tool error. No worker
+runs here: what is asked about is queued, not measured (the outcomes' fields are the API's,
+tested in tests/server/test_similar_api.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from tests.worker.candidates import bigram
+from tests.worker.processes import Project
+from tests.worker.test_mcp import TRANSPORTS, call, run, tool_error
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_agent_asks_whether_a_change_was_tried_and_searches_by_what_changes_touched(
+    project: Project, transport: str
+) -> None:
+    with project.agent() as agent:
+        tried = agent.submit("lr 0.2", train_py=bigram(0.2))
+        code = agent.submit(
+            "zero grads as None", train_py=bigram(0.05).replace("set_to_none=True", "set_to_none=False")
+        )
+
+    async def scenario(client: Client) -> dict[str, Any]:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        return {
+            "tools": tools,
+            "by_constant": await call(client, "search_experiments", {"constant": "LEARNING_RATE"}),
+            "by_line": await call(client, "search_experiments", {"line": "set_to_none=False"}),
+            "nearby": await call(client, "has_this_been_tried", {"train_py": bigram(0.21)}),
+            "far": await call(client, "has_this_been_tried", {"train_py": bigram(0.9)}),
+            "of_tried": await call(client, "similar_experiments", {"experiment_id": tried["id"]}),
+            "submitted": await call(
+                client, "submit", {"description": "lr 0.205", "train_py": bigram(0.205), "wait_s": 0}
+            ),
+            "bad": await tool_error(
+                client,
+                "has_this_been_tried",
+                {"patch": "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-no\n+x\n"},
+            ),
+        }
+
+    out = run(project, transport, scenario)
+    # The tool's inputs are the REST body's (SimilarIn), flat.
+    schema = out["tools"]["has_this_been_tried"].input_schema
+    assert "unified diff" in schema["properties"]["patch"]["description"] and "required" not in schema
+    assert [e["id"] for e in out["by_constant"]["items"]] == [tried["id"]]
+    assert [e["id"] for e in out["by_line"]["items"]] == [code["id"]]
+    (nearby,) = out["nearby"]["similar"]
+    assert nearby["experiment_id"] == tried["id"] and nearby["kind"] == "nearby_constants"
+    assert nearby["status"] == "queued" and nearby["detail"] == "LEARNING_RATE 0.2 (here 0.21)"
+    assert out["far"]["similar"] == []
+    assert out["of_tried"] == {"experiment_id": tried["id"], "similar": []}
+    assert [s["experiment_id"] for s in out["submitted"]["similar"]] == [tried["id"]]
+    text, problem = out["bad"]
+    assert text.startswith("patch-does-not-apply (422)") and problem["kind"] == "patch-does-not-apply"
+    with project.agent() as agent:  # asking queued nothing
+        assert len(agent.experiments()["items"]) == 4  # the baseline, the two above, the submitted one
