@@ -96,7 +96,11 @@ def _offset(source: str, starts: list[int], lineno: int, col_utf8: int) -> int:
 
 def find_constants(source: str) -> list[Constant]:
     """The constants of `source` in file order. Raises SyntaxError if it does not parse."""
-    tree = ast.parse(source)
+    return constants_in(ast.parse(source), source)
+
+
+def constants_in(tree: ast.Module, source: str) -> list[Constant]:
+    """The constants of `source`, parsed already as `tree`, in file order."""
     starts = _line_starts(source)
     found: list[Constant] = []
     for stmt in tree.body:

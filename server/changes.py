@@ -21,7 +21,7 @@ import ast
 import difflib
 from dataclasses import dataclass
 
-from client.constants import NEWLINE, find_constants
+from client.constants import NEWLINE, constants_in
 
 MODULE = "module"  # the region of module-level code
 
@@ -49,8 +49,10 @@ class ChangeSummary:
 def summarize(base: str, new: str) -> ChangeSummary:
     """The change that turns `base` into `new`."""
     base_lines, new_lines = _lines(base), _lines(new)
-    base_regions, new_regions = _regions(base), _regions(new)
-    parsed = base_regions is not None and new_regions is not None
+    base_tree, new_tree = _parse(base), _parse(new)
+    parsed = base_tree is not None and new_tree is not None
+    base_regions = _regions(base_tree) if base_tree is not None else None
+    new_regions = _regions(new_tree) if new_tree is not None else None
     removed: list[str] = []
     added: list[str] = []
     regions: set[str] = set()
@@ -69,7 +71,11 @@ def summarize(base: str, new: str) -> ChangeSummary:
                 if owners is not None:
                     regions.add(owners.get(number, MODULE))
     return ChangeSummary(
-        constants=_constant_changes(base, new) if parsed else (),
+        constants=(
+            _constant_changes(base, base_tree, new, new_tree)
+            if base_tree is not None and new_tree is not None
+            else ()
+        ),
         regions=tuple(sorted(regions)) if parsed else (),
         removed=tuple(removed),
         added=tuple(added),
@@ -84,10 +90,12 @@ def _lines(source: str) -> list[tuple[int, str]]:
     return [(number, text) for number, text in lines if text]
 
 
-def _constant_changes(base: str, new: str) -> tuple[ConstantChange, ...]:
+def _constant_changes(
+    base: str, base_tree: ast.Module, new: str, new_tree: ast.Module
+) -> tuple[ConstantChange, ...]:
     # A name assigned twice holds its last value, as when the module runs.
-    before = {constant.name: constant.value for constant in find_constants(base)}
-    after = {constant.name: constant.value for constant in find_constants(new)}
+    before = {constant.name: constant.value for constant in constants_in(base_tree, base)}
+    after = {constant.name: constant.value for constant in constants_in(new_tree, new)}
     changes = [
         ConstantChange(name, before.get(name), value)
         for name, value in after.items()
@@ -97,13 +105,17 @@ def _constant_changes(base: str, new: str) -> tuple[ConstantChange, ...]:
     return tuple(changes)
 
 
-def _regions(source: str) -> dict[int, str] | None:
-    """Line number (1-based) -> the top-level function or class (or a class's method) it sits in;
-    lines of module-level code are absent. None when the source does not parse."""
+def _parse(source: str) -> ast.Module | None:
+    """Its syntax tree, once for its constants and its regions; None when it does not parse."""
     try:
-        tree = ast.parse(source)
+        return ast.parse(source)
     except (SyntaxError, ValueError):  # ValueError: a NUL byte in the source
         return None
+
+
+def _regions(tree: ast.Module) -> dict[int, str]:
+    """Line number (1-based) -> the top-level function or class (or a class's method) it sits in;
+    lines of module-level code are absent."""
     owners: dict[int, str] = {}
     for stmt in tree.body:
         if not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
