@@ -63,7 +63,7 @@ from api_load import (
     simulated_bpb,
 )
 from lean_http import LeanClient
-from server.core.pg_scratch import free_port, new_database, scratch_cluster
+from pg_scratch import free_port, new_database, scratch_cluster
 from sqlalchemy import select
 
 from server.core.config import ServerSettings
