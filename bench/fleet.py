@@ -36,6 +36,7 @@ import itertools
 import os
 import random
 import resource
+import signal
 import sys
 import tempfile
 import time
@@ -410,6 +411,8 @@ def main() -> int:
     parser.add_argument("--run-s", type=float, default=330.0, help="one experiment: h100 budget and scoring")
     parser.add_argument("--postgres-url", default=os.environ.get("TEST_POSTGRES_URL"))
     args = parser.parse_args()
+    # A stop (SIGTERM) unwinds like Ctrl-C, so the server and PostgreSQL started below are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     raise_open_files()
     sizes = [int(size) for size in args.workers.split(",")]
     worst: dict[int, list[tuple[Phase, Phase]]] = defaultdict(list)
