@@ -2,10 +2,11 @@
 does, each one or a few calls of the Python SDK (`client.Client`) against the REST API.
 
 Going through the REST API keeps one implementation of every rule: authentication, validation,
-limits and errors are the routes' own, and a tool answers exactly what the API would. The inputs
-of `submit` and `post_note` are the fields of the API's request bodies (`SubmitIn`, `NoteIn`: same
-types, limits and descriptions), and the tools return the API's response models, which the SDK
-publishes as their output schemas.
+limits and errors are the routes' own, and a tool answers exactly what the API would. A tool's
+inputs are the fields of the request body (`SubmitIn`, `NoteIn`, `SimilarIn`) or of the query
+parameters (`ExperimentsQuery`, `NotesQuery`, ... in server/api/params.py) of the route it calls:
+same names, types, limits and descriptions (tests/server/test_mcp_schemas.py). The tools return
+the API's response models, which the SDK publishes as their output schemas.
 
 Two transports serve these tools: stdio (`autoresearch mcp`, cli/mcp.py) and streamable HTTP at
 /mcp in the server itself (server/mcp_http.py). Each gives `build_mcp` its way to reach the API
@@ -30,9 +31,8 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
 from client import ApiError, Client
-from client.states import FINAL_STATUSES, ExperimentStatus
-from server.keep_rates import Part
-from server.near_misses import DEFAULT_SIGMAS, MAX_SIGMAS
+from client.states import FINAL_STATUSES
+from server.api.params import ExperimentsQuery, KeepRatesQuery, NearMissesQuery, NotesQuery
 from server.schemas import (
     BestOut,
     ExperimentOut,
@@ -44,7 +44,6 @@ from server.schemas import (
     NoteIn,
     NoteOut,
     NotePage,
-    Sha,
     SimilarExperiment,
     SimilarIn,
     SimilarOut,
@@ -199,39 +198,13 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
 
     @mcp.tool()
     @api_errors
-    def search_experiments(
-        ctx: Context,
-        status: ExperimentStatus | None = None,
-        agent: Annotated[str | None, Field(max_length=100, description="an agent's name")] = None,
-        text: Annotated[
-            str | None,
-            Field(min_length=1, max_length=200, description="words the description or hypothesis contains"),
-        ] = None,
-        constant: Annotated[
-            str | None,
-            Field(min_length=1, max_length=200, description="the name of a constant the change set"),
-        ] = None,
-        line: Annotated[
-            str | None,
-            Field(min_length=1, max_length=200, description="text one of the changed lines contains"),
-        ] = None,
-        limit: Annotated[int, Field(ge=1, le=200)] = 20,
-        cursor: Annotated[str | None, Field(description="next_cursor of the previous page")] = None,
-    ) -> ExperimentPage:
+    @takes_fields_of(ExperimentsQuery)
+    def search_experiments(ctx: Context, **query: Any) -> ExperimentPage:
         """Experiments, newest first, filtered by status, agent, text, the constant a change set
         (`constant="MATRIX_LR"`) or text of the lines it changed: what was tried, kept, reverted or
         failed, before you try it again."""
         with connect(ctx) as client:
-            page = client.experiments(
-                status=status,
-                agent=agent,
-                text=text,
-                constant=constant,
-                line=line,
-                limit=limit,
-                cursor=cursor,
-            )
-            return ExperimentPage.model_validate(page)
+            return ExperimentPage.model_validate(client.experiments(**query))
 
     @mcp.tool()
     @api_errors
@@ -250,29 +223,12 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
 
     @mcp.tool()
     @api_errors
-    def notes(
-        ctx: Context,
-        experiment_id: Annotated[int | None, Field(ge=1, le=2**62, description="notes about it")] = None,
-        commit: Annotated[
-            Sha | None, Field(description="notes about this commit (full or abbreviated)")
-        ] = None,
-        author: Annotated[str | None, Field(max_length=100)] = None,
-        since: Annotated[str | None, Field(description="ISO 8601 time with a timezone")] = None,
-        limit: Annotated[int, Field(ge=1, le=200)] = 20,
-        cursor: Annotated[str | None, Field(description="next_cursor of the previous page")] = None,
-    ) -> NotePage:
+    @takes_fields_of(NotesQuery)
+    def notes(ctx: Context, **query: Any) -> NotePage:
         """Notes agents and people left (findings, hypotheses, plans), newest first. Read the
         recent ones before proposing."""
         with connect(ctx) as client:
-            page = client.notes(
-                experiment_id=experiment_id,
-                commit=commit,
-                author=author,
-                since=since,
-                limit=limit,
-                cursor=cursor,
-            )
-            return NotePage.model_validate(page)
+            return NotePage.model_validate(client.notes(experiment_id=query.pop("experiment"), **query))
 
     @mcp.tool()
     @api_errors
@@ -287,38 +243,24 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
 
     @mcp.tool()
     @api_errors
-    def near_misses(
-        ctx: Context,
-        sigmas: Annotated[
-            float,
-            Field(gt=0, le=MAX_SIGMAS, description="k: a near miss's effect - k * se is below zero"),
-        ] = DEFAULT_SIGMAS,
-        limit: Annotated[int, Field(ge=1, le=100)] = 20,
-    ) -> NearMissesOut:
+    @takes_fields_of(NearMissesQuery)
+    def near_misses(ctx: Context, **query: Any) -> NearMissesOut:
         """Changes that were measured and not kept but may still be better than what they were
         measured against (within `sigmas` standard errors, or better), most promising first, with
         effect ± se, runs, the constants and regions each changed, and whether its diff still
         applies to the best: candidates to combine into one change."""
         with connect(ctx) as client:
-            return NearMissesOut.model_validate(client.near_misses(sigmas=sigmas, limit=limit))
+            return NearMissesOut.model_validate(client.near_misses(**query))
 
     @mcp.tool()
     @api_errors
-    def keep_rates(
-        ctx: Context,
-        part: Annotated[Part | None, Field(description="constant or region (default: both)")] = None,
-        name: Annotated[
-            str | None, Field(min_length=1, max_length=200, description="one constant or region")
-        ] = None,
-        min_tried: Annotated[int, Field(ge=1, le=1_000_000)] = 1,
-        limit: Annotated[int, Field(ge=1, le=1000)] = 100,
-    ) -> KeepRatesOut:
+    @takes_fields_of(KeepRatesQuery)
+    def keep_rates(ctx: Context, **query: Any) -> KeepRatesOut:
         """What was tried and what helped, by kind of change: per constant and direction (`LR up`,
         `LR down`) and per region of train.py (a function, class or method, or `module`), how many
         decided experiments tried it, were measured, were kept, and the best effect seen."""
         with connect(ctx) as client:
-            rates = client.keep_rates(part=part, name=name, min_tried=min_tried, limit=limit)
-            return KeepRatesOut.model_validate(rates)
+            return KeepRatesOut.model_validate(client.keep_rates(**query))
 
     # Has this been tried? ------------------------------------------------------------------
 

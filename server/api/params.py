@@ -1,4 +1,7 @@
-"""Query parameters that several routes take, each defined once with its checks."""
+"""Query parameters, each defined once with its checks: those that several routes take, and the
+listing routes' parameters as pydantic models. A route takes a model as a FastAPI query model
+(`Annotated[ExperimentsQuery, Query()]`); the MCP tool that mirrors the route takes the model's
+fields as its inputs (server/mcp_tools.py), so both have the same names, limits and descriptions."""
 
 from __future__ import annotations
 
@@ -6,26 +9,98 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import Query
+from pydantic import BaseModel, Field
 
+from client.states import ExperimentStatus
 from server.core.problems import Problem
+from server.keep_rates import Part
+from server.near_misses import DEFAULT_SIGMAS, MAX_SIGMAS
+from server.schemas import SHA_PATTERN
 
 # RFC 3339 date-times, which have a time zone (a number, which pydantic would read as a Unix time,
 # or a naive time is refused).
 _RFC3339 = (
     r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
 )
+_CURSOR = {"pattern": r"^[1-9][0-9]{0,17}$", "description": "next_cursor of the previous page"}
 
 Since = Annotated[
     str | None,
-    Query(
+    Field(
         pattern=_RFC3339,
         json_schema_extra={"format": "date-time"},
         description="only those created at or after this time, e.g. 2025-01-01T00:00:00Z",
     ),
 ]
-Cursor = Annotated[
-    str | None, Query(pattern=r"^[1-9][0-9]{0,17}$", description="next_cursor of the previous page")
-]
+Cursor = Annotated[str | None, Query(**_CURSOR)]
+PageCursor = Annotated[str | None, Field(**_CURSOR)]
+
+
+class ExperimentsQuery(BaseModel):
+    """GET /experiments; the MCP tool `search_experiments`."""
+
+    status: ExperimentStatus | None = None
+    agent: Annotated[str | None, Field(max_length=100, description="an agent's name")] = None
+    base: Annotated[str | None, Field(pattern=r"^[0-9a-fA-F]{40}$", description="full commit id")] = None
+    since: Since = None
+    text: Annotated[
+        str | None,
+        Field(min_length=1, max_length=200, description="words the description or hypothesis contains"),
+    ] = None
+    constant: Annotated[
+        str | None,
+        Field(min_length=1, max_length=200, description="the name of a constant the change set"),
+    ] = None
+    line: Annotated[
+        str | None,
+        Field(
+            min_length=1,
+            max_length=200,
+            pattern=r"\S",
+            description="text one of the changed lines contains (case-sensitive, whitespace collapsed)",
+        ),
+    ] = None
+    limit: Annotated[int, Field(ge=1, le=200)] = 50
+    cursor: PageCursor = None
+
+
+class NotesQuery(BaseModel):
+    """GET /notes; the MCP tool `notes`."""
+
+    experiment: Annotated[int | None, Field(ge=1, le=2**62, description="notes about this experiment")] = None
+    commit: Annotated[
+        str | None, Field(pattern=SHA_PATTERN, description="notes about this commit (full or abbreviated)")
+    ] = None
+    author: Annotated[str | None, Field(max_length=100, description="an agent's name")] = None
+    since: Since = None
+    limit: Annotated[int, Field(ge=1, le=200)] = 50
+    cursor: PageCursor = None
+
+
+class NearMissesQuery(BaseModel):
+    """GET /near-misses; the MCP tool `near_misses`."""
+
+    sigmas: Annotated[
+        float,
+        Field(
+            gt=0,
+            le=MAX_SIGMAS,
+            description="k: a near miss's effect - k * se is below zero (within k standard errors of "
+            "its reference, or better)",
+        ),
+    ] = DEFAULT_SIGMAS
+    limit: Annotated[int, Field(ge=1, le=100)] = 20
+
+
+class KeepRatesQuery(BaseModel):
+    """GET /keep-rates; the MCP tool `keep_rates`."""
+
+    part: Annotated[Part | None, Field(description="constant or region (default: both)")] = None
+    name: Annotated[str | None, Field(min_length=1, max_length=200, description="a constant or region")] = (
+        None
+    )
+    min_tried: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
 
 
 def since_utc(since: str | None) -> datetime | None:

@@ -1,9 +1,12 @@
-"""The agent instructions that `init` puts in the research repo name only real commands, options
-and endpoints, and state the rules an agent must keep."""
+"""The agent instructions that `init` puts in the research repo name only real commands, options,
+endpoints and MCP tools, state the rules an agent must keep, and make the research memory part of
+the loop: read the notes and results first, ask whether a change was tried, leave one note per
+finding."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import re
 
@@ -11,6 +14,7 @@ from fastapi.routing import APIRoute
 
 from cli.main import build_parser
 from server.api.routes import ROUTERS
+from server.mcp_tools import build_mcp
 from server.project_init import DEFAULT_PROGRAM_MD
 
 TEXT = DEFAULT_PROGRAM_MD.read_text()
@@ -42,7 +46,8 @@ def test_the_rules_are_stated() -> None:
 def test_every_endpoint_it_names_exists() -> None:
     routes = api_routes()
     named = re.findall(
-        r"`(?:(GET|POST) )?(/(?:best|leaderboard|experiments|commits|events|near-misses|keep-rates)[^`?\s]*)",
+        r"`(?:(GET|POST) )?"
+        r"(/(?:best|leaderboard|experiments|commits|events|near-misses|keep-rates|notes|similar)[^`?\s]*)",
         TEXT,
     )
     assert len(named) >= 8
@@ -61,3 +66,37 @@ def test_every_command_and_option_it_shows_exists() -> None:
         options = commands[name]._option_string_actions
         for option in re.findall(r"(?<!\S)(--?[a-z][a-z-]*)", command_line.split("#")[0]):
             assert option in options, (command_line, option)
+
+
+def loop_steps() -> dict[int, str]:
+    """The numbered steps of "The loop", by number."""
+    loop = TEXT.split("## The loop", 1)[1].split("\n## ", 1)[0]
+    return {
+        int(number): body for number, body in re.findall(r"^(\d)\. (.*?)(?=^\d\. |\Z)", loop, re.M | re.S)
+    }
+
+
+def test_agents_read_notes_and_results_first_ask_what_was_tried_and_leave_one_note_per_finding() -> None:
+    steps = loop_steps()
+    assert sorted(steps) == list(range(1, 8))
+    read = steps[1]
+    assert read.startswith("**Read the state.**")
+    assert "Read the recent notes and results before you propose anything." in read
+    assert "autoresearch notes" in read and "autoresearch status" in read and "`GET /notes`" in read
+    edit, submit = steps[3], steps[4]
+    assert "autoresearch similar train.py" in edit and "`POST /similar`" in edit
+    assert "autoresearch submit" in submit
+    note = steps[6]
+    assert note.startswith("**Leave one note per finding**")
+    assert "autoresearch note -e" in note and "`POST /notes`" in note
+
+
+def test_every_mcp_tool_it_names_exists() -> None:
+    tools = {tool.name for tool in asyncio.run(build_mcp(lambda _ctx: None).list_tools())}  # type: ignore[arg-type]
+    listed = re.search(r"offers the same steps as\s+tools: (.*?)\.\n", TEXT, re.S)
+    assert listed is not None
+    named = set(re.findall(r"`(\w+)`", listed.group(1)))
+    for pair in re.findall(r"MCP tools? `(\w+)`(?: and `(\w+)`)?", TEXT):
+        named |= {name for name in pair if name}
+    assert {"notes", "post_note", "has_this_been_tried", "near_misses", "keep_rates"} <= named
+    assert named <= tools, named - tools

@@ -1,7 +1,7 @@
-"""Near misses and keep rates as MCP tools, through the official SDK's own client over both
-transports (stdio: `autoresearch mcp` as a subprocess; streamable HTTP: /mcp/ on the server),
-against a live server whose history a simulated worker played: the tools answer what the REST API
-answers, and bad inputs are tool errors."""
+"""Near misses and keep rates, the leaderboard and the noise as MCP tools, through the official
+SDK's own client over both transports (stdio: `autoresearch mcp` as a subprocess; streamable HTTP:
+/mcp/ on the server), against a live server whose history a simulated worker played: the tools
+answer what the REST API answers, and bad inputs are tool errors."""
 
 from __future__ import annotations
 
@@ -31,9 +31,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_near_misses_and_keep_rates_are_tools_that_answer_what_the_api_answers(
-    history: Any, transport: str
-) -> None:
+def test_history_tools_answer_what_the_api_answers(history: Any, transport: str) -> None:
     live, token, ids = history
 
     async def scenario() -> dict[str, Any]:
@@ -43,6 +41,8 @@ def test_near_misses_and_keep_rates_are_tools_that_answer_what_the_api_answers(
             out["near"] = await call(client, "near_misses", {})
             out["near_wide"] = await call(client, "near_misses", {"sigmas": 2.0, "limit": 5})
             out["rates"] = await call(client, "keep_rates", {})
+            out["leaderboard"] = await call(client, "leaderboard", {})
+            out["noise"] = await call(client, "noise", {})
             out["lr"] = await call(client, "keep_rates", {"part": "constant", "name": "LEARNING_RATE"})
             out["bad_sigmas"] = await client.call_tool("near_misses", {"sigmas": 0})
             out["bad_part"] = await client.call_tool("keep_rates", {"part": "function"})
@@ -54,6 +54,7 @@ def test_near_misses_and_keep_rates_are_tools_that_answer_what_the_api_answers(
         assert out["near_wide"] == reader.near_misses(sigmas=2.0, limit=5)
         assert out["rates"] == reader.keep_rates()
         assert out["lr"] == reader.keep_rates(part="constant", name="LEARNING_RATE")
+        assert out["leaderboard"] == reader.leaderboard() and out["noise"] == reader.noise()
     assert [n["experiment_id"] for n in out["near"]["items"]] == [ids["lr up, near"], ids["decay up, near"]]
     assert [(k["name"], k["direction"]) for k in out["lr"]["kinds"]] == [
         ("LEARNING_RATE", "up"),

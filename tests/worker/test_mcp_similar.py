@@ -1,11 +1,12 @@
 """Has this been tried? through MCP, with the official SDK's client over both transports: search by
 the constant a change set or the lines it changed, the similar experiments of a proposed change
-and of an existing one, the submit tool's `similar`, and a bad change as a tool error. No worker
-runs here: what is asked about is queued, not measured (the outcomes' fields are the API's,
-tested in tests/server/test_similar_api.py)."""
+and of an existing one, the submit tool's `similar`, a change submitted as a patch, and a bad
+change as a tool error. No worker runs here: what is asked about is queued, not measured (the
+outcomes' fields are the API's, tested in tests/server/test_similar_api.py)."""
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import pytest
@@ -26,6 +27,11 @@ def test_an_agent_asks_whether_a_change_was_tried_and_searches_by_what_changes_t
             "zero grads as None", train_py=bigram(0.05).replace("set_to_none=True", "set_to_none=False")
         )
 
+    lines = difflib.unified_diff(
+        bigram(0.05).splitlines(True), bigram(0.5).splitlines(True), "a/train.py", "b/train.py"
+    )
+    as_patch = "".join(lines)
+
     async def scenario(client: Client) -> dict[str, Any]:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         return {
@@ -37,6 +43,9 @@ def test_an_agent_asks_whether_a_change_was_tried_and_searches_by_what_changes_t
             "of_tried": await call(client, "similar_experiments", {"experiment_id": tried["id"]}),
             "submitted": await call(
                 client, "submit", {"description": "lr 0.205", "train_py": bigram(0.205), "wait_s": 0}
+            ),
+            "as_patch": await call(
+                client, "submit", {"description": "lr 0.5, a patch", "patch": as_patch, "wait_s": 0}
             ),
             "bad": await tool_error(
                 client,
@@ -57,7 +66,12 @@ def test_an_agent_asks_whether_a_change_was_tried_and_searches_by_what_changes_t
     assert out["far"]["similar"] == []
     assert out["of_tried"] == {"experiment_id": tried["id"], "similar": []}
     assert [s["experiment_id"] for s in out["submitted"]["similar"]] == [tried["id"]]
+    # A change given as a patch of the best: queued on it, its diff the patch's.
+    submitted = out["as_patch"]
+    assert submitted["decided"] is False and submitted["experiment"]["status"] == "queued"
+    assert "-LEARNING_RATE = 0.05\n+LEARNING_RATE = 0.5\n" in submitted["diff"]
     text, problem = out["bad"]
     assert text.startswith("patch-does-not-apply (422)") and problem["kind"] == "patch-does-not-apply"
     with project.agent() as agent:  # asking queued nothing
-        assert len(agent.experiments()["items"]) == 4  # the baseline, the two above, the submitted one
+        assert submitted["experiment"]["base"] == agent.best()["commit"]
+        assert len(agent.experiments()["items"]) == 5  # the baseline, the two above, the two submitted

@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from client.states import FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus
 from harness.result import ProgressEvent
 from server.api.deps import Admin, Agent, Ctx, Reader
-from server.api.params import Cursor, Since, since_utc
+from server.api.params import ExperimentsQuery, since_utc
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import experiments as crud
@@ -80,44 +80,20 @@ async def submit_experiment(
 
 @router.get("", responses=_ERRORS)
 def list_experiments(
-    ctx: Ctx,
-    _reader: Reader,
-    status: ExperimentStatus | None = None,
-    agent: Annotated[str | None, Query(max_length=100)] = None,
-    base: Annotated[str | None, Query(pattern=r"^[0-9a-fA-F]{40}$", description="full commit id")] = None,
-    since: Since = None,
-    text: Annotated[
-        str | None,
-        Query(min_length=1, max_length=200, description="words the description or hypothesis contains"),
-    ] = None,
-    constant: Annotated[
-        str | None,
-        Query(min_length=1, max_length=200, description="the name of a constant the change set"),
-    ] = None,
-    line: Annotated[
-        str | None,
-        Query(
-            min_length=1,
-            max_length=200,
-            pattern=r"\S",
-            description="text one of the changed lines contains (case-sensitive, whitespace collapsed)",
-        ),
-    ] = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Cursor = None,
+    ctx: Ctx, _reader: Reader, query: Annotated[ExperimentsQuery, Query()]
 ) -> ExperimentPage:
     """Experiments, newest first, one page at a time (follow `next_cursor`)."""
     with ctx.db.read() as session:
         return crud.list_page(
             session,
-            status=status,
-            agent=agent,
-            base=base,
-            since=since_utc(since),
-            limit=limit,
-            before_id=int(cursor) if cursor else None,
-            text=text,
-            touched=Touched(constant=constant, line=line),
+            status=query.status,
+            agent=query.agent,
+            base=query.base,
+            since=since_utc(query.since),
+            limit=query.limit,
+            before_id=int(query.cursor) if query.cursor else None,
+            text=query.text,
+            touched=Touched(constant=query.constant, line=query.line),
         )
 
 

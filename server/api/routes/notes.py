@@ -8,13 +8,13 @@ from fastapi import APIRouter, Query
 from sqlalchemy.orm import Session
 
 from server.api.deps import Agent, Ctx, Reader
-from server.api.params import Cursor, Since, since_utc
+from server.api.params import NotesQuery, since_utc
 from server.core.problems import Problem
 from server.core.rate_limit import retry_after
 from server.crud.experiments import resolve_commit
 from server.crud.notes import add_note, list_notes
 from server.models import Experiment
-from server.schemas import SHA_PATTERN, NoteIn, NoteOut, NotePage
+from server.schemas import NoteIn, NoteOut, NotePage
 
 router = APIRouter(prefix="/notes", tags=["notes"])
 _ERRORS = {401: {"description": "missing or unknown token"}, 403: {"description": "wrong kind of token"}}
@@ -68,28 +68,15 @@ def post_note(ctx: Ctx, agent: Agent, body: NoteIn) -> NoteOut:
         **_ERRORS,
     },
 )
-def get_notes(
-    ctx: Ctx,
-    _reader: Reader,
-    experiment: Annotated[
-        int | None, Query(ge=1, le=2**62, description="notes about this experiment")
-    ] = None,
-    commit: Annotated[
-        str | None, Query(pattern=SHA_PATTERN, description="notes about this commit (full or abbreviated)")
-    ] = None,
-    author: Annotated[str | None, Query(max_length=100, description="an agent's name")] = None,
-    since: Since = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Cursor = None,
-) -> NotePage:
+def get_notes(ctx: Ctx, _reader: Reader, query: Annotated[NotesQuery, Query()]) -> NotePage:
     """Notes, newest first, one page at a time (follow `next_cursor`)."""
     with ctx.db.read() as session:
         return list_notes(
             session,
-            experiment_id=experiment,
-            commit=_commit(session, commit, 404) if commit is not None else None,
-            author=author,
-            since=since_utc(since),
-            limit=limit,
-            before_id=int(cursor) if cursor else None,
+            experiment_id=query.experiment,
+            commit=_commit(session, query.commit, 404) if query.commit is not None else None,
+            author=query.author,
+            since=since_utc(query.since),
+            limit=query.limit,
+            before_id=int(query.cursor) if query.cursor else None,
         )

@@ -1,0 +1,89 @@
+"""The MCP tools take the REST API's inputs: a tool that mirrors a route has that route's query
+parameters, or its request body's fields, with the same names, types, limits, defaults and
+descriptions (the tools' own extras, such as `wait_s`, aside). Read from the tools the SDK lists and
+from the OpenAPI document FastAPI publishes, in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from server.api.routes import ROUTERS
+from server.mcp_tools import build_mcp
+from server.schemas import NoteIn, SimilarIn, SubmitIn
+
+# tool -> the route it mirrors (GET, query parameters)
+QUERY_TOOLS = {
+    "search_experiments": "/experiments",
+    "notes": "/notes",
+    "near_misses": "/near-misses",
+    "keep_rates": "/keep-rates",
+}
+# tool -> the request body it takes, flat
+BODY_TOOLS: dict[str, type[BaseModel]] = {
+    "submit": SubmitIn,
+    "post_note": NoteIn,
+    "has_this_been_tried": SimilarIn,
+}
+TOOL_EXTRAS = {"submit": {"wait_s", "log_lines"}}
+
+
+def resolved(schema: Any, definitions: dict[str, Any]) -> Any:
+    """`schema` with every `$ref` replaced by its definition and without titles (names differ)."""
+    if isinstance(schema, list):
+        return [resolved(item, definitions) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        return resolved(definitions[schema["$ref"].rsplit("/", 1)[-1]], definitions)
+    return {key: resolved(value, definitions) for key, value in schema.items() if key != "title"}
+
+
+def tool_inputs() -> dict[str, tuple[dict[str, Any], list[str]]]:
+    """Each tool's input properties (references resolved) and required names, as the SDK lists them."""
+    tools = asyncio.run(build_mcp(lambda _ctx: None).list_tools())  # type: ignore[arg-type, return-value]
+    inputs = {}
+    for tool in tools:
+        schema = tool.input_schema
+        properties = resolved(schema["properties"], schema.get("$defs", {}))
+        inputs[tool.name] = (properties, sorted(schema.get("required", [])))
+    return inputs
+
+
+def openapi() -> dict[str, Any]:
+    app = FastAPI()
+    for name in ROUTERS:
+        app.include_router(importlib.import_module(f"server.api.routes.{name}").router)
+    return app.openapi()
+
+
+@pytest.mark.parametrize(("tool", "path"), QUERY_TOOLS.items())
+def test_a_listing_tool_takes_its_routes_query_parameters(tool: str, path: str) -> None:
+    document = openapi()
+    definitions = document["components"]["schemas"]
+    parameters = [p for p in document["paths"][path]["get"]["parameters"] if p["in"] == "query"]
+    properties, required = tool_inputs()[tool]
+    assert set(properties) == {p["name"] for p in parameters}
+    for parameter in parameters:
+        expected = resolved(parameter["schema"], definitions)
+        if "description" in parameter:
+            expected["description"] = parameter["description"]
+        # OpenAPI leaves out a null default: the parameter is optional, as its `required` says.
+        expected.setdefault("default", None)
+        assert properties[parameter["name"]] == expected, parameter["name"]
+    assert required == sorted(p["name"] for p in parameters if p.get("required"))
+
+
+@pytest.mark.parametrize(("tool", "model"), BODY_TOOLS.items())
+def test_a_tool_that_sends_a_body_takes_its_fields(tool: str, model: type[BaseModel]) -> None:
+    schema = model.model_json_schema()
+    body = resolved(schema["properties"], schema.get("$defs", {}))
+    properties, required = tool_inputs()[tool]
+    extras = TOOL_EXTRAS.get(tool, set())
+    assert {k: v for k, v in properties.items() if k not in extras} == body
+    assert required == sorted(schema.get("required", []))
