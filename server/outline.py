@@ -16,6 +16,7 @@ change is a few lines of one file that the server has parsed before. So:
 from __future__ import annotations
 
 import ast
+import re
 from bisect import bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
@@ -23,6 +24,7 @@ from functools import lru_cache
 from client.constants import NEWLINE, constants_in
 
 Number = int | float
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")  # a line and its end (client.constants.NEWLINE)
 
 
 @dataclass(frozen=True)
@@ -94,13 +96,7 @@ def outline_after(base: str, base_of: Outline, new: str) -> Outline | None:
 
 def _split(source: str) -> list[str]:
     """Its lines with their line ends, split where Python's tokenizer ends a line."""
-    lines, start = [], 0
-    for match in NEWLINE.finditer(source):
-        lines.append(source[start : match.end()])
-        start = match.end()
-    if start < len(source):
-        lines.append(source[start:])
-    return lines
+    return _LINE.findall(source)
 
 
 def _common_prefix(a: list[str], b: list[str]) -> int:

@@ -28,6 +28,7 @@ TRICKY = [
     "# a comment\n",
     "from __future__ import annotations\n",
     "        return self.forward(x)\n",
+    "WINDOWS_LINE = 1\r\n",
 ]
 
 edits = st.lists(
