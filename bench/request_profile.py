@@ -67,24 +67,19 @@ def project_app(database_url: str, folder: Path) -> Iterator[tuple[TestClient, s
         yield http, token, baseline
 
 
-def requests_of(http: TestClient, token: str, baseline: str) -> dict[str, Callable[[], httpx.Response]]:
+def requests_of(
+    http: TestClient, token: str, baseline: str, count: int
+) -> dict[str, Callable[[], httpx.Response]]:
+    """The three requests; submits send patches made beforehand (making one is the client's work)."""
     headers = {"Authorization": f"Bearer {token}"}
     source = DEFAULT_TRAIN_PY.read_text()
-    latest = http.post(
-        "/api/v1/experiments",
-        json={
-            "description": "first",
-            "patch": make_patch(source, unique_change(source, "first")),
-            "base": baseline,
-        },
-        headers=headers,
-    ).json()["id"]
+    patches = iter([make_patch(source, unique_change(source, uuid.uuid4().hex)) for _ in range(count)])
 
     def submit() -> httpx.Response:
-        patch = make_patch(source, unique_change(source, uuid.uuid4().hex))
-        body = {"description": "profiled change", "patch": patch, "base": baseline}
+        body = {"description": "profiled change", "patch": next(patches), "base": baseline}
         return http.post("/api/v1/experiments", json=body, headers=headers)
 
+    latest = submit().json()["id"]
     return {
         "GET /healthz (reference)": lambda: http.get("/api/v1/healthz"),
         "poll GET /experiments/{id}": lambda: http.get(f"/api/v1/experiments/{latest}", headers=headers),
@@ -143,7 +138,7 @@ def main() -> None:
             else f"sqlite:///{folder / 'profile.db'}"
         )
         http, token, baseline = stack.enter_context(project_app(database_url, folder))
-        requests = requests_of(http, token, baseline)
+        requests = requests_of(http, token, baseline, 2 * args.requests + 20)
         print(f"{args.db}, {args.requests} requests of each kind, in-process (client CPU included):")
         costs = {name: cost(request, args.requests) for name, request in requests.items()}
         reference = costs["GET /healthz (reference)"][0]
