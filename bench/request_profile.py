@@ -44,9 +44,8 @@ from server.project_init import DEFAULT_PROGRAM_MD, DEFAULT_TRAIN_PY, init_proje
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-@contextmanager
-def project_app(database_url: str, folder: Path) -> Iterator[tuple[TestClient, str, str]]:
-    """The app on a new project; yields the client, an agent token and the baseline commit."""
+def new_project(database_url: str, folder: Path) -> tuple[ServerSettings, str, str]:
+    """A project made by the server's own `init_project`: its settings, an agent token, the baseline."""
     settings = ServerSettings(
         data_dir=folder,
         database_url=database_url,
@@ -63,6 +62,13 @@ def project_app(database_url: str, folder: Path) -> Iterator[tuple[TestClient, s
         baseline = load_project(session).baseline_commit
     db.dispose()
     assert baseline is not None
+    return settings, token, baseline
+
+
+@contextmanager
+def project_app(database_url: str, folder: Path) -> Iterator[tuple[TestClient, str, str]]:
+    """The app on a new project; yields the client, an agent token and the baseline commit."""
+    settings, token, baseline = new_project(database_url, folder)
     with TestClient(create_app(settings)) as http:
         yield http, token, baseline
 

@@ -24,9 +24,15 @@ KEEP_ALIVE_S = 65
 
 
 def uvicorn_config(
-    app: FastAPI, host: str = "127.0.0.1", port: int = 8000, fd: int | None = None, log_level: str = "info"
+    app: FastAPI,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    fd: int | None = None,
+    log_level: str = "info",
+    keep_alive_s: float = KEEP_ALIVE_S,
 ) -> uvicorn.Config:
-    """One process (git writes are serialised and events broadcast in-process: docs/operations.md)."""
+    """One process (git writes are serialised and events broadcast in-process: docs/operations.md).
+    `keep_alive_s` is for bench/keep_alive.py, which compares uvicorn's default with ours."""
     return uvicorn.Config(
         app,
         host=host,
@@ -34,14 +40,14 @@ def uvicorn_config(
         fd=fd,
         log_level=log_level,
         workers=1,
-        timeout_keep_alive=KEEP_ALIVE_S,
+        timeout_keep_alive=keep_alive_s,
     )
 
 
 @contextmanager
-def served_in_thread(app: FastAPI, port: int = 0) -> Iterator[str]:
+def served_in_thread(app: FastAPI, port: int = 0, keep_alive_s: float = KEEP_ALIVE_S) -> Iterator[str]:
     """Run `app` on 127.0.0.1:`port` (0: a free one) in a thread (tests, benchmarks); yield its URL."""
-    server = uvicorn.Server(uvicorn_config(app, port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn_config(app, port=port, log_level="warning", keep_alive_s=keep_alive_s))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
