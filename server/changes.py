@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from functools import lru_cache
 
-from client.constants import NEWLINE
-from server.outline import Outline, base_outline, outline_after
+from server.outline import Edit, Outline, base_outline, outline_after
 
 MODULE = "module"  # the region of module-level code
 
@@ -49,9 +47,12 @@ class ChangeSummary:
 
 def summarize(base: str, new: str) -> ChangeSummary:
     """The change that turns `base` into `new`."""
-    base_lines, new_lines = _base_lines(base), _lines(new)
+    # Lines the two share at either end are no change: only the lines between are compared.
+    edit = Edit.of(base, new)
+    base_lines = _lines(edit.base, edit.head, len(edit.base) - edit.tail)
+    new_lines = _lines(edit.new, edit.head, len(edit.new) - edit.tail)
     base_of = base_outline(base)
-    new_of = outline_after(base, base_of, new) if base_of is not None else None
+    new_of = outline_after(edit, base_of) if base_of is not None else None
     parsed = base_of is not None and new_of is not None
     base_regions = base_of.owners if base_of is not None else None
     new_regions = new_of.owners if new_of is not None else None
@@ -81,14 +82,11 @@ def summarize(base: str, new: str) -> ChangeSummary:
     )
 
 
-def _lines(source: str) -> list[tuple[int, str]]:
-    """Its lines that are not blank, whitespace collapsed, with their numbers (1-based, counted
-    where Python's tokenizer ends a line so that they agree with ast's)."""
-    lines = ((number, " ".join(line.split())) for number, line in enumerate(NEWLINE.split(source), 1))
-    return [(number, text) for number, text in lines if text]
-
-
-_base_lines = lru_cache(maxsize=16)(_lines)  # a submission's base is nearly always the best
+def _lines(lines: list[str], start: int, end: int) -> list[tuple[int, str]]:
+    """Lines `start` to `end` (0-based, exclusive) that are not blank, whitespace collapsed, with
+    their numbers (1-based; lines as Python's tokenizer ends them, so that they agree with ast's)."""
+    collapsed = ((number, " ".join(line.split())) for number, line in enumerate(lines[start:end], start + 1))
+    return [(number, text) for number, text in collapsed if text]
 
 
 def _constant_changes(base_of: Outline, new_of: Outline) -> tuple[ConstantChange, ...]:

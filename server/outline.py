@@ -55,13 +55,28 @@ def base_outline(source: str) -> Outline | None:
     return outline(source)
 
 
-def outline_after(base: str, base_of: Outline, new: str) -> Outline | None:
-    """The outline of `new`, a change of `base` (outlined as `base_of`), parsing only what changed."""
-    base_lines, new_lines = _split(base), _split(new)
-    same_head = _common_prefix(base_lines, new_lines)
-    limit = min(len(base_lines), len(new_lines)) - same_head
-    same_tail = _common_prefix(base_lines[::-1][:limit], new_lines[::-1][:limit])
-    last_changed = len(base_lines) - same_tail  # of the base; below the first changed line on an insertion
+@dataclass(frozen=True)
+class Edit:
+    """Two sources as lines (with their line ends), and how many lines they share at each end."""
+
+    base: list[str]
+    new: list[str]
+    head: int
+    tail: int
+
+    @classmethod
+    def of(cls, base: str, new: str) -> Edit:
+        base_lines, new_lines = split_lines(base), split_lines(new)
+        head = _common_prefix(base_lines, new_lines)
+        limit = min(len(base_lines), len(new_lines)) - head
+        tail = _common_prefix(base_lines[::-1][:limit], new_lines[::-1][:limit])
+        return cls(base_lines, new_lines, head, tail)
+
+
+def outline_after(edit: Edit, base_of: Outline) -> Outline | None:
+    """The outline of `edit.new`, with the base outlined as `base_of`, parsing only what changed."""
+    base_lines, new_lines, same_head = edit.base, edit.new, edit.head
+    last_changed = len(base_lines) - edit.tail  # of the base; below the first changed line on an insertion
     # The changed statements: from the last one that starts at or above the first changed line
     # to the first one that starts below the last changed line (exclusive).
     first = max((start for start, _end in base_of.spans if start <= same_head + 1), default=1)
@@ -71,9 +86,9 @@ def outline_after(base: str, base_of: Outline, new: str) -> Outline | None:
     try:
         tree = ast.parse(window)
     except (SyntaxError, ValueError):
-        return outline(new)
+        return outline("".join(new_lines))
     if first > 1 and any(isinstance(s, ast.ImportFrom) and s.module == "__future__" for s in tree.body):
-        return outline(new)  # allowed at the top only: the whole source decides
+        return outline("".join(new_lines))  # allowed at the top only: the whole source decides
     middle = _of_tree(tree, window, first - 1)
     return Outline(
         spans=(
@@ -94,7 +109,7 @@ def outline_after(base: str, base_of: Outline, new: str) -> Outline | None:
     )
 
 
-def _split(source: str) -> list[str]:
+def split_lines(source: str) -> list[str]:
     """Its lines with their line ends, split where Python's tokenizer ends a line."""
     return _LINE.findall(source)
 

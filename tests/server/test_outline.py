@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.outline import base_outline, outline, outline_after
+from server.outline import Edit, base_outline, outline, outline_after
 
 BASELINE = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()
 LINES = BASELINE.splitlines(keepends=True)
@@ -57,7 +57,7 @@ def test_parsing_only_what_changed_gives_the_outline_of_the_whole(
     base_of = base_outline(BASELINE)
     assert base_of is not None
     new = edited(changes)
-    assert outline_after(BASELINE, base_of, new) == outline(new)
+    assert outline_after(Edit.of(BASELINE, new), base_of) == outline(new)
 
 
 def test_a_constant_set_in_a_function_is_no_change_of_the_module_s_constants() -> None:
@@ -65,6 +65,6 @@ def test_a_constant_set_in_a_function_is_no_change_of_the_module_s_constants() -
     new = base.replace("    return LR\n", "    LR = 0.2\n    return LR\n")
     base_of = outline(base)
     assert base_of is not None
-    after = outline_after(base, base_of, new)
+    after = outline_after(Edit.of(base, new), base_of)
     assert after is not None and after.constant_values() == {"LR": 0.1}
     assert after.owners[4] == after.owners[5] == "train"
