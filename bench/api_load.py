@@ -1,7 +1,7 @@
 """API load against the real server (a separate `autoresearch serve` process), on SQLite and PostgreSQL.
 
     python bench/api_load.py [--db sqlite,postgresql] [--duration 60] [--agents 50] [--workers 8]
-                             [--experiments 100000] [--postgres-url URL]
+                             [--experiments 100000] [--postgres-url URL] [--phases mixed,...] [--runs 3]
 
 Phases, for each database:
 
@@ -18,10 +18,14 @@ Phases, for each database:
    `--experiments`, then GET /leaderboard and GET /experiments (first page, filtered, deep
    cursor). Target: under 100 ms.
 
+Each phase runs `--runs` times (3) on the same server, and the worst figure of the runs is
+reported next to each run's: a figure in docs/benchmarks.md should hold when someone else runs it.
+
 The load generator is one asyncio process with httpx; it shares the machine's cores with the
 server (and PostgreSQL), so the figures are upper bounds on what the server alone costs.
-Errors (any unexpected status or transport error) make the exit status 1; missed speed
-targets are reported, not fatal (the machine may be busy).
+Errors (any unexpected status, and any transport error: a dropped connection, a request without
+an answer, never retried) make the exit status 1; missed speed targets are reported, not fatal
+(the machine may be busy).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from lean_http import LeanClient
 from pg_scratch import free_port, new_database, scratch_cluster
 from sqlalchemy import func, insert, select
 
+from client.api import KEEP_ALIVE_EXPIRY_S
 from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
 from server.core.request_metrics import BUCKETS
@@ -68,6 +73,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 class Stats:
     latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     errors: list[str] = field(default_factory=list)
+    dropped: int = 0  # transport errors: connections dropped, requests without an answer
 
     def timed(self, name: str, seconds: float) -> None:
         self.latencies[name].append(seconds * 1000)
@@ -76,6 +82,11 @@ class Stats:
         if len(self.errors) < 20:
             print(f"  error: {what}", flush=True)
         self.errors.append(what)
+
+    def transport(self, what: str, exc: httpx.HTTPError) -> None:
+        """A request that got no answer (an error of the bench, never retried)."""
+        self.dropped += isinstance(exc, httpx.TransportError)
+        self.error(f"{what} {type(exc).__name__}: {exc}")
 
 
 def server_times(url: str) -> dict[tuple[str, str], list[float]]:
@@ -224,7 +235,7 @@ async def agent_loop(
                 else:
                     latest = response.json()["id"]
             except httpx.HTTPError as exc:
-                stats.error(f"submit {type(exc).__name__}")
+                stats.transport("submit", exc)
             next_submit += 10
         if latest is not None:
             started = time.perf_counter()
@@ -234,7 +245,7 @@ async def agent_loop(
                 if response.status_code != 200:
                     stats.error(f"poll {response.status_code}")
             except httpx.HTTPError as exc:
-                stats.error(f"poll {type(exc).__name__}")
+                stats.transport("poll", exc)
         await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
 
 
@@ -297,7 +308,7 @@ async def worker_loop(
                 "/api/v1/worker/claim", json={"worker_id": worker_id, "wait_s": long_poll}, headers=headers
             )
         except httpx.HTTPError as exc:
-            stats.error(f"claim {type(exc).__name__}")
+            stats.transport("claim", exc)
             continue
         if response.status_code == 204:
             continue
@@ -327,7 +338,7 @@ async def worker_loop(
             else:
                 cycles += 1
         except httpx.HTTPError as exc:
-            stats.error(f"run {type(exc).__name__}")
+            stats.transport("run", exc)
     return cycles
 
 
@@ -335,7 +346,8 @@ async def mixed_phase(
     url: str, tokens: dict, base: str, source: str, agents: int, workers: int, duration: float
 ) -> Stats:
     stats = Stats()
-    limits = httpx.Limits(max_connections=agents + workers + 10)
+    # Idle connections are dropped as the SDK drops them (client/api.py), before the server does.
+    limits = httpx.Limits(max_connections=agents + workers + 10, keepalive_expiry=KEEP_ALIVE_EXPIRY_S)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
         stop = time.monotonic() + duration
         tasks = [agent_loop(http, tokens["agents"][i], base, source, stop, stats) for i in range(agents)]
@@ -604,10 +616,36 @@ async def reads_phase(url: str, repeats: int) -> Stats:
 # Orchestration ---------------------------------------------------------------------------------------
 
 
-def report_target(label: str, value: float, target: float, lower_is_better: bool = True) -> str:
-    ok = value < target if lower_is_better else value >= target
-    sign = "<" if lower_is_better else ">="
-    return f"  {'met ' if ok else 'MISS'}  {label}: {value:.1f} (target {sign} {target:g})"
+@dataclass(frozen=True)
+class Target:
+    """One figure of a run, against its target (None: a figure without one)."""
+
+    label: str
+    value: float
+    target: float | None
+    lower_is_better: bool = True
+
+    def line(self) -> str:
+        figure = f"{self.label}: {round(self.value, 1):g}"
+        if self.target is None:
+            return f"        {figure}"
+        met = self.value < self.target if self.lower_is_better else self.value >= self.target
+        sign = "<" if self.lower_is_better else ">="
+        return f"  {'met ' if met else 'MISS'}  {figure} (target {sign} {self.target:g})"
+
+    def worse(self, other: Target) -> Target:
+        """The worse of two runs' figures."""
+        higher = other.value > self.value
+        return other if higher == self.lower_is_better else self
+
+
+@dataclass
+class Outcome:
+    """One run of a phase: its errors (transport errors among them) and its figures."""
+
+    errors: list[str]
+    targets: list[Target] = field(default_factory=list)
+    dropped: int = 0
 
 
 def machine_load() -> str:
@@ -634,7 +672,7 @@ class Bench:
         return self.train_py.read_text()
 
 
-def mixed_report(bench: Bench) -> list[str]:
+def mixed_report(bench: Bench) -> Outcome:
     args, server, url = bench.args, bench.server, bench.server.url
     print(
         f"mixed load: {args.agents} agents (submit every 10 s, poll every 1 s), {args.workers} workers "
@@ -662,12 +700,15 @@ def mixed_report(bench: Bench) -> list[str]:
         f"  server CPU: {cpu / args.duration * 100:.0f}% of one core, load generator "
         f"{own / args.duration * 100:.0f}%; errors: {len(mixed.errors)}; {machine_load()}"
     )
-    print(report_target("p99 submit ms", percentile(mixed.latencies["submit"], 0.99), 150))
-    print(report_target("p99 poll ms", percentile(mixed.latencies["poll"], 0.99), 50))
-    return mixed.errors
+    targets = [
+        Target("p99 submit ms", percentile(mixed.latencies["submit"], 0.99), 150),
+        Target("p99 poll ms", percentile(mixed.latencies["poll"], 0.99), 50),
+        Target("dropped connections", mixed.dropped, 1),
+    ]
+    return Outcome(mixed.errors, targets, mixed.dropped)
 
 
-def rate_report(bench: Bench) -> list[str]:
+def rate_report(bench: Bench) -> Outcome:
     cpu = bench.server.cpu()
     rate, stats = asyncio.run(
         submit_rate_phase(bench.server.url, bench.tokens, bench.baseline, bench.source, 15.0)
@@ -679,10 +720,10 @@ def rate_report(bench: Bench) -> list[str]:
         f"{cpu / max(submits, 1) * 1000:.1f} ms server CPU per submit"
     )
     print(f"  submit   {describe(stats.latencies['submit'])}")
-    return stats.errors
+    return Outcome(stats.errors, [Target("submits/s", rate, None, lower_is_better=False)], stats.dropped)
 
 
-def cycles_report(bench: Bench) -> list[str]:
+def cycles_report(bench: Bench) -> Outcome:
     seed_queue(bench.db, 5000, bench.baseline, blob_sha(bench.train_py.read_bytes()), bench.agent_ids[0])
     result = asyncio.run(cycles_phase(bench.server, bench.tokens["worker"], bench.args.workers, 15.0))
     print(
@@ -704,9 +745,9 @@ def cycles_report(bench: Bench) -> list[str]:
     print(f"  {machine_load()}")
     print(f"  claim    {describe(result.stats.latencies['claim'])}")
     print(f"  result   {describe(result.stats.latencies['result'])}")
-    if bench.kind == "postgresql":
-        print(report_target("claim-and-report cycles/s", result.per_s, 100, lower_is_better=False))
-    return result.stats.errors
+    target = 100 if bench.kind == "postgresql" else None  # a target on PostgreSQL only
+    cycles = Target("claim-and-report cycles/s", result.per_s, target, lower_is_better=False)
+    return Outcome(result.stats.errors, [cycles], result.stats.dropped)
 
 
 async def history_worker(url: str, token: str) -> str:
@@ -715,7 +756,7 @@ async def history_worker(url: str, token: str) -> str:
         return await register(http, token, "gpu-history")
 
 
-def reads_report(bench: Bench) -> list[str]:
+def reads_report(bench: Bench) -> Outcome:
     worker_id = asyncio.run(history_worker(bench.server.url, bench.tokens["worker"]))
     started = time.monotonic()
     added = seed_history(bench.db, bench.args.experiments, bench.baseline, bench.agent_ids, worker_id)
@@ -727,10 +768,34 @@ def reads_report(bench: Bench) -> list[str]:
     reads = asyncio.run(reads_phase(bench.server.url, 20))
     for name, values in reads.latencies.items():
         print(f"  {name:34s} {describe(values)}")
-    print(report_target("p99 GET /leaderboard ms", percentile(reads.latencies["leaderboard"], 0.99), 100))
     first_page = percentile(reads.latencies["experiments (first page)"], 0.99)
-    print(report_target("p99 GET /experiments ms", first_page, 100))
-    return reads.errors
+    targets = [
+        Target("p99 GET /leaderboard ms", percentile(reads.latencies["leaderboard"], 0.99), 100),
+        Target("p99 GET /experiments ms", first_page, 100),
+    ]
+    return Outcome(reads.errors, targets, reads.dropped)
+
+
+def run_phase(bench: Bench, phase: str) -> list[str]:
+    """The phase `--runs` times; its figures in each run and the worst of them. Returns the errors."""
+    runs = bench.args.runs
+    outcomes = []
+    for number in range(1, runs + 1):
+        print(f"--- {phase}, run {number} of {runs} ---", flush=True)
+        outcomes.append(PHASES[phase](bench))
+        for target in outcomes[-1].targets:
+            print(target.line())
+    worst: dict[str, Target] = {}
+    for target in (target for outcome in outcomes for target in outcome.targets):
+        worst[target.label] = worst[target.label].worse(target) if target.label in worst else target
+    print(f"{phase}, worst of {runs} runs ({machine_load()}):")
+    for target in worst.values():
+        print(target.line())
+    errors = [error for outcome in outcomes for error in outcome.errors]
+    if errors:
+        dropped = sum(outcome.dropped for outcome in outcomes)
+        print(f"  FAILED: {len(errors)} errors, {dropped} of them transport errors (dropped connections)")
+    return errors
 
 
 PHASES = {"mixed": mixed_report, "rate": rate_report, "cycles": cycles_report, "reads": reads_report}
@@ -760,7 +825,7 @@ def run_database(kind: str, database_url: str, args: argparse.Namespace, folder:
     with running_server(env, free_port()) as server:
         bench = Bench(kind, args, db, server, tokens, baseline, train_py, agent_ids)
         for phase in args.phases:
-            errors += PHASES[phase](bench)
+            errors += run_phase(bench, phase)
     db.dispose()
     return not errors
 
@@ -774,6 +839,7 @@ def main() -> int:
     parser.add_argument("--experiments", type=int, default=100_000)
     parser.add_argument("--postgres-url", default=os.environ.get("TEST_POSTGRES_URL"))
     parser.add_argument("--phases", default=",".join(PHASES), help=f"a subset of {','.join(PHASES)}")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each phase; the worst is reported")
     args = parser.parse_args()
     args.phases = args.phases.split(",")
     if unknown := sorted(set(args.phases) - set(PHASES)):

@@ -28,12 +28,13 @@ import httpx
 from sqlalchemy import insert, select, update
 
 from agent.mutation import mutate_constants
-from bench.pages import new_project, p95, seed_experiments, served, timings
+from bench.pages import new_project, p95, seed_experiments, timings
 from server.core.db import Database, create_db_engine
 from server.crud import change_kinds, history
 from server.main import create_app
 from server.models import CHANGE_KINDS, Experiment
 from server.research_repo import ResearchRepo
+from server.serving import served_in_thread
 
 
 def give_real_changes(db: Database, repo: ResearchRepo, commits: int, seed: int = 0) -> list[float]:
@@ -105,7 +106,7 @@ def main() -> None:
         repo.close()
         db.dispose()
         app = create_app(settings)
-        with served(app) as url, httpx.Client(base_url=url, timeout=120) as client:
+        with served_in_thread(app) as url, httpx.Client(base_url=url, timeout=120) as client:
             rates = client.get("/api/v1/keep-rates").json()
             near = client.get("/api/v1/near-misses").json()
             paths = ("/api/v1/leaderboard", "/api/v1/keep-rates", "/api/v1/near-misses", "/")

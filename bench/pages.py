@@ -19,19 +19,14 @@ from __future__ import annotations
 
 import argparse
 import random
-import socket
 import statistics
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
-import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
@@ -45,6 +40,7 @@ from server.main import create_app
 from server.models import ApiToken, Experiment, Lease, Result, Run, Worker
 from server.pages.chart_cache import ChartCache
 from server.project_init import init_project
+from server.serving import served_in_thread
 
 HARNESS_ID = "bench-harness"
 PLATFORM = "bench-device"
@@ -221,27 +217,6 @@ def new_project(data_dir: Path) -> ServerSettings:
     return settings
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@contextmanager
-def served(app: FastAPI) -> Iterator[str]:
-    """Run `app` in uvicorn on a free local port, in a thread; yield its URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=_free_port(), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{server.config.port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
 def timings(client: httpx.Client, path: str, requests: int) -> list[float]:
     """Milliseconds per request, after two warm-up requests (caches, first-use imports)."""
     for _ in range(2):
@@ -299,7 +274,7 @@ def main() -> None:
         print(f"seeded {args.experiments:,} experiments in {time.perf_counter() - started:.1f} s")
         app = create_app(settings)
         try:
-            with served(app) as url, httpx.Client(base_url=url, timeout=60) as client:
+            with served_in_thread(app) as url, httpx.Client(base_url=url, timeout=60) as client:
                 size = len(client.get("/").content)
                 results = {path: timings(client, path, args.requests)
                            for path in ("/", "/api/v1/healthz", "/api/v1/leaderboard")}  # fmt: skip

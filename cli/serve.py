@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from server.core.config import settings_error
     from server.harness_pin import ProjectMismatch
     from server.main import StartupError, create_app
+    from server.serving import uvicorn_config
 
     overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
     try:
@@ -46,6 +47,5 @@ def run(args: argparse.Namespace) -> int:
     except (StartupError, ProjectMismatch) as exc:
         print(f"autoresearch serve: {exc}", file=sys.stderr)
         return 2
-    # One process: git writes are serialised and events broadcast in-process (docs/operations.md).
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, workers=1)
+    uvicorn.Server(uvicorn_config(app, settings.host, settings.port, log_level=args.log_level)).run()
     return 0

@@ -35,6 +35,13 @@ from client.states import FINAL_STATUSES
 
 API_PREFIX = "/api/v1"
 JSON = dict[str, Any]
+# An idle connection is dropped by the client well before the server closes it (the server keeps
+# one 65 s: server/serving.py), so a request is never sent on a connection the server is closing
+# (httpx's default, 5 s, equals uvicorn's default: a race that lost requests).
+KEEP_ALIVE_EXPIRY_S = 20.0
+CONNECTION_LIMITS = httpx.Limits(
+    max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEP_ALIVE_EXPIRY_S
+)
 
 
 def _plain(value: BaseModel | Mapping[str, Any]) -> JSON:
@@ -85,7 +92,11 @@ class Client:
         self.retry_for_s = retry_for_s
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(
-            base_url=base_url.rstrip("/") + API_PREFIX, headers=headers, timeout=timeout, transport=transport
+            base_url=base_url.rstrip("/") + API_PREFIX,
+            headers=headers,
+            timeout=timeout,
+            limits=CONNECTION_LIMITS,
+            transport=transport,
         )
 
     def close(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from client.states import ExperimentStatus, RunKind
@@ -14,16 +14,17 @@ from server.crud.runs import queue_runs
 from server.crud.similar import store_change
 from server.models import NOT_RERUN_STATUSES, Experiment, utcnow
 
+_SAME_TRAIN_PY = (  # built once: every submission runs it twice
+    select(Experiment)
+    .where(Experiment.train_py_blob == bindparam("blob"), Experiment.status.in_(NOT_RERUN_STATUSES))
+    .order_by(Experiment.id)
+    .limit(1)
+)
+
 
 def find_same_train_py(session: Session, blob: str) -> Experiment | None:
     """An experiment with this exact train.py that was run or will be (not cancelled/infra-failed)."""
-    statement = (
-        select(Experiment)
-        .where(Experiment.train_py_blob == blob, Experiment.status.in_(NOT_RERUN_STATUSES))
-        .order_by(Experiment.id)
-        .limit(1)
-    )
-    return session.scalars(statement).first()
+    return session.scalars(_SAME_TRAIN_PY, {"blob": blob}).first()
 
 
 def commit_message(description: str, hypothesis: str | None) -> str:

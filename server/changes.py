@@ -17,11 +17,10 @@ is False), and nothing is guessed for them.
 
 from __future__ import annotations
 
-import ast
 import difflib
 from dataclasses import dataclass
 
-from client.constants import NEWLINE, constants_in
+from server.outline import Edit, Outline, base_outline, outline_after
 
 MODULE = "module"  # the region of module-level code
 
@@ -48,11 +47,15 @@ class ChangeSummary:
 
 def summarize(base: str, new: str) -> ChangeSummary:
     """The change that turns `base` into `new`."""
-    base_lines, new_lines = _lines(base), _lines(new)
-    base_tree, new_tree = _parse(base), _parse(new)
-    parsed = base_tree is not None and new_tree is not None
-    base_regions = _regions(base_tree) if base_tree is not None else None
-    new_regions = _regions(new_tree) if new_tree is not None else None
+    # Lines the two share at either end are no change: only the lines between are compared.
+    edit = Edit.of(base, new)
+    base_lines = _lines(edit.base, edit.head, len(edit.base) - edit.tail)
+    new_lines = _lines(edit.new, edit.head, len(edit.new) - edit.tail)
+    base_of = base_outline(base)
+    new_of = outline_after(edit, base_of) if base_of is not None else None
+    parsed = base_of is not None and new_of is not None
+    base_regions = base_of.owners if base_of is not None else None
+    new_regions = new_of.owners if new_of is not None else None
     removed: list[str] = []
     added: list[str] = []
     regions: set[str] = set()
@@ -71,11 +74,7 @@ def summarize(base: str, new: str) -> ChangeSummary:
                 if owners is not None:
                     regions.add(owners.get(number, MODULE))
     return ChangeSummary(
-        constants=(
-            _constant_changes(base, base_tree, new, new_tree)
-            if base_tree is not None and new_tree is not None
-            else ()
-        ),
+        constants=_constant_changes(base_of, new_of) if base_of is not None and new_of is not None else (),
         regions=tuple(sorted(regions)) if parsed else (),
         removed=tuple(removed),
         added=tuple(added),
@@ -83,19 +82,15 @@ def summarize(base: str, new: str) -> ChangeSummary:
     )
 
 
-def _lines(source: str) -> list[tuple[int, str]]:
-    """Its lines that are not blank, whitespace collapsed, with their numbers (1-based, counted
-    where Python's tokenizer ends a line so that they agree with ast's)."""
-    lines = ((number, " ".join(line.split())) for number, line in enumerate(NEWLINE.split(source), 1))
-    return [(number, text) for number, text in lines if text]
+def _lines(lines: list[str], start: int, end: int) -> list[tuple[int, str]]:
+    """Lines `start` to `end` (0-based, exclusive) that are not blank, whitespace collapsed, with
+    their numbers (1-based; lines as Python's tokenizer ends them, so that they agree with ast's)."""
+    collapsed = ((number, " ".join(line.split())) for number, line in enumerate(lines[start:end], start + 1))
+    return [(number, text) for number, text in collapsed if text]
 
 
-def _constant_changes(
-    base: str, base_tree: ast.Module, new: str, new_tree: ast.Module
-) -> tuple[ConstantChange, ...]:
-    # A name assigned twice holds its last value, as when the module runs.
-    before = {constant.name: constant.value for constant in constants_in(base_tree, base)}
-    after = {constant.name: constant.value for constant in constants_in(new_tree, new)}
+def _constant_changes(base_of: Outline, new_of: Outline) -> tuple[ConstantChange, ...]:
+    before, after = base_of.constant_values(), new_of.constant_values()
     changes = [
         ConstantChange(name, before.get(name), value)
         for name, value in after.items()
@@ -103,34 +98,3 @@ def _constant_changes(
     ]
     changes += [ConstantChange(name, value, None) for name, value in before.items() if name not in after]
     return tuple(changes)
-
-
-def _parse(source: str) -> ast.Module | None:
-    """Its syntax tree, once for its constants and its regions; None when it does not parse."""
-    try:
-        return ast.parse(source)
-    except (SyntaxError, ValueError):  # ValueError: a NUL byte in the source
-        return None
-
-
-def _regions(tree: ast.Module) -> dict[int, str]:
-    """Line number (1-based) -> the top-level function or class (or a class's method) it sits in;
-    lines of module-level code are absent."""
-    owners: dict[int, str] = {}
-    for stmt in tree.body:
-        if not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            continue
-        _claim(owners, stmt, stmt.name)
-        if isinstance(stmt, ast.ClassDef):
-            for member in stmt.body:
-                if isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef):
-                    _claim(owners, member, f"{stmt.name}.{member.name}")
-    return owners
-
-
-def _claim(owners: dict[int, str], node: ast.stmt, name: str) -> None:
-    """Its lines, decorators included, belong to `name`."""
-    first = min([node.lineno] + [decorator.lineno for decorator in getattr(node, "decorator_list", [])])
-    assert node.end_lineno is not None
-    for line in range(first, node.end_lineno + 1):
-        owners[line] = name

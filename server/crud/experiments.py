@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
 from client.states import RunState
@@ -20,11 +20,22 @@ if TYPE_CHECKING:  # server.crud.similar reads agent names from here
 BASELINE_AGENT = "baseline"
 
 
+# The statements of what an agent polls, built once (building one costs about what running it does).
+_AGENT_NAMES = select(ApiToken.id, ApiToken.name).where(ApiToken.id.in_(bindparam("ids", expanding=True)))
+_AHEAD = select(func.count()).where(
+    Run.status == RunState.QUEUED,
+    or_(
+        Run.queued_at < bindparam("queued_at"),
+        and_(Run.queued_at == bindparam("queued_at"), Run.id < bindparam("run_id")),
+    ),
+)
+_RESULTS = select(Result).where(Result.run_id.in_(bindparam("run_ids", expanding=True)))
+
+
 def agent_names(session: Session, agent_ids: set[int]) -> dict[int, str]:
     if not agent_ids:
         return {}
-    rows = session.execute(select(ApiToken.id, ApiToken.name).where(ApiToken.id.in_(agent_ids)))
-    return {row.id: row.name for row in rows}
+    return {row.id: row.name for row in session.execute(_AGENT_NAMES, {"ids": list(agent_ids)})}
 
 
 def result_view(result: Result) -> ResultOut:
@@ -33,11 +44,7 @@ def result_view(result: Result) -> ResultOut:
 
 def queue_position(session: Session, run: Run) -> int:
     """Queued runs ahead of this one (the claim order: queued_at, then id)."""
-    ahead = select(func.count()).where(
-        Run.status == RunState.QUEUED,
-        or_(Run.queued_at < run.queued_at, and_(Run.queued_at == run.queued_at, Run.id < run.id)),
-    )
-    return int(session.scalar(ahead) or 0)
+    return int(session.scalar(_AHEAD, {"queued_at": run.queued_at, "run_id": run.id}) or 0)
 
 
 def comparison_view(experiment: Experiment) -> ComparisonOut | None:
@@ -62,16 +69,16 @@ def views(
     """API views of experiments: their runs, their runs' results and agent names, in three queries."""
     runs = runs_of(session, [e.id for e in experiments])
     finished = [r.id for rs in runs.values() for r in rs if r.status == RunState.FINISHED]
-    results = (
-        {r.run_id: r for r in session.scalars(select(Result).where(Result.run_id.in_(finished)))}
-        if finished
-        else {}
-    )
+    results = {r.run_id: r for r in session.scalars(_RESULTS, {"run_ids": finished})} if finished else {}
     names = agent_names(session, {e.agent_id for e in experiments if e.agent_id is not None})
     out = []
     for e in experiments:
         own = runs.get(e.id, [])
         latest = next((results[r.id] for r in reversed(own) if r.id in results), None)
+        # Places in the queue, each counted once: the experiment's is its first queued run's.
+        places = {
+            r.id: queue_position(session, r) for r in own if with_position and r.status == RunState.QUEUED
+        }
         queued = next((r for r in own if r.status == RunState.QUEUED), None)
         run_seconds = (
             (e.finished_at - e.started_at).total_seconds() if e.finished_at and e.started_at else None
@@ -88,9 +95,7 @@ def views(
                 commit=e.commit_sha,
                 attempts=own[-1].attempts if own else 0,
                 cancel_requested=e.cancel_requested,
-                queue_position=queue_position(session, queued)
-                if with_position and queued is not None
-                else None,
+                queue_position=places.get(queued.id) if queued is not None else None,
                 created_at=e.created_at,
                 queued_at=e.queued_at,
                 started_at=e.started_at,
@@ -106,23 +111,21 @@ def views(
                 rebased_to=e.rebased_to_id,
                 val_bpb=e.val_bpb,
                 valid_runs=e.valid_runs,
-                runs=[run_view(session, r, results.get(r.id), with_position) for r in own],
+                runs=[run_view(r, results.get(r.id), places.get(r.id)) for r in own],
                 result=result_view(latest) if latest is not None else None,
             )
         )
     return out
 
 
-def run_view(session: Session, run: Run, result: Result | None, with_position: bool) -> RunOut:
+def run_view(run: Run, result: Result | None, queue_position: int | None) -> RunOut:
     return RunOut(
         number=run.number,
         kind=run.kind,  # type: ignore[arg-type]
         state=run.status,  # type: ignore[arg-type]
         seed=run.seed,
         attempts=run.attempts,
-        queue_position=queue_position(session, run)
-        if with_position and run.status == RunState.QUEUED
-        else None,
+        queue_position=queue_position,
         started_at=run.started_at,
         finished_at=run.finished_at,
         result_status=result.status if result is not None else None,  # type: ignore[arg-type]
@@ -190,19 +193,23 @@ def resolve_commit(session: Session, rev: str) -> str:
     Every commit in the research repo is an experiment's, so the database answers this without
     asking git. Raises LookupError saying what is wrong.
     """
-    prefix, end = rev.lower(), rev.lower() + "g"  # "g" sorts after every hex digit
-    in_range = (Experiment.commit_sha >= prefix) & (Experiment.commit_sha < end)
-    first = session.scalar(
-        select(Experiment.commit_sha).where(in_range).order_by(Experiment.commit_sha).limit(1)
-    )
-    if first is None:
+    prefix = rev.lower()
+    found = list(session.scalars(_COMMITS_FROM, {"prefix": prefix, "end": prefix + "g"}))
+    if not found:
         raise LookupError(f"no experiment has commit {rev}")
-    other = session.scalar(
-        select(Experiment.commit_sha).where(in_range, Experiment.commit_sha > first).limit(1)
-    )
-    if other is not None:
+    if len(found) > 1:
         raise LookupError(f"{rev} names more than one commit; give more digits")
-    return first
+    return found[0]
+
+
+# The first two distinct commits from `prefix` on, below `end` ("g" sorts after every hex digit).
+_COMMITS_FROM = (
+    select(Experiment.commit_sha)
+    .where(Experiment.commit_sha >= bindparam("prefix"), Experiment.commit_sha < bindparam("end"))
+    .group_by(Experiment.commit_sha)
+    .order_by(Experiment.commit_sha)
+    .limit(2)
+)
 
 
 def by_commit(session: Session, commit: str) -> Experiment | None:

@@ -27,6 +27,13 @@ from server.project_init import init_project
 
 HARNESS_ID = "pages-test-harness"
 PLATFORM = "pages-test-device"
+# The server's own uvicorn configuration (server/serving.py), on the socket handed over.
+SERVE_ON_FD = """
+import sys, uvicorn
+from server.main import create_app
+from server.serving import uvicorn_config
+uvicorn.Server(uvicorn_config(create_app(), fd=int(sys.argv[1]), log_level="warning")).run()
+"""
 
 
 @dataclass(frozen=True)
@@ -88,10 +95,7 @@ def live_server(
         "DECISION_RULE": "greedy",
         **(env or {}),
     }
-    command = [
-        sys.executable, "-m", "uvicorn", "server.main:create_app", "--factory",
-        "--fd", str(listener.fileno()), "--log-level", "warning",
-    ]  # fmt: skip
+    command = [sys.executable, "-c", SERVE_ON_FD, str(listener.fileno())]
     process = subprocess.Popen(command, env=env, cwd=data_dir, pass_fds=[listener.fileno()])
     listener.close()  # the child holds its own copy of the socket
     url = f"http://127.0.0.1:{port}"

@@ -8,25 +8,23 @@ and removes it at the end of the session. Each test gets its own database on it.
 from __future__ import annotations
 
 import os
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
-from bench.pg_scratch import free_port, new_database, scratch_cluster
+from bench.pg_scratch import new_database, scratch_cluster
 from client import Client
 from server.context import AppContext
 from server.core.config import ServerSettings
 from server.crud.tokens import create_token
 from server.main import create_app
 from server.project_init import init_project
+from server.serving import served_in_thread
 
 HARNESS_ID = "test-harness"
 DEVICE = "cpu"
@@ -112,23 +110,9 @@ class Live:
         return Client(self.url, "admin-secret")
 
 
-@contextmanager
-def serve(app: FastAPI, port: int | None = None) -> Iterator[str]:
+def serve(app: FastAPI, port: int | None = None) -> AbstractContextManager[str]:
     """Run `app` with uvicorn in a thread (on a free port unless given); yield its URL."""
-    port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the test server did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
+    return served_in_thread(app, port or 0)
 
 
 LiveFactory = Callable[..., Live]

@@ -1,0 +1,70 @@
+"""The outline of a changed source, parsing only what changed (server/outline.py), is the outline of
+the whole source parsed: on the real baseline, for random edits of its lines (made of its own
+lines and of lines that continue, open or close statements)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from server.outline import Edit, base_outline, outline, outline_after
+
+BASELINE = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()
+LINES = BASELINE.splitlines(keepends=True)
+TRICKY = [
+    "else:\n",
+    "    pass\n",
+    "@decorator\n",
+    "def added(x):\n",
+    "class Added:\n",
+    "LR = 2**-7\n",
+    "NEW_CONSTANT: float = 3 * 0.5\n",
+    '"""\n',
+    "x = (1,\n",
+    ")\n",
+    "\n",
+    "# a comment\n",
+    "from __future__ import annotations\n",
+    "        return self.forward(x)\n",
+    "WINDOWS_LINE = 1\r\n",
+]
+
+edits = st.lists(
+    st.tuples(
+        st.integers(0, len(LINES)),  # where
+        st.integers(0, 4),  # lines removed there
+        st.lists(st.one_of(st.sampled_from(LINES), st.sampled_from(TRICKY)), max_size=4),  # lines put in
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+def edited(changes: list[tuple[int, int, list[str]]]) -> str:
+    lines = list(LINES)
+    for where, removed, added in changes:
+        lines[where : where + removed] = added
+    return "".join(lines)
+
+
+@settings(max_examples=300, deadline=None)
+@given(edits)
+def test_parsing_only_what_changed_gives_the_outline_of_the_whole(
+    changes: list[tuple[int, int, list[str]]],
+) -> None:
+    base_of = base_outline(BASELINE)
+    assert base_of is not None
+    new = edited(changes)
+    assert outline_after(Edit.of(BASELINE, new), base_of) == outline(new)
+
+
+def test_a_constant_set_in_a_function_is_no_change_of_the_module_s_constants() -> None:
+    base = "LR = 0.1\n\ndef train():\n    return LR\n"
+    new = base.replace("    return LR\n", "    LR = 0.2\n    return LR\n")
+    base_of = outline(base)
+    assert base_of is not None
+    after = outline_after(Edit.of(base, new), base_of)
+    assert after is not None and after.constant_values() == {"LR": 0.1}
+    assert after.owners[4] == after.owners[5] == "train"
