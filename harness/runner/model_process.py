@@ -7,6 +7,7 @@ eval and the probe differ to the model only in which rows they are shown and whe
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import mmap
 import os
@@ -121,6 +122,11 @@ class ModelProcess:
         self.output = OutputTail(log_r)
         self.pending: list[dict[str, Any]] = []
         self.batches = 0
+
+    @functools.cached_property
+    def pids(self) -> list[int]:
+        """The sandbox's processes, looked up once (after `ready`), for CPU accounting."""
+        return self.launched.pids()
 
     def send(self, **command: Any) -> None:
         try:

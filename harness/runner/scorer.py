@@ -38,6 +38,7 @@ from harness.evaluate import EvalRows, bpb, load_eval_rows, token_nats
 from harness.runner import agreement
 from harness.runner.limits import Limits
 from harness.runner.model_process import ModelFailure, ModelJob, ModelProcess
+from harness.runner.phases import Phases
 from harness.runner.score_budget import ProcessBudget, forward_seconds_per_token, process_budget
 from harness.runner.score_plan import Probe, plan_eval, plan_probes
 from harness.runner.train_phase import WEIGHTS_FILE
@@ -111,22 +112,26 @@ class Scoring:
     batch_rows: int
     device: torch.device
     transfer: Transfer
+    phases: Phases
 
     def take(
         self, model: ModelProcess, clock: Clock, tokens: np.ndarray, targets: torch.Tensor
     ) -> np.ndarray:
         """Run one batch in `model`, timed against `clock`; the nats of `targets` [n, T] (float64)."""
         deadline, late = clock.window()
-        view, seconds = model.forward(tokens, deadline, late)
-        started = time.monotonic()
-        logits = torch.from_numpy(view.copy()).to(self.device)  # a private copy: the model can still write
-        self.transfer.observe(time.monotonic() - started)
+        with self.phases(f"{model.label} forward", model.pids):
+            view, seconds = model.forward(tokens, deadline, late)
+        with self.phases(f"{model.label} logits copy"):
+            started = time.monotonic()
+            # A private copy: the model can still write to its buffer.
+            logits = torch.from_numpy(view.copy()).to(self.device)
+            self.transfer.observe(time.monotonic() - started)
         clock.charge(seconds)
-        if not bool(torch.isfinite(logits).all()):
-            raise ModelFailure(
-                "invalid", "invalid_output", f"score phase ({model.label}): logits contain NaN or infinity"
-            )
-        return token_nats(logits, targets).cpu().numpy()
+        with self.phases(f"{model.label} loss"):
+            if not bool(torch.isfinite(logits).all()):
+                message = f"score phase ({model.label}): logits contain NaN or infinity"
+                raise ModelFailure("invalid", "invalid_output", message)
+            return token_nats(logits, targets).cpu().numpy()
 
     def evaluate(
         self, model: ModelProcess, clock: Clock, order: np.ndarray, keep: set[int], repeats: agreement.Group
@@ -177,14 +182,16 @@ class Scoring:
             )
 
 
-def start_model(model: ModelProcess, clock: Clock) -> None:
+def start_model(model: ModelProcess, clock: Clock, phases: Phases) -> None:
     """Wait for the model process to be ready (harness code only: not timed), then time its start."""
     stuck = ModelFailure(
         "timeout", "timeout", f"score phase ({model.label}): the sandbox did not start in time"
     )
-    model.wait_for("ready", clock.outer_deadline, stuck)
+    with phases(f"{model.label} ready wait"):
+        model.wait_for("ready", clock.outer_deadline, stuck)
     deadline, late = clock.window()
-    clock.startup = model.start(deadline, late)
+    with phases(f"{model.label} start", model.pids):
+        clock.startup = model.start(deadline, late)
     clock.charge(clock.startup)
 
 
@@ -235,7 +242,7 @@ def score(
     settings: dict[str, Any],
 ) -> dict[str, Any]:
     """Evaluate, then probe in the other process; `go` carries the run's training throughput."""
-    rows = scoring.rows
+    rows, phases = scoring.rows, scoring.phases
     rng = np.random.default_rng(secrets.randbits(64))
     order = plan_eval(rows.num_rows, scoring.batch_rows, rng)
     probes = plan_probes(rows.inputs.numpy(), scoring.batch_rows, rng)
@@ -245,17 +252,20 @@ def score(
     result: dict[str, Any] = {"status": "ok"}
     try:
         identity = weights_identity(weights)
-        start_model(eval_model, clocks[0])
+        start_model(eval_model, clocks[0], phases)
         repeated = np.flatnonzero(np.bincount(order, minlength=rows.num_rows) > 1)
         keep = {int(row) for row in repeated} | {probe.row for probe in probes}
-        val_bpb, first = scoring.evaluate(eval_model, clocks[0], order, keep, groups[0])
-        eval_model.close()
+        with phases("eval batches"):
+            val_bpb, first = scoring.evaluate(eval_model, clocks[0], order, keep, groups[0])
+        with phases("eval close"):
+            eval_model.close()
         message = agreement.judge(groups[:1], tolerance)
         if message is None and probes:
             if weights_identity(weights) != identity:
                 raise ModelFailure("invalid", "invalid_output", "the weights file changed while scoring")
-            start_model(probe_model, clocks[1])
-            scoring.probe(probe_model, clocks[1], probes, first, groups[1], groups[2])
+            start_model(probe_model, clocks[1], phases)
+            with phases("probe batches"):
+                scoring.probe(probe_model, clocks[1], probes, first, groups[1], groups[2])
             message = agreement.judge(groups, tolerance)
         if message is not None:
             result = {"status": "invalid", "error_class": "non_causal", "error_message": message}
@@ -283,6 +293,32 @@ def timing_note(clocks: list[Clock], go: dict[str, Any]) -> str:
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
+    phases = Phases()
+    with phases("setup (while training)"):
+        rows, models = setup(config)
+    try:
+        line = sys.stdin.readline()
+        if not line.strip():
+            return {"status": "aborted"}
+        scoring = Scoring(rows, config["batch_rows"], torch.device(config["device"]), Transfer(), phases)
+        weights = Path(config["weights_dir"]) / WEIGHTS_FILE
+        result = score(models[0], models[1], scoring, weights, json.loads(line), config)
+    finally:
+        with phases("teardown"):
+            for model in models:
+                model.close()
+    with phases("logs"):
+        result["log"] = result.get("log", "") + "".join(
+            f"[harness] score phase ({model.label}) output:\n{log}"
+            for model in models
+            if (log := model.log())
+        )
+    result["phases"] = phases.as_json()
+    return result
+
+
+def setup(config: dict[str, Any]) -> tuple[EvalRows, list[ModelProcess]]:
+    """The validation rows, and the eval and probe sandboxes started (they import torch and wait)."""
     rows = load_eval_rows(Path(config["val_dir"]))
     batch_rows = config["batch_rows"]
     job = ModelJob(
@@ -298,21 +334,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         sandboxed=config["sandboxed"],
         limits=Limits(**config["limits"]),
     )
-    models = [ModelProcess(job, "eval"), ModelProcess(job, "probe")]
-    try:
-        line = sys.stdin.readline()
-        if not line.strip():
-            return {"status": "aborted"}
-        scoring = Scoring(rows, batch_rows, torch.device(config["device"]), Transfer())
-        weights = Path(config["weights_dir"]) / WEIGHTS_FILE
-        result = score(models[0], models[1], scoring, weights, json.loads(line), config)
-    finally:
-        for model in models:
-            model.close()
-    result["log"] = result.get("log", "") + "".join(
-        f"[harness] score phase ({model.label}) output:\n{log}" for model in models if (log := model.log())
-    )
-    return result
+    return rows, [ModelProcess(job, "eval"), ModelProcess(job, "probe")]
 
 
 def main() -> None:
