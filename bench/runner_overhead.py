@@ -91,6 +91,7 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
             f"run {run}: total {total:.2f} s = training {trained:.2f} + scoring {scored:.2f} + overhead "
             f"{overhead:.2f} (train startup {result.startup_seconds:.2f}, rest "
             f"{overhead - result.startup_seconds:.2f}); all but training {total - trained:.2f}; "
+            f"scoring bound {getattr(result, 'score_bound_seconds', None) or float('nan'):.2f}; "
             f"val_bpb {result.val_bpb:.4f}, {result.status}",
             flush=True,
         )
