@@ -26,7 +26,6 @@ older than them) prints none.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import math
 import statistics
@@ -44,7 +43,7 @@ from harness.runner import run_experiment
 
 try:
     from harness.runner.phases import Phases
-except ImportError:  # a --before checkout older than the phases
+except ImportError:  # a --before checkout older than the phases (run_experiment has no `phases`)
     Phases = None  # type: ignore[assignment,misc]
 
 BASELINE = Path(__file__).resolve().parents[1] / "harness" / "baseline" / "train.py"
@@ -73,8 +72,7 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
     print(f"reference: python -c 'import torch' takes {reference:.2f} s")
     overheads, rest, val_bpb = [], [], []
     recorded: list[list[dict[str, object]]] = []
-    supported = Phases is not None and "phases" in inspect.signature(run_experiment).parameters
-    with_phases = args.phases and supported
+    with_phases = args.phases and Phases is not None
     for run in range(1, args.runs + 1):
         extra = {"phases": Phases()} if with_phases else {}
         result = run_experiment(args.train_py, settings, keep_warm=run < args.runs, **extra)
