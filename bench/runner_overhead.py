@@ -1,6 +1,7 @@
 """Per-experiment wall time the runner spends outside training and scoring.
 
     python bench/runner_overhead.py [--preset cpu] [--runs 3] [--budget SECONDS] [--train-py PATH]
+                                    [--phases] [--before CHECKOUT]
 
 Runs the candidate (default: the baseline train.py) through harness.runner.run_experiment, in
 the real sandbox, `--runs` times in one process as a worker does (torch imported first;
@@ -14,6 +15,12 @@ the scorer's own loss computation and checks, teardown). It also prints everythi
 (`total - training`), which compares across versions that split scoring and overhead differently.
 The reference measured in the same run is one bare `python -c "import torch"`, the unavoidable
 floor of any process that uses torch. Target: overhead <= 5 s, i.e. < 2 % of the h100 preset's 300 s budget.
+
+`--phases` also prints where the time goes, step by step (harness.runner.phases), as the median
+over the warm runs of each step's wall seconds, the CPU seconds of the process that did it (the
+runner, or the scorer for `score/...`) and those of the model sandbox it waited on. Steps under
+`score/` happen inside `score: go to verdict`. A harness without phases (a --before checkout
+older than them) prints none.
 """
 
 from __future__ import annotations
@@ -33,6 +40,11 @@ import harness
 from harness.config import load_settings
 from harness.prepare import prepare
 from harness.runner import run_experiment
+
+try:
+    from harness.runner.phases import Phases
+except ImportError:  # a --before checkout older than the phases (run_experiment has no `phases`)
+    Phases = None  # type: ignore[assignment,misc]
 
 BASELINE = Path(__file__).resolve().parents[1] / "harness" / "baseline" / "train.py"
 TARGET_S = 5.0
@@ -59,8 +71,13 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
     )
     print(f"reference: python -c 'import torch' takes {reference:.2f} s")
     overheads, rest, val_bpb = [], [], []
+    recorded: list[list[dict[str, object]]] = []
+    with_phases = args.phases and Phases is not None
     for run in range(1, args.runs + 1):
-        result = run_experiment(args.train_py, settings, keep_warm=run < args.runs)
+        extra = {"phases": Phases()} if with_phases else {}
+        result = run_experiment(args.train_py, settings, keep_warm=run < args.runs, **extra)
+        if with_phases:
+            recorded.append(extra["phases"].as_json())
         if result.status not in ("ok", "over_budget"):
             raise SystemExit(f"run {run}: {result.status} {result.error_class}: {result.error_message}")
         total, trained, scored = result.total_seconds, result.training_seconds, result.score_seconds
@@ -72,6 +89,7 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
             f"run {run}: total {total:.2f} s = training {trained:.2f} + scoring {scored:.2f} + overhead "
             f"{overhead:.2f} (train startup {result.startup_seconds:.2f}, rest "
             f"{overhead - result.startup_seconds:.2f}); all but training {total - trained:.2f}; "
+            f"scoring bound {getattr(result, 'score_bound_seconds', None) or float('nan'):.2f}; "
             f"val_bpb {result.val_bpb:.4f}, {result.status}",
             flush=True,
         )
@@ -83,7 +101,21 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
         f"{100 * median / H100_BUDGET_S:.2f} % of a {H100_BUDGET_S:.0f} s budget; "
         f"target <= {TARGET_S:.0f} s: {'met' if median <= TARGET_S else 'NOT met'}"
     )
+    if recorded:
+        print_phases(recorded[1:] or recorded)
     return {"import_torch": reference, "overhead": overheads, "all_but_training": rest, "val_bpb": val_bpb}
+
+
+def print_phases(runs: list[list[dict[str, object]]]) -> None:
+    """Median over `runs` of each phase's wall, own CPU and sandbox CPU seconds."""
+    print(f"phases, median of {len(runs)} run(s): wall s / CPU s (runner or scorer) / model sandbox CPU s")
+    names = list(dict.fromkeys(phase["name"] for run in runs for phase in run))
+    for name in names:
+        cells = []
+        for key in ("wall", "cpu", "sandbox_cpu"):
+            values = [next((p[key] for p in run if p["name"] == name), 0.0) for run in runs]
+            cells.append(f"{statistics.median(values):8.2f}")
+        print(f"  {name:56} {' '.join(cells)}")
 
 
 def measure_in_child(python: Path, args: argparse.Namespace, label: str) -> dict[str, object]:
@@ -99,6 +131,7 @@ def measure_in_child(python: Path, args: argparse.Namespace, label: str) -> dict
         str(args.train_py),
     ]
     argv += ["--budget", str(args.budget)] if args.budget else []
+    argv += ["--phases"] if args.phases else []
     with subprocess.Popen([*argv, "--report-json"], stdout=subprocess.PIPE, text=True) as child:
         assert child.stdout is not None
         report: dict[str, object] = {}
@@ -153,6 +186,7 @@ def main() -> None:
         help="a checkout of the code to compare against, with its own .venv (editable install of that "
         "checkout); measured first, then this checkout, in this one run on the same data",
     )
+    parser.add_argument("--phases", action="store_true", help="print where the time goes, step by step")
     parser.add_argument("--report-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.before:

@@ -7,6 +7,7 @@ eval and the probe differ to the model only in which rows they are shown and whe
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import mmap
 import os
@@ -121,6 +122,12 @@ class ModelProcess:
         self.output = OutputTail(log_r)
         self.pending: list[dict[str, Any]] = []
         self.batches = 0
+        self.submitted = (0, 0.0)  # rows and time of the latest batch command
+
+    @functools.cached_property
+    def pids(self) -> list[int]:
+        """The sandbox's processes, looked up once (after `ready`), for CPU accounting."""
+        return self.launched.pids()
 
     def send(self, **command: Any) -> None:
         try:
@@ -175,14 +182,20 @@ class ModelProcess:
         self.wait_for("loaded", deadline, late)
         return time.monotonic() - started
 
-    def forward(self, rows: np.ndarray, deadline: float, late: ModelFailure) -> tuple[np.ndarray, float]:
-        """The logits [n, T, V] for `rows` [n, T], as a view of the shared buffer (the model process
-        can still write to it: copy before use), and the seconds from command to answer."""
-        count = rows.shape[0]
-        self.inputs[:count] = rows
+    def submit(self, rows: np.ndarray) -> None:
+        """Command a forward pass over `rows` [n, T]; `receive` waits for its logits. The model may
+        still write to the logits buffer, so call this only once the last batch's logits are
+        copied out."""
+        self.inputs[: rows.shape[0]] = rows
         self.batches += 1
-        started = time.monotonic()
-        self.send(cmd="batch", rows=count, batch=self.batches)
+        self.submitted = (rows.shape[0], time.monotonic())
+        self.send(cmd="batch", rows=rows.shape[0], batch=self.batches)
+
+    def receive(self, deadline: float, late: ModelFailure) -> tuple[np.ndarray, float]:
+        """The logits [n, T, V] of the batch submitted last, as a view of the shared buffer (the
+        model process can still write to it: copy before use), and the seconds from command to
+        answer."""
+        count, started = self.submitted
         self.wait_for("done", deadline, late, self.batches)
         return self.logits[:count], time.monotonic() - started
 

@@ -22,6 +22,7 @@ from harness.runner.classify import Verdict, over_budget, train_failure
 from harness.runner.devices import device_name, mfu_percent, peak_flops, resolve_device
 from harness.runner.limits import Cgroup, Limits, default_limits, tree_memory_bytes
 from harness.runner.output import ProgressPacer
+from harness.runner.phases import Phases
 from harness.runner.prepared_run import discard, keep_spare, prepare_run, take_spare
 from harness.runner.sandbox import check_bwrap, system_roots
 from harness.runner.scoring import ScoreJob, Scorer
@@ -41,6 +42,7 @@ def run_experiment(
     device: str | None = None,
     keep_warm: bool = False,
     seed: int | None = None,
+    phases: Phases | None = None,
 ) -> RunResult:
     """Train and score `train_py` under `settings`; every number in the result is measured here.
 
@@ -53,9 +55,11 @@ def run_experiment(
     ScorerError when the trusted scorer itself fails. `cancel`, when set, stops the run at once
     (status crash, error class cancelled). `keep_warm` starts the next run's train sandbox once
     this one has trained (see harness.runner.prepared_run; end it with close_warm_sandbox()).
+    `phases`, when given, gets the wall and CPU seconds of each step (harness.runner.phases).
     Safe to call repeatedly; apart from that spare it leaves no process, file or cgroup.
     """
-    started = time.monotonic()
+    started, began_cpu = time.monotonic(), time.process_time()
+    phases = phases or Phases()
     cancel = cancel or threading.Event()
     seed = settings.seed if seed is None else seed
     train_py = Path(train_py)
@@ -96,22 +100,31 @@ def run_experiment(
             )
         )
         try:
-            spawned_at = run.sandbox.go(seed)
-            if spawned_at is None:  # the spare died (e.g. with the thread that started it)
-                discard(run)
-                run = prepare_run(key, job, work_root, idle=False)
-                spawned_at = run.sandbox.go(seed) or time.monotonic()
-            outcome = run_train_phase(run.sandbox, spawned_at, pacer, cancel, started)
+            phases.add("prepare", time.monotonic() - started, time.process_time() - began_cpu)
+            with phases("train: sandbox ready, feeder start"):
+                spawned_at = run.sandbox.go(seed)
+                if spawned_at is None:  # the spare died (e.g. with the thread that started it)
+                    discard(run)
+                    run = prepare_run(key, job, work_root, idle=False)
+                    spawned_at = run.sandbox.go(seed) or time.monotonic()
+            outcome = run_train_phase(run.sandbox, spawned_at, pacer, cancel, started, phases)
             if run.sandbox.feeder.failure is not None:  # the harness's fault, not the candidate's
                 raise DataError(f"{paths.train_dir}: {run.sandbox.feeder.failure}")
             if keep_warm:
-                keep_spare(prepare_run(key, job, work_root, idle=True))
-            verdict, scored = score_if_trained(outcome, settings, run.run_dir, scorer, pacer, cancel, started)
+                with phases("keep warm: next train sandbox started"):
+                    keep_spare(prepare_run(key, job, work_root, idle=True))
+            verdict, scored = score_if_trained(
+                outcome, settings, run.run_dir, scorer, pacer, cancel, started, phases
+            )
         finally:
-            scorer.close()
-        num_params = count_params(run.run_dir / "weights" / WEIGHTS_FILE)
+            with phases("scorer close"):
+                scorer.close()
+        with phases("parameters counted"):
+            num_params = count_params(run.run_dir / "weights" / WEIGHTS_FILE)
     finally:
-        discard(run)
+        with phases("run folder removed"):
+            discard(run)
+    phases.extend(scored.get("phases", []), "score/")
     return build_result(
         verdict or over_budget(outcome, settings),
         outcome,
@@ -193,14 +206,17 @@ def score_if_trained(
     pacer: ProgressPacer,
     cancel: threading.Event,
     started: float,
+    phases: Phases,
 ) -> tuple[Verdict | None, dict[str, Any]]:
     """The train phase's failure, or the score phase's verdict (None when ok) and its result."""
-    verdict = train_failure(outcome, settings) or hand_over_weights(run_dir)
+    with phases("weights handed over"):
+        verdict = train_failure(outcome, settings) or hand_over_weights(run_dir)
     if verdict is not None:
         return verdict, {}
     elapsed = time.monotonic() - started
     pacer.offer(ProgressEvent(step=outcome.step or 0, fraction=1.0, phase="score", elapsed_s=elapsed))
-    scored = scorer.score(cancel, pacer, outcome.tokens, outcome.training_seconds)
+    with phases("score: go to verdict (scorer process)"):
+        scored = scorer.score(cancel, pacer, outcome.tokens, outcome.training_seconds)
     if scored["status"] == "ok":
         return None, scored
     return (scored["status"], scored.get("error_class", ""), scored.get("error_message", "")), scored

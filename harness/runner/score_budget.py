@@ -14,7 +14,8 @@ to its answer. The sum may not exceed the process's bound:
 a training step (FORWARD_SHARE). `transfer` is the scorer's own time to take one batch of logits
 out of shared memory onto its device, the least it has seen in this run: the model process pays
 a copy of the same size to put them there. Only what happens between the measured points is
-unmeasured: the scorer's own work between batches, when a model has already answered.
+unmeasured: the scorer's copy of a batch's logits, after the model answered and before the
+next batch is commanded (the scorer computes the loss while the model runs the next batch).
 
 Why the probe's bound is what matters: training that changes the eval's counted outputs must be
 repeated by the probe (a fresh process) before its only batch, or the two disagree (see

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import secrets
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,9 @@ import torch
 from harness.evaluate import EvalRows, bpb, load_eval_rows, token_nats
 from harness.runner import agreement
 from harness.runner.limits import Limits
+from harness.runner.model_entry import CPU_SPARE_CORES
 from harness.runner.model_process import ModelFailure, ModelJob, ModelProcess
+from harness.runner.phases import Phases
 from harness.runner.score_budget import ProcessBudget, forward_seconds_per_token, process_budget
 from harness.runner.score_plan import Probe, plan_eval, plan_probes
 from harness.runner.train_phase import WEIGHTS_FILE
@@ -111,22 +115,46 @@ class Scoring:
     batch_rows: int
     device: torch.device
     transfer: Transfer
+    phases: Phases
+    received: np.ndarray | None = None  # the scorer's copy of the latest batch of logits
 
     def take(
-        self, model: ModelProcess, clock: Clock, tokens: np.ndarray, targets: torch.Tensor
-    ) -> np.ndarray:
-        """Run one batch in `model`, timed against `clock`; the nats of `targets` [n, T] (float64)."""
+        self, model: ModelProcess, clock: Clock, work: list[tuple[np.ndarray, torch.Tensor]]
+    ) -> Iterator[np.ndarray]:
+        """Run the batches `work` (tokens [n, T] and targets [n, T] each) in `model`, timed against
+        `clock`; the nats of each batch's targets [n, T] (float64), in order.
+
+        The next batch is commanded as soon as this one's logits are copied out, before the scorer
+        computes their loss: the model's forward pass and the scorer's loss overlap, and a model
+        runs unmeasured between batches only while its logits are copied.
+        """
         deadline, late = clock.window()
-        view, seconds = model.forward(tokens, deadline, late)
-        started = time.monotonic()
-        logits = torch.from_numpy(view.copy()).to(self.device)  # a private copy: the model can still write
-        self.transfer.observe(time.monotonic() - started)
-        clock.charge(seconds)
-        if not bool(torch.isfinite(logits).all()):
-            raise ModelFailure(
-                "invalid", "invalid_output", f"score phase ({model.label}): logits contain NaN or infinity"
-            )
-        return token_nats(logits, targets).cpu().numpy()
+        model.submit(work[0][0])
+        for index, (_, targets) in enumerate(work):
+            with self.phases(f"{model.label} waiting for logits", model.pids):
+                view, seconds = model.receive(deadline, late)
+            with self.phases(f"{model.label} logits copy"):
+                started = time.monotonic()
+                logits = self.private_copy(view)
+                self.transfer.observe(time.monotonic() - started)
+            clock.charge(seconds)
+            if index + 1 < len(work):
+                deadline, late = clock.window()
+                model.submit(work[index + 1][0])
+            with self.phases(f"{model.label} loss (model running)", model.pids):
+                if not all_finite(logits):
+                    message = f"score phase ({model.label}): logits contain NaN or infinity"
+                    raise ModelFailure("invalid", "invalid_output", message)
+                nats = token_nats(logits, targets).cpu().numpy()
+            yield nats
+
+    def private_copy(self, view: np.ndarray) -> torch.Tensor:
+        """`view`'s logits on the scoring device, copied out of the shared buffer (which the model
+        can still write to) into one buffer of the scorer's own, reused for every batch."""
+        if self.received is None or self.received.shape != view.shape:
+            self.received = np.empty(view.shape, dtype=np.float32)
+        np.copyto(self.received, view)
+        return torch.from_numpy(self.received).to(self.device)
 
     def evaluate(
         self, model: ModelProcess, clock: Clock, order: np.ndarray, keep: set[int], repeats: agreement.Group
@@ -138,9 +166,9 @@ class Scoring:
         row_nats = np.zeros(self.rows.num_rows)
         first: dict[int, np.ndarray] = {}
         seen = np.zeros(self.rows.num_rows, dtype=bool)
-        for start in range(0, len(order), self.batch_rows):
-            batch = order[start : start + self.batch_rows]
-            nats = self.take(model, clock, inputs[batch], self.rows.targets[batch])
+        batches = [order[start : start + self.batch_rows] for start in range(0, len(order), self.batch_rows)]
+        work = [(inputs[batch], self.rows.targets[batch]) for batch in batches]
+        for batch, nats in zip(batches, self.take(model, clock, work), strict=True):
             for offset, row in enumerate(batch.tolist()):
                 if seen[row]:
                     repeats.add(first[row], nats[offset], row)
@@ -165,7 +193,7 @@ class Scoring:
         each cut's last one (`prefix`), and that last one, whose next token differs (`cut`)."""
         tokens = np.stack([probe.tokens for probe in probes])
         targets = self.rows.targets[[probe.row for probe in probes]]  # the original rows' targets
-        nats = self.take(model, clock, tokens, targets)
+        (nats,) = self.take(model, clock, [(tokens, targets)])
         for offset, probe in enumerate(probes):
             expected = first[probe.row]
             prefix.add(expected[: probe.cut - 1], nats[offset, : probe.cut - 1], probe.row)
@@ -177,14 +205,22 @@ class Scoring:
             )
 
 
-def start_model(model: ModelProcess, clock: Clock) -> None:
+def all_finite(logits: torch.Tensor) -> bool:
+    """No NaN or infinity anywhere: the row maxima catch NaN (max propagates it) and +inf, the row
+    minima -inf. Two reductions cost a few percent of torch.isfinite(logits).all()."""
+    return bool(torch.isfinite(logits.amax(dim=-1)).all() and torch.isfinite(logits.amin(dim=-1)).all())
+
+
+def start_model(model: ModelProcess, clock: Clock, phases: Phases) -> None:
     """Wait for the model process to be ready (harness code only: not timed), then time its start."""
     stuck = ModelFailure(
         "timeout", "timeout", f"score phase ({model.label}): the sandbox did not start in time"
     )
-    model.wait_for("ready", clock.outer_deadline, stuck)
+    with phases(f"{model.label} ready wait"):
+        model.wait_for("ready", clock.outer_deadline, stuck)
     deadline, late = clock.window()
-    clock.startup = model.start(deadline, late)
+    with phases(f"{model.label} start", model.pids):
+        clock.startup = model.start(deadline, late)
     clock.charge(clock.startup)
 
 
@@ -235,7 +271,7 @@ def score(
     settings: dict[str, Any],
 ) -> dict[str, Any]:
     """Evaluate, then probe in the other process; `go` carries the run's training throughput."""
-    rows = scoring.rows
+    rows, phases = scoring.rows, scoring.phases
     rng = np.random.default_rng(secrets.randbits(64))
     order = plan_eval(rows.num_rows, scoring.batch_rows, rng)
     probes = plan_probes(rows.inputs.numpy(), scoring.batch_rows, rng)
@@ -245,17 +281,20 @@ def score(
     result: dict[str, Any] = {"status": "ok"}
     try:
         identity = weights_identity(weights)
-        start_model(eval_model, clocks[0])
+        start_model(eval_model, clocks[0], phases)
         repeated = np.flatnonzero(np.bincount(order, minlength=rows.num_rows) > 1)
         keep = {int(row) for row in repeated} | {probe.row for probe in probes}
-        val_bpb, first = scoring.evaluate(eval_model, clocks[0], order, keep, groups[0])
-        eval_model.close()
+        with phases("eval batches"):
+            val_bpb, first = scoring.evaluate(eval_model, clocks[0], order, keep, groups[0])
+        with phases("eval close"):
+            eval_model.close()
         message = agreement.judge(groups[:1], tolerance)
         if message is None and probes:
             if weights_identity(weights) != identity:
                 raise ModelFailure("invalid", "invalid_output", "the weights file changed while scoring")
-            start_model(probe_model, clocks[1])
-            scoring.probe(probe_model, clocks[1], probes, first, groups[1], groups[2])
+            start_model(probe_model, clocks[1], phases)
+            with phases("probe batches"):
+                scoring.probe(probe_model, clocks[1], probes, first, groups[1], groups[2])
             message = agreement.judge(groups, tolerance)
         if message is not None:
             result = {"status": "invalid", "error_class": "non_causal", "error_message": message}
@@ -283,6 +322,35 @@ def timing_note(clocks: list[Clock], go: dict[str, Any]) -> str:
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
+    phases = Phases()
+    with phases("setup (while training)"):
+        rows, models = setup(config)
+    try:
+        line = sys.stdin.readline()
+        if not line.strip():
+            return {"status": "aborted"}
+        device = torch.device(config["device"])
+        if device.type == "cpu":  # the core the model process leaves spare; the scorer's loss
+            torch.set_num_threads(CPU_SPARE_CORES)  # runs while the model computes the next batch
+        scoring = Scoring(rows, config["batch_rows"], device, Transfer(), phases)
+        weights = Path(config["weights_dir"]) / WEIGHTS_FILE
+        result = score(models[0], models[1], scoring, weights, json.loads(line), config)
+    finally:
+        with phases("teardown"):
+            for model in models:
+                model.close()
+    with phases("logs"):
+        result["log"] = result.get("log", "") + "".join(
+            f"[harness] score phase ({model.label}) output:\n{log}"
+            for model in models
+            if (log := model.log())
+        )
+    result["phases"] = phases.as_json()
+    return result
+
+
+def setup(config: dict[str, Any]) -> tuple[EvalRows, list[ModelProcess]]:
+    """The validation rows, and the eval and probe sandboxes started (they import torch and wait)."""
     rows = load_eval_rows(Path(config["val_dir"]))
     batch_rows = config["batch_rows"]
     job = ModelJob(
@@ -298,27 +366,16 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         sandboxed=config["sandboxed"],
         limits=Limits(**config["limits"]),
     )
-    models = [ModelProcess(job, "eval"), ModelProcess(job, "probe")]
-    try:
-        line = sys.stdin.readline()
-        if not line.strip():
-            return {"status": "aborted"}
-        scoring = Scoring(rows, batch_rows, torch.device(config["device"]), Transfer())
-        weights = Path(config["weights_dir"]) / WEIGHTS_FILE
-        result = score(models[0], models[1], scoring, weights, json.loads(line), config)
-    finally:
-        for model in models:
-            model.close()
-    result["log"] = result.get("log", "") + "".join(
-        f"[harness] score phase ({model.label}) output:\n{log}" for model in models if (log := model.log())
-    )
-    return result
+    return rows, [ModelProcess(job, "eval"), ModelProcess(job, "probe")]
 
 
 def main() -> None:
     result = run(json.loads(sys.argv[1]))
     sys.stdout.write(json.dumps(result) + "\n")
     sys.stdout.flush()
+    # Its model sandboxes are gone and the result is out: skip the interpreter's teardown (with
+    # torch loaded, a few tenths of a second the runner would wait for).
+    os._exit(0)
 
 
 if __name__ == "__main__":

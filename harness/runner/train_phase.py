@@ -22,6 +22,7 @@ from harness.runner.launch import launch
 from harness.runner.limits import Limits, idle_nice, raise_priority
 from harness.runner.messages import LineReader, count, number, text
 from harness.runner.output import OutputTail, ProgressPacer
+from harness.runner.phases import Phases
 from harness.runner.sandbox import (
     Bind,
     SandboxSpec,
@@ -223,15 +224,23 @@ class TrainSandbox:
 
 
 def run_train_phase(
-    sandbox: TrainSandbox, spawned_at: float, pacer: ProgressPacer, cancel: threading.Event, started_at: float
+    sandbox: TrainSandbox,
+    spawned_at: float,
+    pacer: ProgressPacer,
+    cancel: threading.Event,
+    started_at: float,
+    phases: Phases,
 ) -> TrainOutcome:
     """Watch a sandbox that was just sent `go` at `spawned_at` until it is done; then end it."""
     outcome = TrainOutcome()
     try:
-        watch(sandbox, outcome, pacer, cancel, spawned_at, started_at)
+        with phases("train: go to exit (startup, training, weight save)"):
+            watch(sandbox, outcome, pacer, cancel, spawned_at, started_at)
     finally:
-        sandbox.close()
-    outcome.log = sandbox.output.text()
+        with phases("train: sandbox and feeder close"):
+            sandbox.close()
+    with phases("train: log"):
+        outcome.log = sandbox.output.text()
     outcome.training_seconds = timing.training_seconds(
         outcome.started_after, outcome.lifetime, sandbox.job.settings.compile_allowance
     )
