@@ -32,6 +32,7 @@ import functools
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+from statistics import NormalDist
 
 import mpmath
 
@@ -167,17 +168,28 @@ def t_cdf(df: int, t: float) -> float:
     return tail if t < 0 else 1.0 - tail
 
 
+def t_pdf(df: int, t: float) -> float:
+    """The density of Student's t with `df` degrees of freedom."""
+    log_scale = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    return math.exp(log_scale - (df + 1) / 2 * math.log1p(t * t / df))
+
+
 @functools.lru_cache(maxsize=1024)
 def t_quantile(df: int, p: float) -> float:
-    """The t with P(T <= t) = p, for p >= 0.5, by bisection on t_cdf (to about 1e-12)."""
+    """The t with P(T <= t) = p, for p >= 0.5, by Newton's method on t_cdf (to about 1e-12).
+
+    It starts from the normal quantile, which is below the t quantile (the t has heavier tails),
+    and t_cdf is concave above 0, so the steps rise to the root without overshooting it: a few
+    t_cdf evaluations where bisection took sixty.
+    """
     assert 0.5 <= p < 1.0
-    low, high = 0.0, 1.0
-    while t_cdf(df, high) < p:
-        low, high = high, 2 * high
-    for _ in range(60):
-        middle = (low + high) / 2
-        low, high = (middle, high) if t_cdf(df, middle) < p else (low, middle)
-    return (low + high) / 2
+    t = NormalDist().inv_cdf(p)
+    for _ in range(200):
+        step = (p - t_cdf(df, t)) / t_pdf(df, t)
+        t += step
+        if step <= 1e-12 * max(1.0, t):
+            break
+    return t
 
 
 def judge(snapshot: Snapshot) -> Verdict:
