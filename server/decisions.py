@@ -35,7 +35,7 @@ from server.context import AppContext, Tx
 from server.crud import noise as noise_crud
 from server.crud.experiments import agent_names
 from server.crud.project import current_best, load_project
-from server.crud.runs import cancel_queued_runs, queue_runs, repeat_count, run_count
+from server.crud.runs import cancel_queued_runs, count_runs, queue_runs
 from server.judge import Action, Comparison, Reference, Rule, Sample, Snapshot, Verdict, judge
 from server.judge import Run as JudgedRun
 from server.models import EXPERIMENTS, Experiment, Project, Run, utcnow
@@ -74,14 +74,11 @@ def decide(
     if is_valid(result, project):
         assert result.val_bpb is not None
         after = before.with_run(result.val_bpb)
-        if experiment.base_commit is None or run.kind == RunKind.REPEAT:  # a measuring run
-            platform, harness_id = project.platform or result.device, project.harness_id or result.harness_id
-            earlier = noise_crud.measuring_runs(
-                tx.session, experiment.id, experiment.base_commit is None, platform, harness_id
+        if noise_crud.is_measuring(experiment.base_commit is None, run.kind):
+            # Recorded already, just before this decision: pooled with all the others.
+            noise_crud.update_estimate(
+                tx.session, project.platform or result.device, project.harness_id or result.harness_id
             )
-            earlier.pop(run.id, None)  # recorded already, just before this decision
-            measured = noise_crud.RunStats.of(list(earlier.values()))
-            noise_crud.add_run(tx.session, platform, harness_id, measured, measured.with_run(result.val_bpb))
     changes: dict[str, object] = {"valid_runs": after.n, "val_bpb": after.mean, "val_bpb_m2": after.m2}
     if experiment.decision is not None or experiment.status in DECIDED_STATUS.values():
         return changes  # a repeat of a decided experiment (the best): measured, nothing to decide
@@ -168,7 +165,7 @@ def _reference(session: Session, commit: str, project: Row[Any] | Project, rule:
         return Reference(Sample(row.valid_runs, row.val_bpb), measured)
     values = noise_crud.measuring_runs(
         session, row.id, row.base_commit is None, project.platform, project.harness_id
-    ).values()
+    )
     return Reference(Sample(len(values), sum(values) / len(values) if values else None), measured)
 
 
@@ -367,8 +364,6 @@ def value_runs_due(ctx: AppContext, base_commit: str | None) -> int:
 
 
 def value_runs(session: Session, experiment_id: int, base_commit: str | None) -> int:
-    """The runs (any state) that make a best's value: all of the baseline's, only the repeats of a
-    kept change (its own runs were selected for being good: _reference)."""
-    if base_commit is None:
-        return run_count(session, experiment_id)
-    return repeat_count(session, experiment_id)
+    """The runs (any state) that make a best's value: its measuring runs (noise_crud.is_measuring),
+    all of the baseline's, only the repeats of a kept change (_reference)."""
+    return count_runs(session, experiment_id, None if base_commit is None else RunKind.REPEAT)
