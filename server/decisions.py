@@ -36,7 +36,7 @@ from server.crud import noise as noise_crud
 from server.crud.experiments import agent_names
 from server.crud.project import current_best, load_project
 from server.crud.runs import cancel_queued_runs, count_runs, queue_runs
-from server.judge import Action, Comparison, Reference, Rule, Sample, Snapshot, Verdict, judge
+from server.judge import Action, Comparison, Evidence, Reference, Rule, Sample, Snapshot, Verdict, judge
 from server.judge import Run as JudgedRun
 from server.models import EXPERIMENTS, Experiment, Project, Run, utcnow
 from server.patches import PatchError, carry_over
@@ -134,18 +134,29 @@ def _snapshot(
         reference_measured=reference.measured,
         reference_is_best=reference_commit == project.best_commit,
         is_baseline=is_baseline,
-        reapplied=_screened_before(session, experiment.rebased_from_id),
+        earlier=_earlier(session, project, ctx.settings.decision_rule, experiment.rebased_from_id),
         noise=noise_crud.noise(session, project.platform, project.harness_id),
     )
 
 
-def _screened_before(session: Session, rebased_from_id: int | None) -> bool:
-    """Whether this change was measured on an older base before it was re-applied here (a change
-    re-applied before it ever ran was not)."""
-    if rebased_from_id is None:
-        return False
-    runs = session.scalar(select(Experiment.valid_runs).where(Experiment.id == rebased_from_id))
-    return bool(runs)
+_EARLIER = select(
+    EXPERIMENTS.c.valid_runs, EXPERIMENTS.c.val_bpb, EXPERIMENTS.c.base_commit, EXPERIMENTS.c.rebased_from_id
+).where(EXPERIMENTS.c.id == bindparam("id"))
+
+
+def _earlier(
+    session: Session, project: Row[Any] | Project, rule: Rule, rebased_from_id: int | None
+) -> tuple[Evidence, ...]:
+    """A re-applied change's runs on each base it was measured on before, with that base's value
+    (the noise-aware rule pools them, judge.compare); nothing under the greedy rule."""
+    evidence: list[Evidence] = []
+    while rebased_from_id is not None and rule == Rule.NOISE_AWARE:
+        row = session.connection().execute(_EARLIER, {"id": rebased_from_id}).one()
+        if row.valid_runs:
+            reference = _reference(session, row.base_commit, project, rule).sample
+            evidence.append(Evidence(Sample(row.valid_runs, row.val_bpb), reference))
+        rebased_from_id = row.rebased_from_id
+    return tuple(evidence)
 
 
 def _reference(session: Session, commit: str, project: Row[Any] | Project, rule: Rule) -> Reference:

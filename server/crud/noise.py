@@ -137,7 +137,9 @@ def update_estimate(session: Session, platform: str, harness_id: str) -> None:
     if exists:
         connection.execute(_SET, columns | {"p": platform, "h": harness_id, "now": now})
     else:
-        connection.execute(_INSERT, columns | {"platform": platform, "harness_id": harness_id, "updated_at": now})
+        connection.execute(
+            _INSERT, columns | {"platform": platform, "harness_id": harness_id, "updated_at": now}
+        )
 
 
 def noise(session: Session, platform: str | None, harness_id: str | None) -> Noise | None:
