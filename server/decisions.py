@@ -139,22 +139,27 @@ def _snapshot(
     )
 
 
-_EARLIER = select(
-    EXPERIMENTS.c.valid_runs, EXPERIMENTS.c.val_bpb, EXPERIMENTS.c.base_commit, EXPERIMENTS.c.rebased_from_id
-).where(EXPERIMENTS.c.id == bindparam("id"))
+_EARLIER = select(EXPERIMENTS.c.base_commit, EXPERIMENTS.c.rebased_from_id).where(
+    EXPERIMENTS.c.id == bindparam("id")
+)
 
 
 def _earlier(
     session: Session, project: Row[Any] | Project, rule: Rule, rebased_from_id: int | None
 ) -> tuple[Evidence, ...]:
-    """A re-applied change's runs on each base it was measured on before, with that base's value
-    (the noise-aware rule pools them, judge.compare); nothing under the greedy rule."""
+    """A re-applied change's confirmation runs on each base it was measured on before, with that
+    base's value (the noise-aware rule pools them, judge.compare); nothing under the greedy rule.
+
+    Its screening run there is left out: it was chosen for being low (it passed the screen), and
+    counted again here it would make null changes look better than they are.
+    """
     evidence: list[Evidence] = []
     while rebased_from_id is not None and rule == Rule.NOISE_AWARE:
         row = session.connection().execute(_EARLIER, {"id": rebased_from_id}).one()
-        if row.valid_runs:
+        values = noise_crud.confirmation_runs(session, rebased_from_id, project.platform, project.harness_id)
+        if values:
             reference = _reference(session, row.base_commit, project, rule).sample
-            evidence.append(Evidence(Sample(row.valid_runs, row.val_bpb), reference))
+            evidence.append(Evidence(Sample(len(values), sum(values) / len(values)), reference))
         rebased_from_id = row.rebased_from_id
     return tuple(evidence)
 

@@ -6,8 +6,9 @@ everything it says. `server/decisions.py` builds the snapshot and applies the ve
 The noise-aware rule (docs/api.md, "Decisions"), for a candidate measured against its reference
 (the best, or its own base when the best moved on):
 
-- `sigma` is the run-to-run noise of val_bpb on this platform and harness, pooled over every
-  experiment with several runs, with `df` degrees of freedom. A candidate with one run and no
+- `sigma` is the run-to-run noise of val_bpb on this platform and harness, pooled over the
+  measuring runs of every experiment with several (server/noise_pool.py), with `df` degrees of
+  freedom. A candidate with one run and no
   estimate gets another run; nothing is kept against an unknown noise.
 - effect = candidate mean - reference mean, se = sigma * sqrt(1/n + 1/n_ref), t = effect / se,
   p = P(T_df <= t): the one-sided p-value that the candidate is not better.
@@ -121,7 +122,7 @@ class Snapshot:
     reference_is_best: bool
     is_baseline: bool  # the project's first best (no base): measured, not judged
     earlier: tuple[Evidence, ...]  # a re-applied change's runs on its former bases, newest first
-    noise: Noise | None  # pooled over experiments with several runs, the candidate included
+    noise: Noise | None  # pooled over the measuring runs (server/crud/noise.py)
 
 
 @dataclass(frozen=True)

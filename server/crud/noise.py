@@ -73,6 +73,12 @@ _MEASURING = (
     )
     .order_by(RUNS.c.number)
 )
+# One experiment's valid confirmation runs (those after its screening run).
+_CONFIRMING = (
+    select(Result.val_bpb)
+    .join(RUNS, RUNS.c.id == Result.run_id)
+    .where(Result.experiment_id == bindparam("experiment_id"), RUNS.c.kind == RunKind.CONFIRMATION, _VALID)
+)
 # Every experiment's valid measuring runs on a platform and harness.
 _ALL_MEASURING = (
     select(Result.experiment_id, Result.val_bpb)
@@ -93,6 +99,15 @@ def measuring_runs(
         "harness_id": harness_id,
     }
     return list(session.connection().execute(_MEASURING, params).scalars())
+
+
+def confirmation_runs(
+    session: Session, experiment_id: int, platform: str | None, harness_id: str | None
+) -> list[float]:
+    """The val_bpb of the experiment's valid confirmation runs: its runs after the screening run,
+    which alone chose it (a re-applied change's evidence from a former base, decisions._earlier)."""
+    params = {"experiment_id": experiment_id, "platform": platform, "harness_id": harness_id}
+    return list(session.connection().execute(_CONFIRMING, params).scalars())
 
 
 _LOCK = (
