@@ -16,8 +16,9 @@ positive verdicts need the best to be fresh:
 - Revert and confirm need no lock: the base's runs and the noise estimate they rest on are what
   they are whether the best moved or not. A confirmation run queued just as the best moved is
   judged again when it returns, and then re-applied onto the new best if still promising.
-The runs of one experiment are counted on its locked row, and the noise estimate is changed by
-increments, so concurrent results neither lose a run nor count one twice.
+The runs of one experiment are counted on its locked row, and the noise estimate is pooled again
+from all measuring runs with its row locked (server/crud/noise.py), so concurrent results neither
+lose a run nor count one twice.
 """
 
 from __future__ import annotations
