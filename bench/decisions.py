@@ -7,11 +7,12 @@ A project runs through the real server code: `submit` (git commits included), th
 repeats of the best) and `record_result` (the real judge and its application) on a real SQLite
 database. Only the GPU is simulated: a run's val_bpb is the true value of its train.py plus noise.
 
-- Each submission changes one line of the best's train.py (`CHANGE_k = 0` to `1`; the baseline
-  has a line for every submission, three comment lines apart, so that changes re-apply onto any
-  later best). 90 % are null changes (no effect), 10 % real improvements of 1, 2 or 3 sigma (a
-  third each). A train.py's true value is the baseline's plus the effects of the changes it
-  contains, so a change re-applied onto a new best keeps its effect.
+- train.py has SLOTS lines `SLOT_k = [...]`, three comment lines apart (so that a change
+  re-applies onto any later best that did not edit the same slot). Submission n appends n to the
+  list of slot n % SLOTS of the best's train.py. 90 % are null changes (no effect), 10 % real
+  improvements of 1, 2 or 3 sigma (a third each). A train.py's true value is the baseline's plus
+  the effects of the changes listed in it, so a change re-applied onto a new best keeps its
+  effect. (A small train.py keeps git, diffs and re-applying cheap: 3,000 submissions in minutes.)
 - Noise is Gaussian with standard deviation SIGMA, or Student's t with 3 degrees of freedom
   scaled to the same standard deviation (heavy tails). The rule never sees SIGMA: it uses the
   noise it estimates from the runs.
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import math
+import re
 import shutil
 import sys
 import tempfile
@@ -67,27 +69,44 @@ SHARES = (0.9, 0.1 / 3, 0.1 / 3, 0.1 / 3)
 TARGETS = {"null": 0.05, "2 sigma": 0.80, "3 sigma": 0.95, "runs per submission": 1.8}
 
 
-def baseline_train_py(submissions: int) -> str:
-    """Never executed: only which changes it holds counts."""
-    slots = "".join(f"# slot {k}\n# slot {k}\n# slot {k}\nCHANGE_{k} = 0\n" for k in range(submissions))
+SLOTS = 64
+_SLOT = re.compile(r"^SLOT_(\d+) = \[(.*)\]$", re.MULTILINE)
+
+
+def baseline_train_py() -> str:
+    """Never executed: only which changes it lists counts."""
+    slots = "".join(f"# slot {k}\n# slot {k}\n# slot {k}\nSLOT_{k} = []\n" for k in range(SLOTS))
     return '"""A train.py for the decisions benchmark."""\n' + slots
 
 
-def change(number: int) -> tuple[str, str]:
-    """The line a submission replaces, and its replacement."""
-    return f"CHANGE_{number} = 0\n", f"CHANGE_{number} = 1\n"
+def changes_in(train_py: str) -> list[int]:
+    """The submissions whose change a train.py holds."""
+    return [int(n) for match in _SLOT.finditer(train_py) for n in match.group(2).split(",") if n.strip()]
+
+
+def with_change(train_py: str, number: int) -> str:
+    """`train_py` with submission `number`'s change: its number appended to its slot's list."""
+    slot = number % SLOTS
+
+    def append(match: re.Match[str]) -> str:
+        if int(match.group(1)) != slot:
+            return match.group(0)
+        listed = [n for n in match.group(2).split(", ") if n]
+        return f"SLOT_{slot} = [{', '.join([*listed, str(number)])}]"
+
+    return _SLOT.sub(append, train_py)
 
 
 @dataclass
 class Platform:
     """The simulated GPU: a train.py's true val_bpb, plus noise per run."""
 
-    effects: dict[str, float]  # a change's line -> its effect on val_bpb
+    effects: dict[int, float]  # a submission's number -> its change's effect on val_bpb
     noise: str
     rng: np.random.Generator
 
     def true_value(self, train_py: str) -> float:
-        return BASELINE_BPB + sum(self.effects.get(line + "\n", 0.0) for line in train_py.splitlines())
+        return BASELINE_BPB + sum(self.effects[number] for number in changes_in(train_py))
 
     def draw(self, train_py: str) -> float:
         if self.noise == "gaussian":
@@ -138,7 +157,7 @@ def simulate(
     memory = "/dev/shm" if Path("/dev/shm").is_dir() else None
     folder = Path(tempfile.mkdtemp(prefix="bench-decisions-", dir=memory))
     try:
-        project = _project(folder, rule, workers, submissions, overrides or {})
+        project = _project(folder, rule, workers, overrides or {})
         try:
             platform = Platform({}, noise_kind, np.random.default_rng(seed))
             kinds = np.random.default_rng(seed + 1).choice(len(EFFECTS), size=submissions, p=SHARES)
@@ -151,7 +170,7 @@ def simulate(
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _project(folder: Path, rule: str, workers: int, submissions: int, overrides: dict[str, str]) -> Project:
+def _project(folder: Path, rule: str, workers: int, overrides: dict[str, str]) -> Project:
     settings = ServerSettings(
         data_dir=folder,
         harness_id=HARNESS_ID,
@@ -160,7 +179,7 @@ def _project(folder: Path, rule: str, workers: int, submissions: int, overrides:
         max_queued_per_agent=workers + 1,
         **{name.lower(): value for name, value in overrides.items()},  # type: ignore[arg-type]
     )
-    (folder / "train.py").write_text(baseline_train_py(submissions))
+    (folder / "train.py").write_text(baseline_train_py())
     (folder / "program.md").write_text("# bench\n")
     init_project(settings, folder / "train.py", folder / "program.md")
     ctx = build_context(settings)
@@ -231,9 +250,8 @@ def _top_up_queue(
     best_source = ctx.repo.train_py(best_commit).decode()
     while queued < len(project.worker_ids) and len(effect_of) < len(effects):
         number = len(effect_of)
-        old, new = change(number)
-        platform.effects[new] = -effects[number] * SIGMA
-        body = SubmitIn(description=f"change {number}", train_py=best_source.replace(old, new))
+        platform.effects[number] = -effects[number] * SIGMA
+        body = SubmitIn(description=f"change {number}", train_py=with_change(best_source, number))
         submitted = submit(ctx, project.agent, body, None)
         effect_of[submitted.experiment_id] = effects[number]
         queued += 1
@@ -333,7 +351,8 @@ def main() -> int:
                         else figures[name] < target
                     )
                 ]
-    print("targets:", "all met" if not missed else "MISSED: " + "; ".join(missed))
+    if "noise_aware" in args.rules.split(","):  # the targets are the noise-aware rule's
+        print("targets:", "all met" if not missed else "MISSED: " + "; ".join(missed))
     return 0
 
 

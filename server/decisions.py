@@ -16,8 +16,9 @@ positive verdicts need the best to be fresh:
 - Revert and confirm need no lock: the base's runs and the noise estimate they rest on are what
   they are whether the best moved or not. A confirmation run queued just as the best moved is
   judged again when it returns, and then re-applied onto the new best if still promising.
-The runs of one experiment are counted on its locked row, and the noise estimate is changed by
-increments, so concurrent results neither lose a run nor count one twice.
+The runs of one experiment are counted on its locked row, and the noise estimate is pooled again
+from all measuring runs with its row locked (server/crud/noise.py), so concurrent results neither
+lose a run nor count one twice.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from server.context import AppContext, Tx
 from server.crud import noise as noise_crud
 from server.crud.experiments import agent_names
 from server.crud.project import current_best, load_project
-from server.crud.runs import cancel_queued_runs, queue_runs, repeat_count, run_count
-from server.judge import Action, Comparison, Reference, Rule, Sample, Snapshot, Verdict, judge
+from server.crud.runs import cancel_queued_runs, count_runs, queue_runs
+from server.judge import Action, Comparison, Evidence, Reference, Rule, Sample, Snapshot, Verdict, judge
 from server.judge import Run as JudgedRun
 from server.models import EXPERIMENTS, Experiment, Project, Run, utcnow
 from server.patches import PatchError, carry_over
@@ -74,14 +75,11 @@ def decide(
     if is_valid(result, project):
         assert result.val_bpb is not None
         after = before.with_run(result.val_bpb)
-        if experiment.base_commit is None or run.kind == RunKind.REPEAT:  # a measuring run
-            platform, harness_id = project.platform or result.device, project.harness_id or result.harness_id
-            earlier = noise_crud.measuring_runs(
-                tx.session, experiment.id, experiment.base_commit is None, platform, harness_id
+        if noise_crud.is_measuring(experiment.base_commit is None, run.kind):
+            # Recorded already, just before this decision: pooled with all the others.
+            noise_crud.update_estimate(
+                tx.session, project.platform or result.device, project.harness_id or result.harness_id
             )
-            earlier.pop(run.id, None)  # recorded already, just before this decision
-            measured = noise_crud.RunStats.of(list(earlier.values()))
-            noise_crud.add_run(tx.session, platform, harness_id, measured, measured.with_run(result.val_bpb))
     changes: dict[str, object] = {"valid_runs": after.n, "val_bpb": after.mean, "val_bpb_m2": after.m2}
     if experiment.decision is not None or experiment.status in DECIDED_STATUS.values():
         return changes  # a repeat of a decided experiment (the best): measured, nothing to decide
@@ -137,18 +135,34 @@ def _snapshot(
         reference_measured=reference.measured,
         reference_is_best=reference_commit == project.best_commit,
         is_baseline=is_baseline,
-        reapplied=_screened_before(session, experiment.rebased_from_id),
+        earlier=_earlier(session, project, ctx.settings.decision_rule, experiment.rebased_from_id),
         noise=noise_crud.noise(session, project.platform, project.harness_id),
     )
 
 
-def _screened_before(session: Session, rebased_from_id: int | None) -> bool:
-    """Whether this change was measured on an older base before it was re-applied here (a change
-    re-applied before it ever ran was not)."""
-    if rebased_from_id is None:
-        return False
-    runs = session.scalar(select(Experiment.valid_runs).where(Experiment.id == rebased_from_id))
-    return bool(runs)
+_EARLIER = select(EXPERIMENTS.c.base_commit, EXPERIMENTS.c.rebased_from_id).where(
+    EXPERIMENTS.c.id == bindparam("id")
+)
+
+
+def _earlier(
+    session: Session, project: Row[Any] | Project, rule: Rule, rebased_from_id: int | None
+) -> tuple[Evidence, ...]:
+    """A re-applied change's confirmation runs on each base it was measured on before, with that
+    base's value (the noise-aware rule pools them, judge.compare); nothing under the greedy rule.
+
+    Its screening run there is left out: it was chosen for being low (it passed the screen), and
+    counted again here it would make null changes look better than they are.
+    """
+    evidence: list[Evidence] = []
+    while rebased_from_id is not None and rule == Rule.NOISE_AWARE:
+        row = session.connection().execute(_EARLIER, {"id": rebased_from_id}).one()
+        values = noise_crud.confirmation_runs(session, rebased_from_id, project.platform, project.harness_id)
+        if values:
+            reference = _reference(session, row.base_commit, project, rule).sample
+            evidence.append(Evidence(Sample(len(values), sum(values) / len(values)), reference))
+        rebased_from_id = row.rebased_from_id
+    return tuple(evidence)
 
 
 def _reference(session: Session, commit: str, project: Row[Any] | Project, rule: Rule) -> Reference:
@@ -168,7 +182,7 @@ def _reference(session: Session, commit: str, project: Row[Any] | Project, rule:
         return Reference(Sample(row.valid_runs, row.val_bpb), measured)
     values = noise_crud.measuring_runs(
         session, row.id, row.base_commit is None, project.platform, project.harness_id
-    ).values()
+    )
     return Reference(Sample(len(values), sum(values) / len(values) if values else None), measured)
 
 
@@ -367,8 +381,6 @@ def value_runs_due(ctx: AppContext, base_commit: str | None) -> int:
 
 
 def value_runs(session: Session, experiment_id: int, base_commit: str | None) -> int:
-    """The runs (any state) that make a best's value: all of the baseline's, only the repeats of a
-    kept change (its own runs were selected for being good: _reference)."""
-    if base_commit is None:
-        return run_count(session, experiment_id)
-    return repeat_count(session, experiment_id)
+    """The runs (any state) that make a best's value: its measuring runs (noise_crud.is_measuring),
+    all of the baseline's, only the repeats of a kept change (_reference)."""
+    return count_runs(session, experiment_id, None if base_commit is None else RunKind.REPEAT)

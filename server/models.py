@@ -198,8 +198,9 @@ class Run(Base):
 class NoiseEstimate(Base):
     """The run-to-run noise of val_bpb on one platform and harness, pooled over experiments.
 
-    Every experiment with several valid runs adds its sum of squared deviations from its own mean
-    (sum_sq) and its runs minus one (df): sigma = sqrt(sum_sq / df). Kept current as runs arrive.
+    Pooled from the measuring runs of every experiment that has several (server/noise_pool.py,
+    winsorized), and stored as sum_sq = df * sigma^2 with df = the sum of their runs minus one, so
+    sigma = sqrt(sum_sq / df). Pooled again whenever a measuring run arrives.
     """
 
     __tablename__ = "noise_estimates"

@@ -99,11 +99,14 @@ class BestBefore(BaseModel):
 class ComparisonOut(BaseModel):
     """The latest judgement's numbers: effect ± standard error, runs on each side, p-value."""
 
-    effect: float = Field(description="mean val_bpb minus the reference's mean (negative is better)")
+    effect: float = Field(
+        description="mean val_bpb minus the reference's mean (negative is better); for a re-applied "
+        "change, pooled with its effects on its former bases (docs/api.md)"
+    )
     se: float | None = Field(description="standard error of the effect (null for the greedy rule)")
-    runs: int = Field(description="the experiment's valid runs it rests on")
+    runs: int = Field(description="the experiment's valid runs it rests on, on its former bases too")
     reference_runs: int = Field(
-        description="the reference's valid runs it rests on (a kept change's repeats only: docs/api.md)"
+        description="the references' valid runs it rests on (a kept change's repeats only: docs/api.md)"
     )
     p_value: float | None = Field(description="one-sided p-value that the experiment is not better")
     upper_bound: float | None = Field(

@@ -1,29 +1,30 @@
 """The noise estimate: each platform and harness's run-to-run sigma of val_bpb, kept current.
 
-It rests on the runs that were not chosen for being good (`measuring_runs`): all of the
-baseline's, and the repeats of each kept change (the runs it got as the best). A candidate's own
-runs are left out: its first run passed the screen because it was low, so its spread around the
-candidate's mean is wider than the noise (the rule would then need more evidence than it should).
+It rests on the runs that were not chosen for being good, the measuring runs (`is_measuring`):
+all of the baseline's, and the repeats of each kept change (the runs it got as the best). A
+candidate's own runs are left out: its first run passed the screen because it was low, so its
+spread around the candidate's mean is wider than the noise (the rule would then need more
+evidence than it should).
 
-An experiment's measuring runs are summarised as (n, mean, m2), m2 being the sum of squared
-deviations from their mean, updated one run at a time (Welford). The estimate pools the m2 of
-every experiment with several such runs: sigma = sqrt(sum m2 / sum (n - 1)), with sum (n - 1)
-degrees of freedom. Each new measuring run adds its experiment's change of m2 and one degree of
-freedom (from its second run on), so the estimate stays current with one UPDATE and never rescans
-the runs.
+Each new measuring run pools them all again (`update`): server/noise_pool.py, a winsorized pooled
+sigma that one far-off run cannot blow up. The row stores it as sum_sq = df * sigma^2 with its df,
+so readers take sigma = sqrt(sum_sq / df). The row is locked while its runs are read and pooled,
+so concurrent results are pooled one after the other and none is left out.
 """
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass
 
-from sqlalchemy import bindparam, insert, or_, select, update
+from sqlalchemy import ColumnElement, and_, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from client.states import RunKind
 from server.judge import Noise
-from server.models import NOISE, NoiseEstimate, Result, Run, utcnow
+from server.models import EXPERIMENTS, NOISE, RUNS, NoiseEstimate, Result, utcnow
+from server.noise_pool import pool
 from server.schemas import NoiseOut
 
 
@@ -42,53 +43,86 @@ class RunStats:
         new_mean = mean + delta / n
         return RunStats(n, new_mean, self.m2 + delta * (value - new_mean))
 
-    @classmethod
-    def of(cls, values: list[float]) -> RunStats:
-        stats = cls(0, None, 0.0)
-        for value in values:
-            stats = stats.with_run(value)
-        return stats
+
+def is_measuring(baseline: bool, kind: str) -> bool:
+    """Whether a run measures its commit without having been chosen for being good: any run of
+    the baseline, a repeat (a run as the best) of any other. The noise and a best's value rest on
+    these only (docs/api.md, "Decisions")."""
+    return baseline or kind == RunKind.REPEAT
 
 
-# The valid runs of an experiment that were not chosen for being good: all of the baseline's,
-# the repeats of any other (a kept change's runs as the best). Its value as a reference, and
-# the noise, rest on these only (docs/api.md, "Decisions").
+def measuring_clause(baseline: ColumnElement[bool]) -> ColumnElement[bool]:
+    """`is_measuring` in SQL, on RUNS.c.kind."""
+    return or_(baseline, RUNS.c.kind == RunKind.REPEAT)
+
+
+_VALID = and_(
+    Result.status == "ok",
+    Result.val_bpb.is_not(None),
+    Result.device == bindparam("platform"),
+    Result.harness_id == bindparam("harness_id"),
+)
+# One experiment's valid measuring runs.
 _MEASURING = (
-    select(Result.run_id, Result.val_bpb)
-    .join(Run, Run.id == Result.run_id)
+    select(Result.val_bpb)
+    .join(RUNS, RUNS.c.id == Result.run_id)
     .where(
         Result.experiment_id == bindparam("experiment_id"),
-        or_(bindparam("baseline"), Run.kind == RunKind.REPEAT),
-        Result.status == "ok",
-        Result.val_bpb.is_not(None),
-        Result.device == bindparam("platform"),
-        Result.harness_id == bindparam("harness_id"),
+        measuring_clause(bindparam("baseline")),
+        _VALID,
     )
-    .order_by(Run.number)
+    .order_by(RUNS.c.number)
+)
+# One experiment's valid confirmation runs (those after its screening run).
+_CONFIRMING = (
+    select(Result.val_bpb)
+    .join(RUNS, RUNS.c.id == Result.run_id)
+    .where(Result.experiment_id == bindparam("experiment_id"), RUNS.c.kind == RunKind.CONFIRMATION, _VALID)
+)
+# Every experiment's valid measuring runs on a platform and harness.
+_ALL_MEASURING = (
+    select(Result.experiment_id, Result.val_bpb)
+    .join(RUNS, RUNS.c.id == Result.run_id)
+    .join(EXPERIMENTS, EXPERIMENTS.c.id == Result.experiment_id)
+    .where(measuring_clause(EXPERIMENTS.c.base_commit.is_(None)), _VALID)
 )
 
 
 def measuring_runs(
     session: Session, experiment_id: int, baseline: bool, platform: str | None, harness_id: str | None
-) -> dict[int, float]:
-    """Run id -> val_bpb of the experiment's measuring runs (see _MEASURING)."""
+) -> list[float]:
+    """The val_bpb of the experiment's valid measuring runs, in run order."""
     params = {
         "experiment_id": experiment_id,
         "baseline": baseline,
         "platform": platform,
         "harness_id": harness_id,
     }
-    return {row.run_id: row.val_bpb for row in session.connection().execute(_MEASURING, params)}
+    return list(session.connection().execute(_MEASURING, params).scalars())
 
 
-_ADD = (
+def confirmation_runs(
+    session: Session, experiment_id: int, platform: str | None, harness_id: str | None
+) -> list[float]:
+    """The val_bpb of the experiment's valid confirmation runs: its runs after the screening run,
+    which alone chose it (a re-applied change's evidence from a former base, decisions._earlier)."""
+    params = {"experiment_id": experiment_id, "platform": platform, "harness_id": harness_id}
+    return list(session.connection().execute(_CONFIRMING, params).scalars())
+
+
+_LOCK = (
+    select(NOISE.c.df)
+    .where(NOISE.c.platform == bindparam("p"), NOISE.c.harness_id == bindparam("h"))
+    .with_for_update()
+)
+_SET = (
     update(NOISE)
     .where(NOISE.c.platform == bindparam("p"), NOISE.c.harness_id == bindparam("h"))
     .values(
-        sum_sq=NOISE.c.sum_sq + bindparam("d_sum_sq"),
-        df=NOISE.c.df + 1,
-        runs=NOISE.c.runs + bindparam("d_runs"),
-        experiments=NOISE.c.experiments + bindparam("d_experiments"),
+        sum_sq=bindparam("sum_sq"),
+        df=bindparam("df"),
+        runs=bindparam("runs"),
+        experiments=bindparam("experiments"),
         updated_at=bindparam("now", type_=NOISE.c.updated_at.type),
     )
 )
@@ -98,30 +132,28 @@ _READ = select(NOISE.c.sum_sq, NOISE.c.df).where(
 )
 
 
-def add_run(session: Session, platform: str, harness_id: str, before: RunStats, after: RunStats) -> None:
-    """Pool an experiment's new measuring run (its stats went from `before` to `after`)."""
-    if after.n < 2:
-        return  # one run says nothing about the noise
-    values = {
-        "p": platform,
-        "h": harness_id,
-        "d_sum_sq": after.m2 - before.m2,
-        "d_runs": 2 if after.n == 2 else 1,
-        "d_experiments": 1 if after.n == 2 else 0,
-        "now": utcnow(),
+def update_estimate(session: Session, platform: str, harness_id: str) -> None:
+    """Pool every measuring run on this platform and harness again (after a new one was recorded)."""
+    connection = session.connection()
+    exists = connection.execute(_LOCK, {"p": platform, "h": harness_id}).first() is not None
+    groups: defaultdict[int, list[float]] = defaultdict(list)
+    for row in connection.execute(_ALL_MEASURING, {"platform": platform, "harness_id": harness_id}):
+        groups[row.experiment_id].append(row.val_bpb)
+    pooled = pool(list(groups.values()))
+    if pooled is None:
+        return  # no commit has two runs yet: nothing said about the noise
+    columns = {
+        "sum_sq": pooled.sigma**2 * pooled.df,
+        "df": pooled.df,
+        "runs": pooled.runs,
+        "experiments": pooled.commits,
     }
-    if session.connection().execute(_ADD, values).rowcount == 0:
-        session.connection().execute(
-            _INSERT,
-            {
-                "platform": platform,
-                "harness_id": harness_id,
-                "sum_sq": values["d_sum_sq"],
-                "df": 1,
-                "runs": values["d_runs"],
-                "experiments": values["d_experiments"],
-                "updated_at": values["now"],
-            },
+    now = utcnow()
+    if exists:
+        connection.execute(_SET, columns | {"p": platform, "h": harness_id, "now": now})
+    else:
+        connection.execute(
+            _INSERT, columns | {"platform": platform, "harness_id": harness_id, "updated_at": now}
         )
 
 

@@ -29,9 +29,7 @@ def run_seed(experiment_id: int, number: int) -> int:
 
 _INSERT_RUN = insert(RUNS)
 _LAST_NUMBER = select(func.max(RUNS.c.number)).where(RUNS.c.experiment_id == bindparam("experiment_id"))
-_COUNT_REPEATS = select(func.count()).where(
-    RUNS.c.experiment_id == bindparam("experiment_id"), RUNS.c.kind == RunKind.REPEAT
-)
+_COUNT = select(func.count()).where(RUNS.c.experiment_id == bindparam("experiment_id"))
 _COUNT_LIVE = select(func.count()).where(
     RUNS.c.experiment_id == bindparam("experiment_id"),
     RUNS.c.status.in_((RunState.QUEUED, RunState.RUNNING)),
@@ -63,14 +61,10 @@ def queue_runs(
     return numbers
 
 
-def run_count(session: Session, experiment_id: int) -> int:
-    """How many runs the experiment has had (any state)."""
-    return int(session.connection().execute(_LAST_NUMBER, {"experiment_id": experiment_id}).scalar() or 0)
-
-
-def repeat_count(session: Session, experiment_id: int) -> int:
-    """How many repeats (runs as the best) the experiment has had (any state)."""
-    return int(session.connection().execute(_COUNT_REPEATS, {"experiment_id": experiment_id}).scalar() or 0)
+def count_runs(session: Session, experiment_id: int, kind: RunKind | None = None) -> int:
+    """How many runs the experiment has had (any state), or of one kind."""
+    statement = _COUNT.where(RUNS.c.kind == kind) if kind is not None else _COUNT
+    return int(session.connection().execute(statement, {"experiment_id": experiment_id}).scalar() or 0)
 
 
 def live_runs(session: Session, experiment_id: int) -> int:

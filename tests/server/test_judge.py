@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from server.judge import (
     Action,
+    Evidence,
     Noise,
     Rule,
     RuleSettings,
@@ -59,7 +60,7 @@ def snapshot(
         reference_measured=reference is not None,
         reference_is_best=True,
         is_baseline=False,
-        reapplied=False,
+        earlier=(),
         noise=Noise(sigma, df) if sigma is not None else None,
     )
     return replace(base, **changes)
@@ -166,12 +167,41 @@ def test_the_first_run_earns_confirmation_only_ahead_by_the_screening_margin() -
     assert judge(snapshot(0.9)).action is Action.CONFIRM
 
 
-def test_a_re_applied_change_was_screened_on_its_old_base() -> None:
+def test_a_re_applied_change_pools_its_runs_on_its_former_base() -> None:
+    """Effects weighed by 1 / (1/n + 1/n_ref): 2 runs vs 5 on the old base, 1 vs 4 on the new."""
+    earlier = (Evidence(Sample(2, 0.998), Sample(5, 1.0)),)
+    verdict = judge(snapshot(1.0005, runs=1, reference=1.002, reference_runs=4, earlier=earlier))
+    comparison = verdict.comparison
+    assert comparison is not None
+    w_old, w_new = 1 / (1 / 2 + 1 / 5), 1 / (1 / 1 + 1 / 4)
+    assert comparison.effect == pytest.approx((w_old * -0.002 + w_new * -0.0015) / (w_old + w_new))
+    assert comparison.se == pytest.approx(0.001 / math.sqrt(w_old + w_new))
+    assert (comparison.runs, comparison.reference_runs) == (3, 9)
+    # Three runs in all: judged by the sequential rule, not the screen (t = -2.7 here: kept).
+    assert verdict.action is Action.KEEP and "(3 vs 9 runs)" in verdict.reason
+
+
+def test_a_re_applied_change_behind_on_the_pooled_evidence_is_reverted() -> None:
+    earlier = (Evidence(Sample(2, 0.9995), Sample(5, 1.0)),)
+    verdict = judge(snapshot(1.001, runs=1, reference=1.0, reference_runs=4, earlier=earlier))
+    assert verdict.action is Action.REVERT and "no longer promising after 3 runs" in verdict.reason
+
+
+def test_a_re_applied_change_counts_its_former_runs_against_max_runs() -> None:
+    earlier = (Evidence(Sample(3, 0.9990), Sample(5, 1.0)),)
+    verdict = judge(snapshot(0.9990, runs=1, reference=1.0, reference_runs=4, earlier=earlier))
+    assert verdict.action is Action.REVERT and "not significant after 4 runs" in verdict.reason
+
+
+def test_a_change_re_applied_before_it_ran_is_screened_like_a_new_one() -> None:
     se = 0.001 * math.sqrt(1 + 1 / 5)
-    assert judge(snapshot(1.0 - 0.1 * se, reapplied=True)).action is Action.CONFIRM  # ahead at all
-    assert judge(snapshot(1.0 - 0.1 * se)).action is Action.REVERT  # a new change needs the margin
-    behind = judge(snapshot(1.0 + 0.1 * se, reapplied=True))
-    assert behind.action is Action.REVERT and "re-applied change not ahead of the best" in behind.reason
+    assert judge(snapshot(1.0 - 0.3 * se, earlier=())).action is Action.REVERT
+
+
+def test_without_earlier_evidence_the_comparison_is_the_plain_one() -> None:
+    plain = compare(Sample(3, 0.998), Sample(5, 1.0), Noise(0.001, 20), 0.05)
+    assert plain.effect == pytest.approx(-0.002)
+    assert plain.se == pytest.approx(0.001 * math.sqrt(1 / 3 + 1 / 5))
 
 
 def test_kept_with_its_effect_standard_error_runs_and_p_value_in_the_reason() -> None:

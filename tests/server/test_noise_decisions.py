@@ -220,13 +220,26 @@ def test_a_candidate_whose_base_is_no_longer_the_best_is_re_applied_if_promising
     deeper = agent.submit("deeper", train_py=baseline_source.replace("DEPTH = 4", "DEPTH = 6"))
     wider = agent.submit("wider", train_py=baseline_source + "WIDTH = 128\n")
     first, second = workers[0].claim(), workers[1].claim()
-    workers[0].report(first, 0.99)
-    workers[0].run_next(0.99)  # deeper's confirmation: kept
+    workers[0].report(first, 0.99)  # the first runs, promising: a confirmation run each
+    workers[1].report(second, 0.994)
+    first, second = workers[0].claim(), workers[1].claim()  # deeper's, wider's
+    workers[0].report(first, 0.99)  # deeper: kept
     assert agent.best()["experiment_id"] == deeper["id"]
-    moved = workers[1].report(second, 0.994)  # wider, promising against its base: re-applied
+    moved = workers[1].report(second, 0.994)  # wider, better than its base: re-applied
     assert moved["decision"] == "rebase" and "re-applied onto the new best" in moved["reason"]
     requeued = agent.experiment(agent.experiment(wider["id"])["rebased_to"])
     assert requeued["base"] == agent.experiment(deeper["id"])["commit"] and requeued["status"] == "queued"
+    for _ in range(3):
+        workers[0].run_next(0.99)  # deeper's repeats (BEST_REPEATS 3): its value, 0.99
+    answer = workers[0].run_next(0.985)  # wider on deeper: its confirmation run on the baseline counts
+    comparison = agent.experiment(requeued["id"])["comparison"]
+    assert (comparison["runs"], comparison["reference_runs"]) == (2, 3 + 3), answer
+    # Effects -0.006 (1 vs 3 runs, weight 3/4) on the baseline (the screening run left out),
+    # -0.005 (1 vs 3) on deeper.
+    assert comparison["effect"] == pytest.approx(-0.0055, abs=1e-9)
+    sigma = math.sqrt(8e-6 / 4)  # the baseline's spread (8e-6 over 2 df); deeper's 3 equal repeats add 2 df
+    assert comparison["sigma"] == pytest.approx(sigma, rel=1e-9)
+    assert comparison["se"] == pytest.approx(sigma / math.sqrt(3 / 4 + 3 / 4), rel=1e-9)
 
 
 def test_results_arriving_together_never_both_advance_best(
