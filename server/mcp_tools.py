@@ -31,9 +31,7 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
 from client import ApiError, Client
-from client.states import FINAL_STATUSES
-from server.api.params import ExperimentsQuery, KeepRatesQuery, NearMissesQuery, NotesQuery
-from server.schemas import (
+from client.schemas import (
     BestOut,
     ExperimentOut,
     ExperimentPage,
@@ -49,6 +47,8 @@ from server.schemas import (
     SimilarOut,
     SubmitIn,
 )
+from client.states import FINAL_STATUSES
+from server.api.params import ExperimentsQuery, KeepRatesQuery, NearMissesQuery, NotesQuery
 
 # A client of the REST API for the tool call at hand (the caller's token; closed after the call).
 Connect = Callable[[Context], Client]

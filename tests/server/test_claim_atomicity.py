@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
+from client.schemas import SubmitIn
 from server.crud import leases
 from server.crud.tokens import Principal
 from server.models import Worker
-from server.schemas import SubmitIn
 from server.submissions import submit
 
 
