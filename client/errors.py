@@ -41,4 +41,4 @@ class SchemaError(Exception):
         self.endpoint = endpoint
         self.model = model
         self.detail = detail
-        super().__init__(f"{endpoint}: the answer is not a {model}: {detail}")
+        super().__init__(f"{endpoint}: the answer is not a valid {model}: {detail}")

@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 
 from bench.pg_scratch import new_database
 from client import ApiError, Client
+from client.schemas import ImportOut
 from server.crud import tsv
 from server.models import Experiment
 
@@ -195,13 +196,13 @@ def test_import_then_export_round_trips_and_is_admin_only(live) -> None:
         live.client("agent").import_results_tsv(log)
     assert caught.value.status == 403
     admin = live.admin()
-    assert admin.import_results_tsv(log).model_dump() == {"imported": 4, "skipped": 0}
-    assert admin.import_results_tsv(log).model_dump() == {"imported": 0, "skipped": 4}
+    assert admin.import_results_tsv(log) == ImportOut(imported=4, skipped=0)
+    assert admin.import_results_tsv(log) == ImportOut(imported=0, skipped=4)
     exported = admin.results_tsv()
     # History keeps autoresearch's columns; it has no decision of this server's to add.
     assert exported.splitlines()[0] == tsv.HEADER_WITH_DECISIONS
     assert exported.splitlines()[1:5] == [line + "\t" * 6 for line in log.splitlines()[1:]]
-    assert admin.import_results_tsv(exported).model_dump() == {"imported": 0, "skipped": 4}  # our own export reads back
+    assert admin.import_results_tsv(exported) == ImportOut(imported=0, skipped=4)  # our export reads back
     assert admin.best().experiment_id == 1  # history only: never compared with the best
     for bad, words in (
         ("commit\tval_bpb\n", "header"),

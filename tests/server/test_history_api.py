@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import func, select
 
 from client import ApiError, Client
+from client.schemas import ExperimentOut, KeepRatesOut
 from server.core.migrate import downgrade
 from server.main import create_app
 from server.models import Experiment
@@ -46,7 +47,7 @@ def play_history(live: Live) -> dict[str, int]:
         worker.run_next(value)
     ids: dict[str, int] = {}
 
-    def tried(label: str, train_py: str, *values: float | None) -> dict:
+    def tried(label: str, train_py: str, *values: float | None) -> ExperimentOut:
         ids[label] = agent.submit(label, train_py=train_py).id
         for value in values:
             answer = worker.run_next(value) if value is not None else worker.run_next(None, status="crash")
@@ -132,7 +133,7 @@ def test_near_misses_are_the_reverted_changes_within_the_noise_most_promising_fi
     assert [n.experiment_id for n in reader.near_misses(limit=1).items] == [ids["lr up, near"]]
 
 
-def _kinds(rates: dict) -> list[tuple]:
+def _kinds(rates: KeepRatesOut) -> list[tuple]:
     return [(k.part, k.name, k.direction, k.tried, k.measured, k.kept, k.alone) for k in rates.kinds]
 
 

@@ -10,10 +10,11 @@ import pytest
 
 from cli.main import main as cli_main
 from client import ApiError
+from client.schemas import NoteOut
 from tests.server.conftest import BASELINE, Live, LiveFactory
 
 
-def stored_notes(live: Live) -> list[dict]:
+def stored_notes(live: Live) -> list[NoteOut]:
     with live.client() as reader:
         return reader.notes(limit=200).items
 

@@ -124,7 +124,7 @@ def test_a_claim_that_is_not_the_documented_model_stops_the_worker_with_one_line
     assert "the server's answer was not understood" in log
     assert (
         "POST " in log
-        and "/api/v1/worker/claim: the answer is not a ClaimOut: train_py: Field required" in log
+        and "/api/v1/worker/claim: the answer is not a valid ClaimOut: train_py: Field required" in log
     )
     assert "Traceback" not in log  # one clear line, not a crash
     assert "not running it" not in log and project.query("SELECT count(*) FROM results") == [(0,)]

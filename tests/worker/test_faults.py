@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import signal
-from typing import Any
 
 import pytest
 
+from client.schemas import ExperimentOut
 from tests.proc_scan import processes_mentioning
 from tests.worker.candidates import bigram
 from tests.worker.processes import Project, wait_until
@@ -123,7 +123,7 @@ def test_two_workers_many_experiments_each_runs_once_and_best_only_improves(proj
     # A change still queued when the best moves is re-applied onto the new best instead of running
     # (server/decisions.py, reapply_before_running). Whether that happens depends on which run ends
     # first, so the experiments it queues are followed too.
-    finals: dict[int, dict[str, Any]] = {}
+    finals: dict[int, ExperimentOut] = {}
     pending = list(ids)
     while pending:
         i = pending.pop(0)
