@@ -110,7 +110,7 @@ def show_overview(client: Client, args: argparse.Namespace) -> None:
     counts = {state: _count(client, state) for state in (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING)}
     noise = next((e for e in client.noise().estimates if e.current), None) if best is not None else None
     if args.json:
-        overview = {
+        overview: dict[str, object] = {
             "best": None if best is None else best.model_dump(mode="json", exclude={"train_py"}),
             "noise": None if noise is None else noise.model_dump(mode="json"),
             **counts,

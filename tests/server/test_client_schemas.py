@@ -26,6 +26,7 @@ from client.schemas import (
     SimilarOut,
 )
 from client.states import Decision, ExperimentStatus, Rule, RunKind, RunState
+from tests.kit.cli_process import in_process
 from tests.server.conftest import DEVICE, HARNESS_ID, Live, SimWorker
 from tests.worker.test_mcp import connect_mcp
 
@@ -146,3 +147,13 @@ def test_an_mcp_tool_reports_an_answer_not_understood() -> None:
     )
     assert problem["kind"] == "answer-not-understood"
     assert (problem["endpoint"], problem["model"]) == (f"GET {url}/api/v1/best", "BestOut")
+
+
+def test_a_cli_command_says_the_answer_was_not_understood(capsys: pytest.CaptureFixture[str]) -> None:
+    with wrong_server() as url:
+        outcome = in_process(capsys, "best", server=url)
+    assert outcome.code == 1 and outcome.out == ""
+    assert outcome.err.startswith(
+        f"autoresearch best: the server's answer was not understood (GET {url}/api/v1/best: the answer"
+    )
+    assert outcome.err.rstrip().endswith(f"is {url} a server of this version?")
