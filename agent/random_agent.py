@@ -16,10 +16,11 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from agent.mutation import mutate_constants
 from client import ApiError, Client
+from client.api import Submitted
+from client.schemas import BestOut, ExperimentOut, SimilarExperiment
 from client.states import FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus
 
 HYPOTHESIS = "random-search control: one or two hyperparameter constants moved at random"
@@ -34,33 +35,33 @@ class Tally:
     """What the agent did: experiments it submitted and how each one ended."""
 
     submitted: list[int] = field(default_factory=list)
-    finished: list[dict[str, Any]] = field(default_factory=list)
+    finished: list[ExperimentOut] = field(default_factory=list)
 
     @property
     def kept(self) -> int:
-        return sum(1 for experiment in self.finished if experiment["status"] == ExperimentStatus.KEPT)
+        return sum(1 for experiment in self.finished if experiment.status == ExperimentStatus.KEPT)
 
 
-def tried_by(similar: list[dict[str, Any]]) -> dict[str, Any] | None:
+def tried_by(similar: list[SimilarExperiment]) -> SimilarExperiment | None:
     """The most alike of these similar experiments that was measured or is being measured (not
     cancelled or lost with its workers), or None."""
-    return next((s for s in similar if s["status"] not in RETRYABLE_STATUSES), None)
+    return next((s for s in similar if s.status not in RETRYABLE_STATUSES), None)
 
 
 def _draw(
-    client: Client, best: dict[str, Any], rng: random.Random, say: Callable[[str], None], skip_tried: bool
+    client: Client, best: BestOut, rng: random.Random, say: Callable[[str], None], skip_tried: bool
 ) -> tuple[str, str]:
     """A mutation of the best (source, description); with `skip_tried`, one not tried yet if one
     of MAX_DRAWS draws is."""
     for _ in range(MAX_DRAWS if skip_tried else 1):
-        source, change = mutate_constants(best["train_py"], rng)
+        source, change = mutate_constants(best.train_py, rng)
         if not skip_tried:
             break
-        tried = tried_by(client.similar_to(train_py=source, base=best["commit"])["similar"])
+        tried = tried_by(client.similar_to(train_py=source, base=best.commit).similar)
         if tried is None:
             break
-        how = f"{tried['status']}, {tried['kind']}"
-        say(f"skipping {change}: tried in experiment {tried['experiment_id']} ({how})")
+        how = f"{tried.status}, {tried.kind}"
+        say(f"skipping {change}: tried in experiment {tried.experiment_id} ({how})")
     else:
         say(f"every one of {MAX_DRAWS} draws was tried; submitting the last one")
     return source, change
@@ -68,22 +69,22 @@ def _draw(
 
 def _submit_one(
     client: Client, rng: random.Random, say: Callable[[str], None], skip_tried: bool
-) -> dict[str, Any] | None:
+) -> Submitted | None:
     """Mutate the current best and submit it; None when the agent's queue is full (429)."""
     best = client.best()
     source, change = _draw(client, best, rng, say, skip_tried)
     try:
         experiment = client.submit(
-            f"random: {change}", train_py=source, base=best["commit"], hypothesis=HYPOTHESIS
+            f"random: {change}", train_py=source, base=best.commit, hypothesis=HYPOTHESIS
         )
     except ApiError as error:
         if error.status == 429:
             return None
         raise
-    if experiment["existing"]:
-        say(f"experiment {experiment['id']} already ran this train.py ({change}); following it")
+    if experiment.existing:
+        say(f"experiment {experiment.id} already ran this train.py ({change}); following it")
     else:
-        say(f"submitted experiment {experiment['id']}: {change}")
+        say(f"submitted experiment {experiment.id}: {change}")
     return experiment
 
 
@@ -110,33 +111,33 @@ def run_random_agent(
     queue_full = False
     while not stop.is_set() and (in_flight or count == 0 or len(tally.submitted) < count):
         while len(in_flight) < parallel and (count == 0 or len(tally.submitted) < count):
-            experiment = _submit_one(client, rng, say, skip_tried)
-            if experiment is None:  # the server's per-agent queue limit: wait for decisions first
+            submitted = _submit_one(client, rng, say, skip_tried)
+            if submitted is None:  # the server's per-agent queue limit: wait for decisions first
                 if not queue_full:
                     say("this agent has as many experiments queued as the server allows; waiting")
                 queue_full = True
                 break
             queue_full = False
-            tally.submitted.append(experiment["id"])
-            in_flight.add(experiment["id"])
+            tally.submitted.append(submitted.id)
+            in_flight.add(submitted.id)
         if stop.wait(poll_s):
             break
         for experiment_id in sorted(in_flight):
             experiment = client.experiment(experiment_id)
-            if experiment["status"] not in FINAL_STATUSES:
+            if experiment.status not in FINAL_STATUSES:
                 continue
             in_flight.discard(experiment_id)
-            if experiment.get("rebased_to"):
-                say(f"experiment {experiment_id} re-based onto a newer best as {experiment['rebased_to']}")
-                in_flight.add(experiment["rebased_to"])
+            if experiment.rebased_to:
+                say(f"experiment {experiment_id} re-based onto a newer best as {experiment.rebased_to}")
+                in_flight.add(experiment.rebased_to)
                 continue
             tally.finished.append(experiment)
             say(_decision(experiment))
     return tally
 
 
-def _decision(experiment: dict[str, Any]) -> str:
-    score = experiment.get("val_bpb")
+def _decision(experiment: ExperimentOut) -> str:
+    score = experiment.val_bpb
     shown = f"val_bpb {score:.6f}" if score is not None else "no score"
-    reason = experiment.get("reason") or "-"
-    return f"experiment {experiment['id']} {experiment['status']}: {shown} ({reason})"
+    reason = experiment.reason or "-"
+    return f"experiment {experiment.id} {experiment.status}: {shown} ({reason})"

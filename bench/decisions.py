@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import func, select
 
+from client.schemas import ClaimOut, RegisterIn, ResultIn, RunResultIn, SubmitIn
 from client.states import ExperimentStatus, RunKind, RunState
 from server.context import AppContext
 from server.core.config import ServerSettings
@@ -58,7 +59,6 @@ from server.crud.workers import register
 from server.main import build_context
 from server.models import ApiToken, Experiment, Run
 from server.project_init import init_project
-from server.schemas import ClaimOut, RegisterIn, ResultIn, RunResultIn, SubmitIn
 from server.submissions import submit
 
 SIGMA = 0.0008  # val_bpb noise between runs: about the NanoGPT speedrun's (issue #12)

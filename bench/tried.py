@@ -86,14 +86,14 @@ def run_arm(
                 client, random.Random(seed), said.append, count=count, poll_s=0.3, skip_tried=skip
             )
             best = client.best()
-            runs = sum(1 for e in client.iter_experiments(limit=200) if e["valid_runs"] > 0)
+            runs = sum(1 for e in client.iter_experiments(limit=200) if e.valid_runs > 0)
     finally:
         project.close()
     return Arm(
         seed=seed,
         skip=skip,
-        baseline=baseline["val_bpb"],
-        best=best["val_bpb"],
+        baseline=baseline.val_bpb,
+        best=best.val_bpb,
         runs=runs,
         skipped=sum(1 for line in said if line.startswith("skipping ")),
         seconds=time.monotonic() - started,

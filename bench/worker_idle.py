@@ -94,9 +94,9 @@ def submit_when_idle(
     time.sleep(1.0)  # well inside the long poll
     with project.agent() as agent:
         submitted_at = time.time()
-        pickup_id = agent.submit("pickup", train_py=variant(baseline, 1))["id"]
+        pickup_id = agent.submit("pickup", train_py=variant(baseline, 1)).id
         answered_at = time.time()
-        ids = [agent.submit(f"queued {k}", train_py=variant(baseline, k))["id"] for k in range(2, queued + 2)]
+        ids = [agent.submit(f"queued {k}", train_py=variant(baseline, k)).id for k in range(2, queued + 2)]
     return Pickup(submitted_at, answered_at, pickup_id, ids)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -33,14 +32,14 @@ def run(args: argparse.Namespace) -> int:
     with reporting("best", client):
         best = client.best()
     if args.json:
-        print(json.dumps(best, indent=2))
+        print(views.as_json(best))
         return 0
-    origin = f"experiment {best['experiment_id']}" if best.get("experiment_id") else "the baseline"
-    about = f"best: val_bpb {views.bpb(best['val_bpb'])}, {origin}, commit {best['commit']}"
+    origin = f"experiment {best.experiment_id}" if best.experiment_id else "the baseline"
+    about = f"best: val_bpb {views.bpb(best.val_bpb)}, {origin}, commit {best.commit}"
     if args.output is None:
         print(f"# {about}", file=sys.stderr)
-        sys.stdout.write(best["train_py"])
+        sys.stdout.write(best.train_py)
         return 0
-    write_output("best", args.output, best["train_py"])
+    write_output("best", args.output, best.train_py)
     print(f"wrote {args.output} ({about})")
     return 0

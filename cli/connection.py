@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import httpx
 
-from client import ApiError, Client
+from client import ApiError, Client, SchemaError
 from client.api import API_PREFIX
 
 SERVER_ENV = "AUTORESEARCH_SERVER"
@@ -46,8 +46,10 @@ def connect(args: argparse.Namespace, command: str, *, token_required: bool) -> 
     return Client(server, token or None)
 
 
-def explain(error: ApiError | httpx.HTTPError, server: str) -> str:
+def explain(error: ApiError | SchemaError | httpx.HTTPError, server: str) -> str:
     """What went wrong, and what to do about it, in one message."""
+    if isinstance(error, SchemaError):
+        return f"the server's answer was not understood ({error}); is {server} a server of this version?"
     if isinstance(error, ApiError):
         hint = {
             401: f"check --token / ${TOKEN_ENV}; {TOKEN_HINT}",
@@ -61,10 +63,10 @@ def explain(error: ApiError | httpx.HTTPError, server: str) -> str:
 
 @contextmanager
 def reporting(command: str, client: Client) -> Iterator[None]:
-    """Turn API and transport errors into an exit with a message naming the fix."""
+    """Turn API, answer and transport errors into an exit with a message naming the fix."""
     try:
         yield
-    except (ApiError, httpx.HTTPError) as error:
+    except (ApiError, SchemaError, httpx.HTTPError) as error:
         server = str(client.http.base_url).rstrip("/").removesuffix(API_PREFIX)
         raise SystemExit(f"autoresearch {command}: {explain(error, server)}") from error
     finally:

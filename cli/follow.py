@@ -20,6 +20,7 @@ import httpx
 
 from cli import views
 from client import ApiError, Client
+from client.schemas import ExperimentOut
 from client.states import DECIDED_STATUS, FINAL_STATUSES
 
 DECISIVE_EVENTS = frozenset({"finished", *(status.value for status in DECIDED_STATUS.values())})
@@ -107,7 +108,7 @@ def _open_stream(client: Client, last_event_id: int | None, read_timeout: float)
 
 def follow(
     client: Client, experiment_id: int, say: Callable[[str], None], timeout_s: float | None = None
-) -> dict[str, Any]:
+) -> ExperimentOut:
     """Report the experiment's progress through `say` and return it in its final state.
 
     When it was re-based onto a newer best, the re-run is followed and returned instead.
@@ -126,11 +127,11 @@ def follow(
             # Subscribed before reading the experiment: whatever happens after this read is streamed.
             with _open_stream(client, last_event_id, min(READ_TIMEOUT_S, max(remaining, 1.0))) as stream:
                 experiment = client.experiment(current)
-                while experiment["status"] in FINAL_STATUSES:
-                    if not experiment.get("rebased_to"):
+                while experiment.status in FINAL_STATUSES:
+                    if not experiment.rebased_to:
                         return experiment
                     say(views.summary(experiment))
-                    current = experiment["rebased_to"]
+                    current = experiment.rebased_to
                     experiment = client.experiment(current)
                 for event in parse_events(stream.iter_lines()):
                     last_event_id = event.id if event.id is not None else last_event_id

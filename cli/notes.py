@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
-from typing import Any
 
+from cli import views
 from cli.connection import add_connection_args, connect, reporting
+from client.schemas import NoteOut
 
 PAGE_LIMIT = 200  # the API's largest page
 
@@ -41,20 +41,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     read.set_defaults(func=run_read)
 
 
-def line(note: dict[str, Any]) -> str:
+def line(note: NoteOut) -> str:
     """`#3 2026-12-01 04:05 agent-1 (experiment 12): text`."""
-    links = [f"experiment {note['experiment_id']}"] if note.get("experiment_id") else []
-    links += [f"commit {note['commit'][:10]}"] if note.get("commit") else []
+    links = [f"experiment {note.experiment_id}"] if note.experiment_id else []
+    links += [f"commit {note.commit[:10]}"] if note.commit else []
     about = f" ({', '.join(links)})" if links else ""
-    when = str(note["created_at"])[:16].replace("T", " ")
-    return f"#{note['id']} {when} {note['author']}{about}: {note['text']}"
+    when = note.created_at.strftime("%Y-%m-%d %H:%M")
+    return f"#{note.id} {when} {note.author}{about}: {note.text}"
 
 
 def run_post(args: argparse.Namespace) -> int:
     client = connect(args, "note", token_required=True)
     with reporting("note", client):
         note = client.post_note(args.text, experiment_id=args.experiment, commit=args.commit)
-    print(json.dumps(note, indent=2) if args.json else f"posted {line(note)}")
+    print(views.as_json(note) if args.json else f"posted {line(note)}")
     return 0
 
 
@@ -71,10 +71,10 @@ def run_read(args: argparse.Namespace) -> int:
             limit=args.limit,
         )
     if args.json:
-        print(json.dumps(page["items"], indent=2))
+        print(views.as_json(page.items))
         return 0
-    for note in page["items"]:
+    for note in page.items:
         print(line(note))
-    if not page["items"]:
+    if not page.items:
         print("no notes yet")
     return 0

@@ -63,5 +63,5 @@ def run_import(args: argparse.Namespace) -> int:
     client = connect(args, "import", token_required=True)
     with reporting("import", client):
         answer = client.import_results_tsv(text)
-    print(f"imported {answer['imported']} rows from {args.file}; skipped {answer['skipped']} already present")
+    print(f"imported {answer.imported} rows from {args.file}; skipped {answer.skipped} already present")
     return 0

@@ -23,5 +23,5 @@ def run(args: argparse.Namespace) -> int:
     client = connect(args, "retry", token_required=True)
     with reporting("retry", client):
         experiment = client.retry(args.experiment_id)
-    print(f"experiment {experiment['id']} is queued again (attempts reset)")
+    print(f"experiment {experiment.id} is queued again (attempts reset)")
     return 0

@@ -4,7 +4,6 @@ patch or an edited train.py (before submitting it), or as an existing experiment
 from __future__ import annotations
 
 import argparse
-import json
 
 from cli import views
 from cli.connection import add_connection_args, connect, reporting
@@ -46,10 +45,10 @@ def run(args: argparse.Namespace) -> int:
             change = {"patch": text} if kind == "patch" else {"train_py": text}
             answer = client.similar_to(base=args.base, **change)
     if args.json:
-        print(json.dumps(answer, indent=2))
-    elif not answer["similar"]:
+        print(views.as_json(answer))
+    elif not answer.similar:
         print("not tried: no experiment made this change or a nearly identical one")
     else:
-        print(f"{len(answer['similar'])} similar experiment(s), most alike first:")
-        print("\n".join(views.similar(answer["similar"])))
+        print(f"{len(answer.similar)} similar experiment(s), most alike first:")
+        print("\n".join(views.similar(answer.similar)))
     return 0

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
 from cli import views
 from cli.connection import add_connection_args, connect, reporting
 from client import ApiError, Client
+from client.schemas import BestOut
 from client.states import ExperimentStatus
 
 PAGE_LIMIT = 200  # the API's largest page
@@ -62,12 +62,13 @@ def run(args: argparse.Namespace) -> int:
 def show_experiments(client: Client, args: argparse.Namespace) -> None:
     experiments = [client.experiment(experiment_id) for experiment_id in args.ids]
     if args.json:
-        for experiment in experiments:
+        shown = [experiment.model_dump(mode="json") for experiment in experiments]
+        for data, experiment in zip(shown, experiments, strict=True):
             if args.diff:
-                experiment["diff"] = client.diff(experiment["id"])
+                data["diff"] = client.diff(experiment.id)
             if args.log:
-                experiment["log"] = client.log(experiment["id"])
-        print(json.dumps(experiments if len(experiments) > 1 else experiments[0], indent=2))
+                data["log"] = client.log(experiment.id)
+        print(json.dumps(shown if len(shown) > 1 else shown[0], indent=2))
         return
     for index, experiment in enumerate(experiments):
         if index:
@@ -75,18 +76,18 @@ def show_experiments(client: Client, args: argparse.Namespace) -> None:
         print(views.details(experiment))
         if args.diff:
             print("--- change ---")
-            print(client.diff(experiment["id"]).rstrip("\n"))
+            print(client.diff(experiment.id).rstrip("\n"))
         if args.log:
             print("--- log (end) ---")
-            print(client.log(experiment["id"]).rstrip("\n") or "(no result yet)")
+            print(client.log(experiment.id).rstrip("\n") or "(no result yet)")
 
 
-def _count(client: Client, state: str) -> str:
+def _count(client: Client, state: ExperimentStatus) -> str:
     page = client.experiments(status=state, limit=PAGE_LIMIT)
-    return f"{len(page['items'])}{'+' if page['next_cursor'] else ''}"
+    return f"{len(page.items)}{'+' if page.next_cursor else ''}"
 
 
-def _best(client: Client) -> dict[str, Any] | None:
+def _best(client: Client) -> BestOut | None:
     try:
         return client.best()
     except ApiError as error:
@@ -98,38 +99,43 @@ def _best(client: Client) -> dict[str, Any] | None:
 def show_overview(client: Client, args: argparse.Namespace) -> None:
     best = _best(client)
     if args.on_best and best is not None:
-        children = client.children(best["commit"])["children"]
+        children = client.children(best.commit).children
         recent = [
             experiment
             for experiment in children
-            if args.agent in (None, experiment["agent"]) and args.state in (None, experiment["status"])
+            if args.agent in (None, experiment.agent) and args.state in (None, experiment.status)
         ][: args.limit]
     else:
-        recent = client.experiments(agent=args.agent, status=args.state, limit=args.limit)["items"]
+        recent = client.experiments(agent=args.agent, status=args.state, limit=args.limit).items
     counts = {state: _count(client, state) for state in (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING)}
-    noise = next((e for e in client.noise()["estimates"] if e["current"]), None) if best is not None else None
+    noise = next((e for e in client.noise().estimates if e.current), None) if best is not None else None
     if args.json:
-        if best is not None:
-            best = {key: value for key, value in best.items() if key != "train_py"}
-        print(json.dumps({"best": best, "noise": noise, **counts, "experiments": recent}, indent=2))
+        overview: dict[str, object] = {
+            "best": None if best is None else best.model_dump(mode="json", exclude={"train_py"}),
+            "noise": None if noise is None else noise.model_dump(mode="json"),
+            **counts,
+            "experiments": [experiment.model_dump(mode="json") for experiment in recent],
+        }
+        print(json.dumps(overview, indent=2))
         return
     if best is None:
         print("no project yet: run `autoresearch init` on the server host")
     else:
-        origin = f"experiment {best['experiment_id']}" if best.get("experiment_id") else "baseline"
-        spread = f" ± {best['se']:.4f}" if best.get("se") is not None else ""
-        runs = f", mean of {best['runs']} runs" if best.get("runs", 0) > 1 else ""
-        if best["val_bpb"] is None:
+        origin = f"experiment {best.experiment_id}" if best.experiment_id else "baseline"
+        spread = f" ± {best.se:.4f}" if best.se is not None else ""
+        runs = f", mean of {best.runs} runs" if best.runs > 1 else ""
+        if best.val_bpb is None:
             print(
-                f"best: not measured ({origin}, commit {best['commit'][:12]}): it has no valid run yet, "
+                f"best: not measured ({origin}, commit {best.commit[:12]}): it has no valid run yet, "
                 "and nothing is kept until it has"
             )
         else:
-            value = f"{views.bpb(best['val_bpb'])}{spread}"
-            print(f"best: val_bpb {value} ({origin}{runs}, commit {best['commit'][:12]})")
+            value = f"{views.bpb(best.val_bpb)}{spread}"
+            print(f"best: val_bpb {value} ({origin}{runs}, commit {best.commit[:12]})")
         print(f"noise: {views.noise(noise)}")
-    print(f"queue: {counts['queued']} queued, {counts['running']} running")
+    queued, running = counts[ExperimentStatus.QUEUED], counts[ExperimentStatus.RUNNING]
+    print(f"queue: {queued} queued, {running} running")
     print()
     if args.on_best and best is not None:
-        print(f"on the best ({best['commit'][:12]}):")
+        print(f"on the best ({best.commit[:12]}):")
     print(views.table(recent) if recent else "no experiments match")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import sys
 from pathlib import Path
 
@@ -91,17 +90,17 @@ def run(args: argparse.Namespace) -> int:
         change = {"patch": text} if kind == "patch" else {"train_py": text}
         experiment = client.submit(args.description, base=args.base, hypothesis=args.hypothesis, **change)
         if args.json and not args.wait:
-            print(json.dumps(experiment, indent=2))
+            print(views.as_json(experiment))
         elif args.quiet:
-            print(experiment["id"], flush=True)
-        elif experiment["existing"]:
-            print(f"experiment {experiment['id']}: this train.py was already submitted; not queued again")
+            print(experiment.id, flush=True)
+        elif experiment.existing:
+            print(f"experiment {experiment.id}: this train.py was already submitted; not queued again")
             print(views.summary(experiment), flush=True)
         else:
             print(views.summary(experiment), flush=True)
-        if experiment.get("similar") and not (args.quiet or args.json):
+        if experiment.similar and not (args.quiet or args.json):
             print(
-                "tried before (most alike first):\n" + "\n".join(views.similar(experiment["similar"])),
+                "tried before (most alike first):\n" + "\n".join(views.similar(experiment.similar)),
                 flush=True,
             )
         if not args.wait:
@@ -113,11 +112,11 @@ def run(args: argparse.Namespace) -> int:
             print(line, file=stream, flush=True)
 
         try:
-            final = follow(client, experiment["id"], say, args.timeout)
+            final = follow(client, experiment.id, say, args.timeout)
         except TimeoutError as exc:
             raise SystemExit(f"autoresearch submit: {exc}; follow it with `autoresearch status`") from None
         if args.json:
-            print(json.dumps(final, indent=2), flush=True)
+            print(views.as_json(final), flush=True)
         else:
             say(views.summary(final))
-        return 0 if final["status"] == ExperimentStatus.KEPT else EXIT_NOT_KEPT
+        return 0 if final.status == ExperimentStatus.KEPT else EXIT_NOT_KEPT

@@ -1,8 +1,10 @@
 """`Client`: the autoresearch REST API from Python (agents, the CLI and the worker use it).
 
-Every method returns the decoded JSON answer documented in docs/api.md and raises `ApiError`
-(with the problem+json body) on an error status. Transport errors are httpx's own
-(`httpx.TransportError`), so callers can tell "the server said no" from "no answer".
+Every method returns the answer documented in docs/api.md as the server's own response model
+(client/schemas.py), so both ends of the protocol share one typed definition. It raises `ApiError`
+(with the problem+json body) on an error status, and `SchemaError` when a successful answer is not
+that model. Transport errors are httpx's own (`httpx.TransportError`), so callers can tell "the
+server said no" from "no answer".
 
 With `retry_for_s`, a client rides out a server restart or a database outage: for that long it
 retries what cannot have been done twice. That is a request that never reached the server (a
@@ -17,10 +19,10 @@ import math
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, ValidationError
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -30,8 +32,30 @@ from tenacity import (
     wait_exponential,
 )
 
-from client.errors import ApiError
-from client.states import FINAL_STATUSES
+from client.errors import ApiError, SchemaError
+from client.schemas import (
+    AgentsOut,
+    BestOut,
+    CancelOut,
+    ChildrenOut,
+    ClaimOut,
+    ExperimentOut,
+    ExperimentPage,
+    HeartbeatOut,
+    ImportOut,
+    KeepRatesOut,
+    LeaderboardOut,
+    NearMissesOut,
+    NoiseListOut,
+    NoteOut,
+    NotePage,
+    ProgressOut,
+    RegisterOut,
+    ResultOutcome,
+    SimilarOut,
+    SubmitOut,
+)
+from client.states import FINAL_STATUSES, ExperimentStatus, Part
 
 API_PREFIX = "/api/v1"
 JSON = dict[str, Any]
@@ -42,6 +66,15 @@ KEEP_ALIVE_EXPIRY_S = 20.0
 CONNECTION_LIMITS = httpx.Limits(
     max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEP_ALIVE_EXPIRY_S
 )
+Model = TypeVar("Model", bound=BaseModel)
+
+
+class Submitted(SubmitOut):
+    """A submission's answer: the experiment, and whether it was there already."""
+
+    existing: bool = Field(
+        False, description="the same train.py had been submitted (200): this is that experiment"
+    )
 
 
 def _plain(value: BaseModel | Mapping[str, Any]) -> JSON:
@@ -51,6 +84,20 @@ def _plain(value: BaseModel | Mapping[str, Any]) -> JSON:
 
 
 _PAUSES = wait_exponential(multiplier=0.25, max=5.0)  # 0.25 s, 0.5 s, 1 s ... at most 5 s
+
+
+def parse(model: type[Model], response: httpx.Response) -> Model:
+    """A successful answer as `model`; SchemaError, naming the endpoint, when it is not one."""
+    try:
+        return model.model_validate_json(response.content)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'body'}: {error['msg']}"
+            for error in exc.errors()[:3]
+        )
+        more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
+        endpoint = f"{response.request.method} {response.request.url}"
+        raise SchemaError(endpoint, model.__name__, problems + more) from exc
 
 
 def _pause(state: RetryCallState) -> float:
@@ -127,8 +174,8 @@ class Client:
         repeatable = method == "GET" or "Idempotency-Key" in kwargs.get("headers", {})
         return _outage_policy(self.retry_for_s, repeatable)(self.http.request, method, path, **kwargs)
 
-    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
-        return self._send(method, path, **kwargs).json()
+    def _call(self, model: type[Model], method: str, path: str, **kwargs: Any) -> Model:
+        return parse(model, self._send(method, path, **kwargs))
 
     # Agents -----------------------------------------------------------------------------------
 
@@ -141,7 +188,7 @@ class Client:
         base: str | None = None,
         hypothesis: str | None = None,
         idempotency_key: str | None = None,
-    ) -> JSON:
+    ) -> Submitted:
         """Queue a change of train.py (a unified diff against `base`, or a whole `train_py`).
 
         Returns the experiment; `existing` is true when the same train.py was already run.
@@ -159,15 +206,16 @@ class Client:
         response = self._send(
             "POST", "/experiments", json={k: v for k, v in body.items() if v is not None}, headers=headers
         )
-        return {**response.json(), "existing": response.status_code == 200}
+        submitted = parse(Submitted, response)
+        return submitted.model_copy(update={"existing": response.status_code == 200})
 
-    def experiment(self, experiment_id: int) -> JSON:
-        return self._json("GET", f"/experiments/{experiment_id}")
+    def experiment(self, experiment_id: int) -> ExperimentOut:
+        return self._call(ExperimentOut, "GET", f"/experiments/{experiment_id}")
 
     def experiments(
         self,
         *,
-        status: str | None = None,
+        status: ExperimentStatus | None = None,
         agent: str | None = None,
         base: str | None = None,
         since: str | None = None,
@@ -176,8 +224,8 @@ class Client:
         line: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
-    ) -> JSON:
-        """One page: `{"items": [...], "next_cursor": str | None}`, newest first. `text`: words the
+    ) -> ExperimentPage:
+        """One page (`items`, `next_cursor`), newest first. `text`: words the
         description or hypothesis contains (case-insensitive); `constant`: the name of a constant
         the change set; `line`: text one of its changed lines contains."""
         params = {
@@ -191,31 +239,35 @@ class Client:
             "limit": limit,
             "cursor": cursor,
         }
-        return self._json("GET", "/experiments", params={k: v for k, v in params.items() if v is not None})
+        return self._call(
+            ExperimentPage, "GET", "/experiments", params={k: v for k, v in params.items() if v is not None}
+        )
 
-    def iter_experiments(self, **filters: Any) -> Iterator[JSON]:
+    def iter_experiments(self, **filters: Any) -> Iterator[ExperimentOut]:
         """Every experiment matching the filters, following the cursor."""
         cursor: str | None = None
         while True:
             page = self.experiments(cursor=cursor, **filters)
-            yield from page["items"]
-            cursor = page["next_cursor"]
+            yield from page.items
+            cursor = page.next_cursor
             if cursor is None:
                 return
 
-    def similar(self, experiment_id: int) -> JSON:
-        """`{experiment_id, similar}`: the other experiments whose change is the same or nearly the
+    def similar(self, experiment_id: int) -> SimilarOut:
+        """The other experiments whose change is the same or nearly the
         same as this one's, most alike first, with their outcomes."""
-        return self._json("GET", f"/experiments/{experiment_id}/similar")
+        return self._call(SimilarOut, "GET", f"/experiments/{experiment_id}/similar")
 
     def similar_to(
         self, *, patch: str | None = None, train_py: str | None = None, base: str | None = None
-    ) -> JSON:
+    ) -> SimilarOut:
         """Has this been tried? Before submitting a change (a diff against `base`, default the best,
         or a whole train.py): the experiments that made the same or nearly the same one. Checked
         as a submission is (ApiError if not valid); nothing is stored."""
         body = {"patch": patch, "train_py": train_py, "base": base}
-        return self._json("POST", "/similar", json={k: v for k, v in body.items() if v is not None})
+        return self._call(
+            SimilarOut, "POST", "/similar", json={k: v for k, v in body.items() if v is not None}
+        )
 
     def diff(self, experiment_id: int) -> str:
         return self._send("GET", f"/experiments/{experiment_id}/diff").text
@@ -225,39 +277,39 @@ class Client:
         params = {"run": run} if run is not None else None
         return self._send("GET", f"/experiments/{experiment_id}/log", params=params).text
 
-    def run_progress(self, experiment_id: int, run: int | None = None) -> JSON:
-        """`{experiment_id, run, events}`: a run's stored progress (default: the latest run's)."""
+    def run_progress(self, experiment_id: int, run: int | None = None) -> ProgressOut:
+        """A run's stored progress (default: the latest run's)."""
         params = {"run": run} if run is not None else None
-        return self._json("GET", f"/experiments/{experiment_id}/progress", params=params)
+        return self._call(ProgressOut, "GET", f"/experiments/{experiment_id}/progress", params=params)
 
-    def cancel(self, experiment_id: int) -> JSON:
-        return self._json("POST", f"/experiments/{experiment_id}/cancel")
+    def cancel(self, experiment_id: int) -> CancelOut:
+        return self._call(CancelOut, "POST", f"/experiments/{experiment_id}/cancel")
 
-    def retry(self, experiment_id: int) -> JSON:
+    def retry(self, experiment_id: int) -> ExperimentOut:
         """Queue an infra_failed or cancelled experiment again (admin token)."""
-        return self._json("POST", f"/experiments/{experiment_id}/retry")
+        return self._call(ExperimentOut, "POST", f"/experiments/{experiment_id}/retry")
 
-    def best(self) -> JSON:
-        return self._json("GET", "/best")
+    def best(self) -> BestOut:
+        return self._call(BestOut, "GET", "/best")
 
-    def leaderboard(self) -> JSON:
-        return self._json("GET", "/leaderboard")
+    def leaderboard(self) -> LeaderboardOut:
+        return self._call(LeaderboardOut, "GET", "/leaderboard")
 
-    def noise(self) -> JSON:
-        """`{rule, estimates}`: the decision rule's settings and the noise per platform and harness."""
-        return self._json("GET", "/noise")
+    def noise(self) -> NoiseListOut:
+        """The decision rule's settings and the noise per platform and harness."""
+        return self._call(NoiseListOut, "GET", "/noise")
 
-    def children(self, commit: str) -> JSON:
-        return self._json("GET", f"/commits/{commit}/children")
+    def children(self, commit: str) -> ChildrenOut:
+        return self._call(ChildrenOut, "GET", f"/commits/{commit}/children")
 
-    def agents(self) -> JSON:
-        return self._json("GET", "/agents")
+    def agents(self) -> AgentsOut:
+        return self._call(AgentsOut, "GET", "/agents")
 
-    def post_note(self, text: str, *, experiment_id: int | None = None, commit: str | None = None) -> JSON:
+    def post_note(self, text: str, *, experiment_id: int | None = None, commit: str | None = None) -> NoteOut:
         """Leave a note for the other agents (one finding each), optionally about an experiment or
         a commit; returns the stored note."""
         body = {"text": text, "experiment_id": experiment_id, "commit": commit}
-        return self._json("POST", "/notes", json={k: v for k, v in body.items() if v is not None})
+        return self._call(NoteOut, "POST", "/notes", json={k: v for k, v in body.items() if v is not None})
 
     def notes(
         self,
@@ -268,8 +320,8 @@ class Client:
         since: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
-    ) -> JSON:
-        """One page of notes: `{"items": [...], "next_cursor": str | None}`, newest first."""
+    ) -> NotePage:
+        """One page of notes (`items`, `next_cursor`), newest first."""
         params = {
             "experiment": experiment_id,
             "commit": commit,
@@ -278,50 +330,58 @@ class Client:
             "limit": limit,
             "cursor": cursor,
         }
-        return self._json("GET", "/notes", params={k: v for k, v in params.items() if v is not None})
+        return self._call(
+            NotePage, "GET", "/notes", params={k: v for k, v in params.items() if v is not None}
+        )
 
-    def near_misses(self, *, sigmas: float | None = None, limit: int = 20) -> JSON:
-        """`{sigmas, noise_sigma, best, items}`: reverted experiments that may still be better than
+    def near_misses(self, *, sigmas: float | None = None, limit: int = 20) -> NearMissesOut:
+        """Reverted experiments that may still be better than
         what they were measured against (effect - sigmas * se < 0), most promising first, with what
         each changed: candidates to combine."""
         params = {"sigmas": sigmas, "limit": limit}
-        return self._json("GET", "/near-misses", params={k: v for k, v in params.items() if v is not None})
+        return self._call(
+            NearMissesOut, "GET", "/near-misses", params={k: v for k, v in params.items() if v is not None}
+        )
 
     def keep_rates(
-        self, *, part: str | None = None, name: str | None = None, min_tried: int = 1, limit: int = 100
-    ) -> JSON:
-        """`{platform, harness_id, overall, kinds_total, kinds}`: tried, measured and kept per
+        self, *, part: Part | None = None, name: str | None = None, min_tried: int = 1, limit: int = 100
+    ) -> KeepRatesOut:
+        """Tried, measured and kept per
         constant and direction (`part="constant"`) and per region (`part="region"`), most tried first."""
         params = {"part": part, "name": name, "min_tried": min_tried, "limit": limit}
-        return self._json("GET", "/keep-rates", params={k: v for k, v in params.items() if v is not None})
+        return self._call(
+            KeepRatesOut, "GET", "/keep-rates", params={k: v for k, v in params.items() if v is not None}
+        )
 
     def results_tsv(self) -> str:
         return self._send("GET", "/results.tsv").text
 
-    def import_results_tsv(self, tsv: str) -> JSON:
+    def import_results_tsv(self, tsv: str) -> ImportOut:
         headers = {"Content-Type": "text/tab-separated-values"}
-        return self._json("POST", "/import/results.tsv", content=tsv.encode(), headers=headers)
+        return self._call(ImportOut, "POST", "/import/results.tsv", content=tsv.encode(), headers=headers)
 
-    def wait_for_decision(self, experiment_id: int, timeout: float = 3600.0, poll_s: float = 2.0) -> JSON:
+    def wait_for_decision(
+        self, experiment_id: int, timeout: float = 3600.0, poll_s: float = 2.0
+    ) -> ExperimentOut:
         """Poll until the experiment reaches a final state; return it (TimeoutError after `timeout`)."""
         deadline = time.monotonic() + timeout
         while True:
             experiment = self.experiment(experiment_id)
-            if experiment["status"] in FINAL_STATUSES:
+            if experiment.status in FINAL_STATUSES:
                 return experiment
             if time.monotonic() >= deadline:
                 raise TimeoutError(
-                    f"experiment {experiment_id} still {experiment['status']} after {timeout:.0f} s"
+                    f"experiment {experiment_id} still {experiment.status} after {timeout:.0f} s"
                 )
             time.sleep(poll_s)
 
     # Workers ----------------------------------------------------------------------------------
 
-    def register(self, *, name: str, device: str, memory_gb: float, harness_id: str) -> JSON:
+    def register(self, *, name: str, device: str, memory_gb: float, harness_id: str) -> RegisterOut:
         body = {"name": name, "device": device, "memory_gb": memory_gb, "harness_id": harness_id}
-        return self._json("POST", "/worker/register", json=body)
+        return self._call(RegisterOut, "POST", "/worker/register", json=body)
 
-    def claim(self, worker_id: str, wait_s: float = 0.0) -> JSON | None:
+    def claim(self, worker_id: str, wait_s: float = 0.0) -> ClaimOut | None:
         """The next experiment under a new lease, or None when none came within `wait_s`."""
         response = self._send(
             "POST",
@@ -329,19 +389,19 @@ class Client:
             json={"worker_id": worker_id, "wait_s": wait_s},
             timeout=wait_s + self.http.timeout.read + 5 if self.http.timeout.read else None,
         )
-        return None if response.status_code == 204 else response.json()
+        return None if response.status_code == 204 else parse(ClaimOut, response)
 
-    def heartbeat(self, lease_id: str) -> JSON:
-        return self._json("POST", f"/worker/leases/{lease_id}/heartbeat", json={})
+    def heartbeat(self, lease_id: str) -> HeartbeatOut:
+        return self._call(HeartbeatOut, "POST", f"/worker/leases/{lease_id}/heartbeat", json={})
 
     def progress(self, lease_id: str, events: Iterable[BaseModel | Mapping[str, Any]]) -> None:
         self._send(
             "POST", f"/worker/leases/{lease_id}/progress", json={"events": [_plain(e) for e in events]}
         )
 
-    def result(self, lease_id: str, result_id: str, result: BaseModel | Mapping[str, Any]) -> JSON:
+    def result(self, lease_id: str, result_id: str, result: BaseModel | Mapping[str, Any]) -> ResultOutcome:
         body = {"result_id": result_id, "result": _plain(result)}
-        return self._json("POST", f"/worker/leases/{lease_id}/result", json=body)
+        return self._call(ResultOutcome, "POST", f"/worker/leases/{lease_id}/result", json=body)
 
     def release(self, lease_id: str, reason: str, count_attempt: bool = False) -> None:
         body = {"reason": reason, "count_attempt": count_attempt}

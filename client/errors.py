@@ -1,4 +1,5 @@
-"""The SDK's error: an HTTP error answer with its problem+json body."""
+"""The SDK's errors: an HTTP error answer with its problem+json body, and an answer that is not
+the documented model."""
 
 from __future__ import annotations
 
@@ -30,3 +31,14 @@ class ApiError(Exception):
     def __str__(self) -> str:
         head = f"{self.status} {self.title}".strip()
         return f"{head}: {self.detail}" if self.detail else head
+
+
+class SchemaError(Exception):
+    """The server answered with success, but not with the model docs/api.md documents for it (a
+    server of another version, or a proxy's page). `endpoint` is the method and URL asked."""
+
+    def __init__(self, endpoint: str, model: str, detail: str) -> None:
+        self.endpoint = endpoint
+        self.model = model
+        self.detail = detail
+        super().__init__(f"{endpoint}: the answer is not a valid {model}: {detail}")

@@ -1,7 +1,9 @@
-"""The words of the protocol: experiment statuses, decisions and run states, each defined once.
+"""The words of the protocol, each defined once: experiment statuses, decisions and run states,
+the decision rule, the kinds of change (keep rates) and of similarity.
 
-The server's models and schemas and the SDK import these; a status or decision word is written
-nowhere else. They are `StrEnum`s, so each member is also the plain string the API sends.
+The server's models and schemas (client/schemas.py) and the SDK import these; a status or
+decision word is written nowhere else. They are `StrEnum`s, so each member is also the plain
+string the API sends.
 """
 
 from __future__ import annotations
@@ -48,6 +50,37 @@ class RunKind(StrEnum):
     FIRST = "first"  # an experiment's first run: for a candidate, the screening run
     CONFIRMATION = "confirmation"  # another run of a promising candidate
     REPEAT = "repeat"  # another run of the best: its noise and its value get more precise
+
+
+class Rule(StrEnum):  # how the server decides keep or revert (server/judge.py)
+    NOISE_AWARE = "noise_aware"
+    GREEDY = "greedy"
+
+
+class Part(StrEnum):
+    """The part of train.py a kind of change is about."""
+
+    CONSTANT = "constant"
+    REGION = "region"
+
+
+class Direction(StrEnum):
+    """How a constant's value moved."""
+
+    UP = "up"
+    DOWN = "down"
+    ADDED = "added"  # the constant is new
+    REMOVED = "removed"  # the constant went
+
+
+class SimilarityKind(StrEnum):
+    """How an earlier change resembles a new one, from the most alike to the least."""
+
+    IDENTICAL = "identical"  # the same train.py (content hash); found by the caller, not by this rule
+    SAME_CHANGE = "same_change"
+    SAME_CHANGE_OTHER_BASE = "same_change_other_base"
+    NEARBY_CONSTANTS = "nearby_constants"
+    OVERLAPPING_CODE = "overlapping_code"
 
 
 FINAL_STATUSES = frozenset(

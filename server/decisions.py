@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import Row, bindparam, func, select
 from sqlalchemy.orm import Session
 
-from client.states import DECIDED_STATUS, Decision, ExperimentStatus, RunKind, RunState
+from client.states import DECIDED_STATUS, Decision, ExperimentStatus, Rule, RunKind, RunState
 from harness.result import RunResult
 from server.candidates import commit_message, find_same_train_py, queue_candidate
 from server.changes import summarize
@@ -37,7 +37,7 @@ from server.crud import noise as noise_crud
 from server.crud.experiments import agent_names
 from server.crud.project import current_best, load_project
 from server.crud.runs import cancel_queued_runs, count_runs, queue_runs
-from server.judge import Action, Comparison, Evidence, Reference, Rule, Sample, Snapshot, Verdict, judge
+from server.judge import Action, Comparison, Evidence, Reference, Sample, Snapshot, Verdict, judge
 from server.judge import Run as JudgedRun
 from server.models import EXPERIMENTS, Experiment, Project, Run, utcnow
 from server.patches import PatchError, carry_over

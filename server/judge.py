@@ -39,12 +39,7 @@ from statistics import NormalDist
 
 import mpmath
 
-from client.states import Decision
-
-
-class Rule(StrEnum):
-    NOISE_AWARE = "noise_aware"
-    GREEDY = "greedy"
+from client.states import Decision, Rule
 
 
 class Action(StrEnum):

@@ -22,25 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import StrEnum
 
+from client.states import Direction, Part
 from server.changes import ChangeSummary
-
-
-class Part(StrEnum):
-    """The part of train.py a kind of change is about."""
-
-    CONSTANT = "constant"
-    REGION = "region"
-
-
-class Direction(StrEnum):
-    """How a constant's value moved."""
-
-    UP = "up"
-    DOWN = "down"
-    ADDED = "added"  # the constant is new
-    REMOVED = "removed"  # the constant went
 
 
 @dataclass(frozen=True, order=True)

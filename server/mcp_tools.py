@@ -6,7 +6,8 @@ limits and errors are the routes' own, and a tool answers exactly what the API w
 inputs are the fields of the request body (`SubmitIn`, `NoteIn`, `SimilarIn`) or of the query
 parameters (`ExperimentsQuery`, `NotesQuery`, ... in server/api/params.py) of the route it calls:
 same names, types, limits and descriptions (tests/server/test_mcp_schemas.py). The tools return
-the API's response models, which the SDK publishes as their output schemas.
+the API's response models (client/schemas.py, which the Python SDK returns too), which the MCP
+SDK publishes as their output schemas.
 
 Two transports serve these tools: stdio (`autoresearch mcp`, cli/mcp.py) and streamable HTTP at
 /mcp in the server itself (server/mcp_http.py). Each gives `build_mcp` its way to reach the API
@@ -14,7 +15,8 @@ for the request at hand (`Connect`).
 
 An API error becomes an MCP tool error (`isError`) whose text is the problem's kind and status, then
 its detail (`patch-does-not-apply (422): hunk 1 ...`), with the problem+json body (and its `kind`)
-as structured content.
+as structured content. An answer the SDK could not read as its model (`SchemaError`) is the tool
+error `answer-not-understood`.
 """
 
 from __future__ import annotations
@@ -30,10 +32,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
-from client import ApiError, Client
-from client.states import FINAL_STATUSES
-from server.api.params import ExperimentsQuery, KeepRatesQuery, NearMissesQuery, NotesQuery
-from server.schemas import (
+from client import ApiError, Client, SchemaError
+from client.api import Submitted
+from client.schemas import (
     BestOut,
     ExperimentOut,
     ExperimentPage,
@@ -49,6 +50,8 @@ from server.schemas import (
     SimilarOut,
     SubmitIn,
 )
+from client.states import FINAL_STATUSES
+from server.api.params import ExperimentsQuery, KeepRatesQuery, NearMissesQuery, NotesQuery
 
 # A client of the REST API for the tool call at hand (the caller's token; closed after the call).
 Connect = Callable[[Context], Client]
@@ -103,6 +106,9 @@ def api_errors(tool: Callable[..., Any]) -> Callable[..., Any]:
         except httpx.HTTPError as error:
             detail = f"no answer from the server ({type(error).__name__}: {error})"
             return problem_result("server-unreachable", None, detail, {"detail": detail})
+        except SchemaError as error:
+            problem = {"detail": str(error), "endpoint": error.endpoint, "model": error.model}
+            return problem_result("answer-not-understood", None, str(error), problem)
 
     return call
 
@@ -133,19 +139,26 @@ def tail(text: str, lines: int) -> str:
     return "\n".join(text.splitlines()[-lines:]) if lines > 0 else ""
 
 
-def report(client: Client, experiment: dict[str, Any], wait_s: float, log_lines: int) -> ExperimentReport:
-    """The experiment once final or after `wait_s`, with its diff and log tail."""
+def report(
+    client: Client,
+    experiment: ExperimentOut,
+    wait_s: float,
+    log_lines: int,
+    submitted: Submitted | None = None,
+) -> ExperimentReport:
+    """The experiment once final or after `wait_s`, with its diff and log tail (and, when it was
+    just `submitted`, whether it existed and what it resembles)."""
     deadline = time.monotonic() + wait_s
-    while experiment["status"] not in FINAL_STATUSES and time.monotonic() < deadline:
+    while experiment.status not in FINAL_STATUSES and time.monotonic() < deadline:
         time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
-        experiment = client.experiment(experiment["id"])
+        experiment = client.experiment(experiment.id)
     return ExperimentReport(
-        experiment=ExperimentOut.model_validate(experiment),
-        decided=experiment["status"] in FINAL_STATUSES,
-        existing=bool(experiment.get("existing")),
-        diff=client.diff(experiment["id"]),
-        log_tail=tail(client.log(experiment["id"]), log_lines),
-        similar=experiment.get("similar", []),
+        experiment=experiment,
+        decided=experiment.status in FINAL_STATUSES,
+        existing=submitted is not None and submitted.existing,
+        diff=client.diff(experiment.id),
+        log_tail=tail(client.log(experiment.id), log_lines),
+        similar=[] if submitted is None else submitted.similar,
     )
 
 
@@ -168,7 +181,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         """The current best train.py and its val_bpb (the mean of its runs ± its standard error).
         Start every change from this train.py."""
         with connect(ctx) as client:
-            return BestOut.model_validate(client.best())
+            return client.best()
 
     @mcp.tool()
     @api_errors
@@ -181,7 +194,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         kept (it beat the best beyond the noise) or not, with effect ± noise and the reason."""
         with connect(ctx) as client:
             submitted = client.submit(**{k: v for k, v in change.items() if v is not None})
-            return report(client, submitted, wait_s, log_lines)
+            return report(client, submitted, wait_s, log_lines, submitted)
 
     @mcp.tool()
     @api_errors
@@ -204,14 +217,14 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         (`constant="MATRIX_LR"`) or text of the lines it changed: what was tried, kept, reverted or
         failed, before you try it again."""
         with connect(ctx) as client:
-            return ExperimentPage.model_validate(client.experiments(**query))
+            return client.experiments(**query)
 
     @mcp.tool()
     @api_errors
     def leaderboard(ctx: Context) -> LeaderboardOut:
         """The best, the noise, the lineage of kept changes, the best results and each agent's standing."""
         with connect(ctx) as client:
-            return LeaderboardOut.model_validate(client.leaderboard())
+            return client.leaderboard()
 
     @mcp.tool()
     @api_errors
@@ -219,7 +232,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         """The decision rule's settings and the run-to-run noise of val_bpb per platform: an effect
         smaller than the noise is not evidence."""
         with connect(ctx) as client:
-            return NoiseListOut.model_validate(client.noise())
+            return client.noise()
 
     @mcp.tool()
     @api_errors
@@ -228,7 +241,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         """Notes agents and people left (findings, hypotheses, plans), newest first. Read the
         recent ones before proposing."""
         with connect(ctx) as client:
-            return NotePage.model_validate(client.notes(experiment_id=query.pop("experiment"), **query))
+            return client.notes(experiment_id=query.pop("experiment"), **query)
 
     @mcp.tool()
     @api_errors
@@ -237,7 +250,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         """Leave a note for the other agents: one per finding, tied to the experiment or commit it
         is about."""
         with connect(ctx) as client:
-            return NoteOut.model_validate(client.post_note(**note))
+            return client.post_note(**note)
 
     # Has this been tried: near misses and keep rates ------------------------------------------
 
@@ -250,7 +263,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         effect ± se, runs, the constants and regions each changed, and whether its diff still
         applies to the best: candidates to combine into one change."""
         with connect(ctx) as client:
-            return NearMissesOut.model_validate(client.near_misses(**query))
+            return client.near_misses(**query)
 
     @mcp.tool()
     @api_errors
@@ -260,7 +273,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         `LR down`) and per region of train.py (a function, class or method, or `module`), how many
         decided experiments tried it, were measured, were kept, and the best effect seen."""
         with connect(ctx) as client:
-            return KeepRatesOut.model_validate(client.keep_rates(**query))
+            return client.keep_rates(**query)
 
     # Has this been tried? ------------------------------------------------------------------
 
@@ -273,9 +286,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         to nearby values, the same lines changed, the same diff on another base), with their
         outcomes. Nothing is submitted. Skip or rethink a change that was already measured."""
         with connect(ctx) as client:
-            return SimilarOut.model_validate(
-                client.similar_to(**{k: v for k, v in change.items() if v is not None})
-            )
+            return client.similar_to(**{k: v for k, v in change.items() if v is not None})
 
     @mcp.tool()
     @api_errors
@@ -283,6 +294,6 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         """The other experiments whose change is the same or nearly the same as this experiment's,
         most alike first, with their outcomes."""
         with connect(ctx) as client:
-            return SimilarOut.model_validate(client.similar(experiment_id))
+            return client.similar(experiment_id)
 
     return mcp

@@ -333,9 +333,9 @@ class ChangeKind(Base):
     __tablename__ = "change_kinds"
 
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), primary_key=True)
-    part: Mapped[str] = mapped_column(String(16), primary_key=True)  # keep_rates.Part
+    part: Mapped[str] = mapped_column(String(16), primary_key=True)  # client.states.Part
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
-    direction: Mapped[str | None] = mapped_column(String(8))  # keep_rates.Direction; constants only
+    direction: Mapped[str | None] = mapped_column(String(8))  # client.states.Direction; constants only
     old: Mapped[float | None] = mapped_column(Float)  # a constant's value before (None: it is new)
     new: Mapped[float | None] = mapped_column(Float)  # and after (None: it went)
 

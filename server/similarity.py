@@ -29,8 +29,8 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 
+from client.states import SimilarityKind
 from server.changes import ChangeSummary, ConstantChange
 
 # Two values of a constant are nearby when they are within a quarter of a doubling of each other
@@ -40,16 +40,6 @@ from server.changes import ChangeSummary, ConstantChange
 # factor drawn from [1/2, 2]; each nearby value measured covers a quarter of that range around it.
 NEARBY = math.log(2.0) / 4
 MIN_OVERLAP = 0.5  # most of the code lines (Jaccard) in common
-
-
-class SimilarityKind(StrEnum):
-    """How an earlier change resembles a new one, from the most alike to the least."""
-
-    IDENTICAL = "identical"  # the same train.py (content hash); found by the caller, not by this rule
-    SAME_CHANGE = "same_change"
-    SAME_CHANGE_OTHER_BASE = "same_change_other_base"
-    NEARBY_CONSTANTS = "nearby_constants"
-    OVERLAPPING_CODE = "overlapping_code"
 
 
 _ORDER = {kind: position for position, kind in enumerate(SimilarityKind)}

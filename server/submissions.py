@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from client.schemas import ExperimentOut, SimilarExperiment, SimilarIn, SubmitIn
 from client.states import ExperimentStatus, RunKind
 from server.candidates import commit_message, find_same_train_py, queue_candidate
 from server.changes import summarize
@@ -30,7 +31,6 @@ from server.decisions import best_repeats_due
 from server.models import Experiment, IdempotencyKey, Project
 from server.patches import PatchError, apply_patch, parse_patch
 from server.research_repo import blob_sha
-from server.schemas import ExperimentOut, SimilarExperiment, SimilarIn, SubmitIn
 from server.similarity import Change
 
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from client import ApiError, Client
+from client import ApiError, Client, SchemaError
 from worker.backoff import Backoff, describe, is_transient
 from worker.lease import LeaseKeeper
 from worker.spool import Spool, SpooledResult
@@ -113,27 +113,37 @@ class ResultSender:
                     self.spool.pending_dir,
                 )
                 return False
-            if not isinstance(exc, ApiError):
+            if isinstance(exc, SchemaError):
+                # A success status: the server has the result; only its answer is not the model.
+                self.spool.acknowledge(entry.result_id)
+                self.log.warning(
+                    "experiment %s: result %s recorded, but the answer was not understood: %s",
+                    entry.experiment_id,
+                    entry.result_id,
+                    exc,
+                )
+            elif not isinstance(exc, ApiError):
                 # A bug here must not lose the result: keep it spooled and try again later.
                 self.log.exception(
                     "experiment %s: sending result %s failed", entry.experiment_id, entry.result_id
                 )
                 return False
-            where = self.spool.reject(entry.result_id, describe(exc))
-            self.log.error(
-                "experiment %s: the server refused result %s for good (%s); kept in %s",
-                entry.experiment_id,
-                entry.result_id,
-                describe(exc),
-                where,
-            )
+            else:
+                where = self.spool.reject(entry.result_id, describe(exc))
+                self.log.error(
+                    "experiment %s: the server refused result %s for good (%s); kept in %s",
+                    entry.experiment_id,
+                    entry.result_id,
+                    describe(exc),
+                    where,
+                )
         else:
             self.spool.acknowledge(entry.result_id)
             self.log.info(
                 "experiment %s: result recorded, decision %s (%s)",
                 entry.experiment_id,
-                answer.get("decision"),
-                answer.get("reason"),
+                answer.decision,
+                answer.reason,
             )
         with self._lock:
             keeper = self._keepers.pop(entry.result_id, None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from datetime import datetime
 from typing import TypeVar
 
 from client import ApiError, Client
@@ -63,7 +64,7 @@ class LeaseKeeper:
         self.cancel = threading.Event()
         self.cancel_reason: str | None = None
         self.lost = False  # the server no longer holds this lease for us
-        self.expires_at: str | None = None
+        self.expires_at: datetime | None = None
         self._unreachable = False  # logged once per outage, not once per second
         self._run_over = False
         self._events: list[ProgressEvent] = []
@@ -132,10 +133,10 @@ class LeaseKeeper:
         except Exception as exc:
             self._on_error("heartbeat", exc)
             return False
-        self.expires_at = answer.get("lease_expires_at")
-        self.progress_interval = float(answer.get("progress_seconds", self.progress_interval))
+        self.expires_at = answer.lease_expires_at
+        self.progress_interval = answer.progress_seconds
         self._reachable()
-        if answer.get("cancel"):
+        if answer.cancel:
             self._cancel("the server asked to cancel this experiment", lost=False)
         return True
 
@@ -169,7 +170,7 @@ class LeaseKeeper:
             if self._unreachable:
                 return
             self._unreachable = True
-            until = f" (lease held until {self.expires_at})" if self.expires_at else ""
+            until = f" (lease held until {self.expires_at.isoformat()})" if self.expires_at else ""
             meanwhile = "the result waits in the spool" if self._run_over else "the run goes on"
             self.log.warning(
                 "lease %s: %s not delivered, waiting for the server: %s; %s%s",

@@ -17,7 +17,8 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from client import ApiError, Client
+from client import ApiError, Client, SchemaError
+from client.schemas import ClaimOut
 from harness.config import HarnessSettings
 from harness.result import RunResult
 from harness.runner import close_warm_sandbox, run_experiment, warm_up
@@ -84,12 +85,12 @@ def select_device(options: WorkerOptions) -> Platform:
     return probe_gpu()
 
 
-def hash_mismatch(claim: dict[str, Any]) -> str | None:
+def hash_mismatch(claim: ClaimOut) -> str | None:
     """Why the claim's train.py is not the one the server hashed, or None when it is."""
-    digest = hashlib.sha256(claim["train_py"].encode()).hexdigest()
-    if digest == claim["train_py_sha256"]:
+    digest = hashlib.sha256(claim.train_py.encode()).hexdigest()
+    if digest == claim.train_py_sha256:
         return None
-    return f"train.py has sha256 {digest}, the server said {claim['train_py_sha256']}"
+    return f"train.py has sha256 {digest}, the server said {claim.train_py_sha256}"
 
 
 @dataclass
@@ -136,23 +137,23 @@ class Worker:
                     f"device {self.platform.device!r})"
                 ) from exc
             raise
-        if answer["harness_id"] != self.harness_id:
+        if answer.harness_id != self.harness_id:
             raise WorkerError(
-                f"the server registered this worker for harness {answer['harness_id']}, "
+                f"the server registered this worker for harness {answer.harness_id}, "
                 f"but its data is prepared for {self.harness_id}"
             )
-        self.worker_id = answer["worker_id"]
-        self.heartbeat_seconds = float(answer["heartbeat_seconds"])
+        self.worker_id = answer.worker_id
+        self.heartbeat_seconds = answer.heartbeat_seconds
         log.info(
             "registered as worker %s (%s, platform %s, lease %s s, heartbeat %s s)",
             self.worker_id,
             self.name,
-            answer["platform"],
-            answer["lease_seconds"],
-            answer["heartbeat_seconds"],
+            answer.platform,
+            answer.lease_seconds,
+            answer.heartbeat_seconds,
         )
 
-    def claim(self) -> dict[str, Any] | None:
+    def claim(self) -> ClaimOut | None:
         try:
             return retry(
                 lambda: self.client.claim(self.worker_id, wait_s=CLAIM_WAIT_S),
@@ -196,7 +197,7 @@ class Worker:
                 continue
             idle = False
             if self.stop.finish.is_set():
-                self.release(claim["lease_id"], "worker stopping before the run started")
+                self.release(claim, "worker stopping before the run started")
                 break
             try:
                 self.run_claimed(claim)
@@ -204,9 +205,9 @@ class Worker:
                 raise
             except Exception as exc:
                 if not isinstance(exc, AttributedFailure):  # not in the run itself (e.g. spooling)
-                    log.exception("experiment %s: the worker failed", claim["experiment_id"])
-                    self.release(claim["lease_id"], f"worker error: {describe(exc)}", count_attempt=True)
-                failed.add(claim["experiment_id"])
+                    log.exception("experiment %s: the worker failed", claim.experiment_id)
+                    self.release(claim, f"worker error: {describe(exc)}", count_attempt=True)
+                failed.add(claim.experiment_id)
                 if len(failed) >= MAX_RUNNER_FAILURES:
                     raise WorkerError(
                         f"the runner failed on {len(failed)} experiments in a row; see the log above"
@@ -215,7 +216,7 @@ class Worker:
             else:
                 failed.clear()
 
-    def attribute_failure(self, lease_id: str, reason: str) -> None:
+    def attribute_failure(self, claim: ClaimOut, reason: str) -> None:
         """A run failed in the runner, the sandbox or the scorer: whose fault was it?
 
         The worker runs its preflight again. If a check fails, the worker is broken: the
@@ -227,38 +228,37 @@ class Worker:
         try:
             preflight(self.settings, self.harness_id, self.platform.cuda, self.options.unsafe_no_sandbox)
         except PreflightError as exc:
-            self.release(lease_id, f"worker fault ({exc}): {reason}", count_attempt=False)
+            self.release(claim, f"worker fault ({exc}): {reason}", count_attempt=False)
             raise WorkerError(f"this worker cannot run experiments: {exc}") from exc
-        self.release(lease_id, f"worker error: {reason}", count_attempt=True)
+        self.release(claim, f"worker error: {reason}", count_attempt=True)
 
-    def run_claimed(self, claim: dict[str, Any]) -> None:
+    def run_claimed(self, claim: ClaimOut) -> None:
         claimed_at = time.time()
-        lease_id, experiment_id = claim["lease_id"], claim["experiment_id"]
+        lease_id, experiment_id = claim.lease_id, claim.experiment_id
         log.info(
             "experiment %s run %s (seed %s, attempt %s): claimed, lease %s",
             experiment_id,
-            claim["run"],
-            claim["seed"],
-            claim["attempt"],
+            claim.run,
+            claim.seed,
+            claim.attempt,
             lease_id,
         )
-        train_py: str = claim["train_py"]
         mismatch = hash_mismatch(claim)
         if mismatch is not None:
             log.error("experiment %s: %s; not running it", experiment_id, mismatch)
             # Counted: were the server to send a corrupt train.py every time, the experiment ends
             # as an infrastructure failure after MAX_ATTEMPTS instead of going round the fleet.
-            self.release(lease_id, "train.py content hash mismatch", count_attempt=True)
+            self.release(claim, "train.py content hash mismatch", count_attempt=True)
             return
         candidate = self.work_root / "train.py"
-        candidate.write_text(train_py)
+        candidate.write_text(claim.train_py)
         keeper = LeaseKeeper(
             self.client,
             lease_id,
             experiment_id,
             self.heartbeat_seconds,
             log,
-            progress_interval=float(claim.get("progress_seconds", 1.0)),  # scaled to the fleet
+            progress_interval=claim.progress_seconds,  # scaled to the fleet
         ).start()
         self.stop.watch_run(keeper.cancel)
         started_at = time.time()
@@ -270,7 +270,7 @@ class Worker:
                 cancel=keeper.cancel,
                 # The next run's train sandbox starts while this one is scored (see run()).
                 keep_warm=True,
-                seed=claim["seed"],
+                seed=claim.seed,
                 **self.runner_options(),
             )
             if result.error_class in WORKER_FAULT_CLASSES:
@@ -278,7 +278,7 @@ class Worker:
         except Exception as exc:
             log.exception("experiment %s: the runner failed", experiment_id)
             try:  # the lease is still heartbeated while the worker checks itself
-                self.attribute_failure(lease_id, describe(exc))
+                self.attribute_failure(claim, describe(exc))
             finally:
                 keeper.stop()
             raise AttributedFailure(describe(exc)) from exc
@@ -298,7 +298,7 @@ class Worker:
                     "experiment %s: dropped, the lease was lost (%s)", experiment_id, keeper.cancel_reason
                 )
             else:
-                self.release(lease_id, keeper.cancel_reason or "worker stopping now")
+                self.release(claim, keeper.cancel_reason or "worker stopping now")
             return
         entry = new_entry(lease_id, experiment_id, result.model_dump(mode="json"))
         self.spool.put(entry)
@@ -314,8 +314,9 @@ class Worker:
         if self.options.timings is not None:
             self.record_timings(experiment_id, claimed_at, started_at, result)
 
-    def release(self, lease_id: str, reason: str, count_attempt: bool = False) -> None:
-        """Give the experiment back to the queue; a few quick tries, then lease expiry covers it."""
+    def release(self, claim: ClaimOut, reason: str, count_attempt: bool = False) -> None:
+        """Give the claimed experiment back to the queue; a few quick tries, then lease expiry covers it."""
+        lease_id = claim.lease_id
         backoff = Backoff(base=0.5, cap=2.0)
         for _ in range(3):
             try:
@@ -348,6 +349,15 @@ class Worker:
         }
         with open(self.options.timings, "a") as f:
             f.write(json.dumps(line) + "\n")
+
+
+def _why_it_stopped(exc: Exception) -> str:
+    """One line for the log: why the worker cannot go on."""
+    if isinstance(exc, ApiError):
+        return f"the server refused: {describe(exc)}"
+    if isinstance(exc, SchemaError):
+        return f"the server's answer was not understood (a server of another version?): {exc}"
+    return str(exc)
 
 
 def run_worker(options: WorkerOptions, settings: HarnessSettings) -> int:
@@ -405,8 +415,8 @@ def _run_with_state(
         worker.run()
     except Stopped:
         pass
-    except (WorkerError, DataCacheError, PreflightError, ApiError) as exc:
-        log.error("%s", f"the server refused: {describe(exc)}" if isinstance(exc, ApiError) else exc)
+    except (WorkerError, DataCacheError, PreflightError, ApiError, SchemaError) as exc:
+        log.error("%s", _why_it_stopped(exc))
         code = 1
     finally:
         close_warm_sandbox()

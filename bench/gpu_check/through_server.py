@@ -23,7 +23,6 @@ from __future__ import annotations
 import signal
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +61,8 @@ def timed_prepare(settings: HarnessSettings) -> dict[str, Any]:
 
 
 def started_at(project: Project, experiment_id: int) -> float | None:
-    value = project.experiment(experiment_id)["started_at"]
-    return datetime.fromisoformat(value).timestamp() if value else None
+    value = project.experiment(experiment_id).started_at
+    return value.timestamp() if value else None
 
 
 def run_figures(row: dict[str, Any]) -> dict[str, Any]:
@@ -90,7 +89,7 @@ def start_worker(project: Project, mode: str, log: Path) -> WorkerProcess:
 
 def measure(results: Results, project: Project, worker: WorkerProcess, log: Path, baseline: str) -> None:
     pickup = submit_when_idle(project, worker, log, baseline, queued=1, timeout=WAIT_S)
-    decision = project.experiment(1)["status"]
+    decision = project.experiment(1).status
     results.update(SECTION, experiment_1={**run_figures(timings(log)[1]), "decision": decision})
     pickup_id, (queued_id,), submitted = pickup.pickup_id, pickup.queued_ids, pickup.submitted_at
     claimed = wait_until(lambda: timings(log).get(pickup_id), WAIT_S, "the pickup experiment")

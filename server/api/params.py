@@ -11,11 +11,10 @@ from typing import Annotated
 from fastapi import Query
 from pydantic import BaseModel, Field
 
-from client.states import ExperimentStatus
+from client.schemas import SHA_PATTERN
+from client.states import ExperimentStatus, Part
 from server.core.problems import Problem
-from server.keep_rates import Part
 from server.near_misses import DEFAULT_SIGMAS, MAX_SIGMAS
-from server.schemas import SHA_PATTERN
 
 # RFC 3339 date-times, which have a time zone (a number, which pydantic would read as a Unix time,
 # or a naive time is refused).

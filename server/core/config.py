@@ -15,7 +15,8 @@ from annotated_types import Ge, Gt, Le, Lt
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from server.judge import Rule, RuleSettings
+from client.states import Rule
+from server.judge import RuleSettings
 
 
 class ServerSettings(BaseSettings):

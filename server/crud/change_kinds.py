@@ -25,10 +25,10 @@ from sqlalchemy import bindparam, delete, exists, insert, select, update
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from client.states import Decision
+from client.states import Decision, Direction, Part
 from server.changes import ChangeSummary, summarize
 from server.context import AppContext
-from server.keep_rates import Direction, Kind, Outcome, Part, kinds_of
+from server.keep_rates import Kind, Outcome, kinds_of
 from server.models import CHANGE_KINDS, EXPERIMENTS, RESULTS
 from server.research_repo import ResearchRepo, UnknownCommit
 

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 from sqlalchemy import and_, bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
+from client.schemas import BestBefore, ComparisonOut, ExperimentOut, ExperimentPage, ResultOut, RunOut
 from client.states import RunState
 from server.crud.runs import runs_of
 from server.models import ApiToken, Experiment, Result, Run
-from server.schemas import BestBefore, ComparisonOut, ExperimentOut, ExperimentPage, ResultOut, RunOut
 
 if TYPE_CHECKING:  # server.crud.similar reads agent names from here
     from server.crud.similar import Touched

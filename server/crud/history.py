@@ -15,17 +15,7 @@ from cachetools import LRUCache
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from client.states import Decision
-from server.crud import change_kinds
-from server.crud import noise as noise_crud
-from server.crud.experiments import BASELINE_AGENT, agent_names
-from server.crud.project import load_project
-from server.keep_rates import Direction, KeepRates, Part, Tally, keep_rates
-from server.models import EXPERIMENTS, Experiment
-from server.near_misses import Measured, NearMiss, near_misses
-from server.patches import PatchError, carry_over
-from server.research_repo import ResearchRepo, UnknownCommit
-from server.schemas import (
+from client.schemas import (
     BestEffectOut,
     ChangeOut,
     ConstantSetOut,
@@ -35,6 +25,16 @@ from server.schemas import (
     NearMissesOut,
     NearMissOut,
 )
+from client.states import Decision, Direction, Part
+from server.crud import change_kinds
+from server.crud import noise as noise_crud
+from server.crud.experiments import BASELINE_AGENT, agent_names
+from server.crud.project import load_project
+from server.keep_rates import KeepRates, Tally, keep_rates
+from server.models import EXPERIMENTS, Experiment
+from server.near_misses import Measured, NearMiss, near_misses
+from server.patches import PatchError, carry_over
+from server.research_repo import ResearchRepo, UnknownCommit
 
 T = TypeVar("T")
 _REVERTED_AND_MEASURED = select(

@@ -18,7 +18,8 @@ from typing import Any
 from sqlalchemy import Row, Update, bindparam, case, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from client.states import RETRYABLE_STATUSES, ExperimentStatus, RunState
+from client.schemas import ClaimOut, HeartbeatOut, ProgressEventIn
+from client.states import RETRYABLE_STATUSES, ExperimentStatus, Rule, RunState
 from server.context import AppContext, Tx
 from server.core.problems import Problem
 from server.crud import noise as noise_crud
@@ -26,7 +27,6 @@ from server.crud.project import load_project
 from server.crud.runs import cancel_queued_runs, live_runs
 from server.crud.tokens import Principal
 from server.decisions import reapply_before_running
-from server.judge import Rule
 from server.models import (
     EXPERIMENTS,
     LEASES,
@@ -39,7 +39,6 @@ from server.models import (
     Worker,
     utcnow,
 )
-from server.schemas import ClaimOut, HeartbeatOut, ProgressEventIn
 
 ACTIVE, EXPIRED, RELEASED, FINISHED = "active", "expired", "released", "finished"
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from sqlalchemy import ColumnElement, and_, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session
 
+from client.schemas import NoiseOut
 from client.states import RunKind
 from server.judge import Noise
 from server.models import EXPERIMENTS, NOISE, RUNS, NoiseEstimate, Result, utcnow
 from server.noise_pool import pool
-from server.schemas import NoiseOut
 
 
 @dataclass(frozen=True)

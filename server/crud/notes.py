@@ -7,9 +7,9 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from client.schemas import NoteOut, NotePage
 from server.crud.experiments import agent_names
 from server.models import ApiToken, Note
-from server.schemas import NoteOut, NotePage
 
 
 def add_note(

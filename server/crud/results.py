@@ -6,6 +6,7 @@ from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from client.schemas import ResultIn, ResultOutcome
 from client.states import RunState
 from server.context import AppContext
 from server.core.problems import Problem
@@ -13,7 +14,6 @@ from server.crud.leases import FINISHED, locked_lease, require_held, set_lease
 from server.crud.tokens import Principal
 from server.decisions import decide
 from server.models import EXPERIMENTS, RESULTS, RUNS, Experiment, Result, utcnow
-from server.schemas import ResultIn, ResultOutcome
 
 RESULT_COLUMNS = frozenset(RESULTS.columns.keys())
 _INSERT_RESULT = insert(RESULTS)

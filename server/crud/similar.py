@@ -25,6 +25,8 @@ from typing import Any
 from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session
 
+from client.schemas import SimilarExperiment
+from client.states import SimilarityKind
 from server.changes import ChangeSummary, ConstantChange, summarize
 from server.context import AppContext
 from server.crud.experiments import BASELINE_AGENT, agent_names
@@ -35,12 +37,10 @@ from server.models import (
     ExperimentCodeLine,
     ExperimentConstant,
 )
-from server.schemas import SimilarExperiment
 from server.similarity import (
     Change,
     Match,
     Similarity,
-    SimilarityKind,
     code_lines,
     nearby_range,
     rank,

@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import Row, case, func, select
 from sqlalchemy.orm import Session
 
+from client.schemas import AgentStanding, BestOut, LineageEntry, RankedResult
 from client.states import ExperimentStatus
 from server.crud import noise as noise_crud
 from server.crud.experiments import BASELINE_AGENT, agent_names
@@ -14,7 +15,6 @@ from server.crud.project import best_sample, load_project
 from server.crud.tokens import ENV_ADMIN_NAME
 from server.models import ApiToken, Experiment
 from server.research_repo import ResearchRepo
-from server.schemas import AgentStanding, BestOut, LineageEntry, RankedResult
 
 
 def best(session: Session, repo: ResearchRepo) -> BestOut | None:

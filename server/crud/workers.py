@@ -9,12 +9,12 @@ from datetime import timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from client.schemas import RegisterIn, RegisterOut
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud.project import load_project
 from server.crud.tokens import Principal
 from server.models import Worker, utcnow
-from server.schemas import RegisterIn, RegisterOut
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,13 @@ from typing import Literal, NamedTuple
 from sqlalchemy import Select, case, func, select
 from sqlalchemy.orm import Session
 
+from client.schemas import NoiseOut
 from client.states import ExperimentStatus, RunState
 from server.crud import noise as noise_crud
 from server.crud.experiments import BASELINE_AGENT
 from server.crud.project import best_sample, load_project
 from server.judge import Noise
 from server.models import ApiToken, Experiment, Lease, Note, Result, Run, Worker, utcnow
-from server.schemas import NoiseOut
 
 # Statuses that end an experiment with an outcome worth plotting (cancelled ones were stopped,
 # not judged).

@@ -15,10 +15,10 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from client.schemas import ExperimentOut, ResultOut
 from harness.config import HarnessSettings
 from harness.prepared import PreparedPaths
 from tests.deploy.slurm_cluster import GPUS, SlurmCluster
@@ -104,19 +104,19 @@ class Fleet:
 
         wait_until(going, 180, f"experiment {experiment_id} to run in job {job_id}")
 
-    def measured(self, experiment_id: int, job_id: str) -> dict[str, Any]:
-        def done() -> dict[str, Any] | None:
+    def measured(self, experiment_id: int, job_id: str) -> ExperimentOut:
+        def done() -> ExperimentOut | None:
             experiment = self.project.experiment(experiment_id)
-            if experiment["result"] is not None:
+            if experiment.result is not None:
                 return experiment
             assert self.slurm.job(job_id)["JobState"] in {"PENDING", "RUNNING"}, self.log(job_id)
             return None
 
         return wait_until(done, 180, f"experiment {experiment_id} to be measured by job {job_id}")
 
-    def queued_again(self, experiment_id: int) -> dict[str, Any]:
+    def queued_again(self, experiment_id: int) -> ExperimentOut:
         return wait_until(
-            lambda: (e := self.project.experiment(experiment_id))["status"] == "queued" and e,
+            lambda: (e := self.project.experiment(experiment_id)).status == "queued" and e,
             30,
             f"experiment {experiment_id} to be back in the queue",
         )
@@ -153,13 +153,13 @@ def fleet(
         project.close()
 
 
-def scored(result: dict[str, Any] | None) -> bool:
+def scored(result: ResultOut | None) -> bool:
     """A run the harness trained and scored to the end (not killed, cancelled or timed out).
 
     `over_budget` counts: on a busy test machine the bigram's steps can slow down past the
     budget's tolerance, and the harness still measures the run in full.
     """
-    return result is not None and result["status"] in {"ok", "over_budget"} and result["val_bpb"] is not None
+    return result is not None and result.status in {"ok", "over_budget"} and result.val_bpb is not None
 
 
 def script_signal() -> str:
@@ -174,7 +174,7 @@ def test_a_job_measures_submissions_survives_a_requeue_and_gives_its_run_back_on
     slurm, project, node = fleet.slurm, fleet.project, fleet.slurm.node
     job = fleet.sbatch()
     with project.agent() as agent:
-        submitted = [agent.submit(f"lr {lr}", train_py=bigram(lr))["id"] for lr in (0.1, 0.2)]
+        submitted = [agent.submit(f"lr {lr}", train_py=bigram(lr)).id for lr in (0.1, 0.2)]
 
     # One worker per GPU, named after the node's GPU that Slurm gave its task.
     gpu_workers = {f"{node}-gpu{index}" for index in range(GPUS)}
@@ -191,7 +191,7 @@ def test_a_job_measures_submissions_survives_a_requeue_and_gives_its_run_back_on
     assert [path.name for path in (fleet.node_data / "prepared").iterdir()] == ["builtin-v512"]
     assert fleet.log(job).count(f"data ready in {fleet.node_data}/prepared/builtin-v512") == GPUS
 
-    baseline = fleet.measured(1, job)["result"]
+    baseline = fleet.measured(1, job).result
     assert scored(baseline), baseline
 
     # Requeue (what preemption does to a --requeue job) while both workers run an experiment.
@@ -200,13 +200,13 @@ def test_a_job_measures_submissions_survives_a_requeue_and_gives_its_run_back_on
     slurm.run("scontrol", "requeue", job)
     for experiment_id in submitted:
         given_back = fleet.queued_again(experiment_id)
-        assert given_back["result"] is None and given_back["attempts"] == 0  # released, not counted
+        assert given_back.result is None and given_back.attempts == 0  # released, not counted
         assert [state for state, _name in fleet.leases(experiment_id)] == ["released"]
     assert slurm.wait_state(job, {"PENDING"}, 90)["Restarts"] == "1"
     # Slurm holds a requeued batch job for two minutes (its BeginTime); the test does not wait.
     slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")
     for experiment_id in submitted:
-        result = fleet.measured(experiment_id, job)["result"]
+        result = fleet.measured(experiment_id, job).result
         assert scored(result), result
         (first, second) = fleet.leases(experiment_id)
         assert first[0] == "released" and second[0] == "finished" and second[1] in gpu_workers
@@ -215,7 +215,7 @@ def test_a_job_measures_submissions_survives_a_requeue_and_gives_its_run_back_on
 
     # scancel while a worker runs an experiment: it goes back to the queue, uncounted.
     with project.agent() as agent:
-        last = agent.submit("lr 0.3", train_py=bigram(0.3))["id"]
+        last = agent.submit("lr 0.3", train_py=bigram(0.3)).id
     fleet.running(last, job)
     slurm.run("scancel", job)
     assert slurm.wait_state(job, {"CANCELLED"}, 90)
@@ -224,11 +224,11 @@ def test_a_job_measures_submissions_survives_a_requeue_and_gives_its_run_back_on
     # worker may have claimed it between its release and its own stop, and released it too, so
     # the leases are looked at only when no worker is left.)
     given_back = fleet.queued_again(last)
-    assert given_back["result"] is None and given_back["attempts"] == 0
+    assert given_back.result is None and given_back.attempts == 0
     assert {state for state, _name in fleet.leases(last)} == {"released"}
     assert "released: worker stopping now" in fleet.log(job)
     # Nothing lost: every result is recorded, none waits undelivered in a worker's spool.
-    assert all(scored(project.experiment(e)["result"]) for e in (1, *submitted))
+    assert all(scored(project.experiment(e).result) for e in (1, *submitted))
     assert not list(fleet.node_data.glob("workers/*/spool/pending/*"))
 
 
@@ -238,7 +238,7 @@ def test_the_time_limit_signal_lets_the_workers_finish_their_runs(fleet: Fleet) 
     job = fleet.sbatch()
     fleet.running(1, job)
     fleet.slurm.run("scancel", f"--signal={script_signal()}", job)
-    result = fleet.measured(1, job)["result"]
+    result = fleet.measured(1, job).result
     assert scored(result), result  # no sandbox was killed by the signal
     assert fleet.slurm.wait_state(job, {"COMPLETED"}, 90)["ExitCode"] == "0:0"
     assert "SIGUSR1: finishing the current experiment, then exiting" in fleet.log(job)

@@ -54,7 +54,7 @@ def test_submit_prints_the_experiment_id(
 ) -> None:
     assert submitted["quiet"].stdout.strip().isdigit()  # -q: only the id
     assert submitted["edited_id"] != submitted["patch_id"]
-    assert project.experiment(submitted["edited_id"])["description"] == "lr 0.08"
+    assert project.experiment(submitted["edited_id"]).description == "lr 0.08"
     diff = in_process(capsys, "status", str(submitted["edited_id"]), "--diff", server=project.url)
     assert "+LEARNING_RATE = 0.08" in diff.out
 
@@ -64,13 +64,13 @@ def test_submit_wait_follows_the_experiment_to_its_decision(
 ) -> None:
     out = submitted["waited"].stdout
     final = project.experiment(submitted["patch_id"])
-    assert final["status"] in FINAL
-    assert final["hypothesis"] == "a smaller step is steadier"
-    assert out.startswith(f"experiment {final['id']} queued")
-    assert f"experiment {final['id']}: started (attempt " in out
-    assert f"experiment {final['id']}: finished: {final['result']['status']}" in out
-    assert out.strip().splitlines()[-1].startswith(f"experiment {final['id']} {views.outcome(final)}")
-    assert submitted["waited"].returncode == (0 if final["status"] == "kept" else 3)
+    assert final.status in FINAL
+    assert final.hypothesis == "a smaller step is steadier"
+    assert out.startswith(f"experiment {final.id} queued")
+    assert f"experiment {final.id}: started (attempt " in out
+    assert f"experiment {final.id}: finished: {final.result.status}" in out
+    assert out.strip().splitlines()[-1].startswith(f"experiment {final.id} {views.outcome(final)}")
+    assert submitted["waited"].returncode == (0 if final.status == "kept" else 3)
 
 
 def test_an_identical_train_py_is_not_queued_again(project: Project, submitted: dict[str, Any]) -> None:
@@ -105,11 +105,11 @@ def test_best_prints_and_writes_the_best_train_py(
         best = client.best()
     printed = in_process(capsys, "best", server=project.url)
     assert printed.code == 0, printed.err
-    assert printed.out == best["train_py"]
-    assert f"commit {best['commit']}" in printed.err
+    assert printed.out == best.train_py
+    assert f"commit {best.commit}" in printed.err
     written = in_process(capsys, "best", "-o", str(tmp_path / "best.py"), server=project.url)
     assert written.code == 0, written.err
-    assert (tmp_path / "best.py").read_text() == best["train_py"]
+    assert (tmp_path / "best.py").read_text() == best.train_py
 
 
 def test_export_gives_results_tsv_and_import_brings_it_back(
@@ -183,11 +183,11 @@ def test_status_on_best_shows_what_is_tried_on_the_best(
     project.final(submitted["edited_id"])  # the queue is empty: the best stays put below
     with project.agent() as client:
         best = client.best()
-        fresh = client.submit("lr 0.5 on the best", train_py=bigram(0.5), base=best["commit"])
+        fresh = client.submit("lr 0.5 on the best", train_py=bigram(0.5), base=best.commit)
         try:
             shown = in_process(capsys, "status", "--on-best", "--json", server=project.url)
         finally:
-            client.cancel(fresh["id"])  # not needed to run: the listing is what is tested
+            client.cancel(fresh.id)  # not needed to run: the listing is what is tested
     listed = json.loads(shown.out)["experiments"]
-    assert fresh["id"] in [experiment["id"] for experiment in listed]
-    assert all(experiment["base"] == best["commit"] for experiment in listed)
+    assert fresh.id in [experiment["id"] for experiment in listed]
+    assert all(experiment["base"] == best.commit for experiment in listed)

@@ -24,11 +24,11 @@ def test_similar_before_submitting_and_for_an_experiment_and_what_submit_prints(
     assert asked.code == 0, asked.err
     assert asked.out.startswith("1 similar experiment(s), most alike first:\n")
     assert (
-        f"  #{tried['id']} " in asked.out
+        f"  #{tried.id} " in asked.out
         and "nearby_constants, LEARNING_RATE 0.6 (here 0.61) - lr 0.6" in asked.out
     )
     as_json = in_process(capsys, "similar", str(nearby), "--json", server=project.url)
-    assert [s["experiment_id"] for s in json.loads(as_json.out)["similar"]] == [tried["id"]]
+    assert [s["experiment_id"] for s in json.loads(as_json.out)["similar"]] == [tried.id]
     empty = cli("similar", "-", stdin="", server=project.url)
     assert empty.returncode == 1 and "autoresearch similar: standard input is empty" in empty.stderr
     untried = in_process(capsys, "similar", str(write(tmp_path / "far.py", bigram(0.95))), server=project.url)
@@ -37,9 +37,9 @@ def test_similar_before_submitting_and_for_an_experiment_and_what_submit_prints(
     submitted = cli("submit", str(nearby), "-m", "lr 0.61", server=project.url, token=project.agent_token)
     assert submitted.returncode == 0, submitted.stderr
     assert "tried before (most alike first):\n" in submitted.stdout
-    assert f"  #{tried['id']} " in submitted.stdout
+    assert f"  #{tried.id} " in submitted.stdout
     new_id = int(submitted.stdout.split()[1])
-    of_tried = in_process(capsys, "similar", "-e", str(tried["id"]), server=project.url)
+    of_tried = in_process(capsys, "similar", "-e", str(tried.id), server=project.url)
     assert f"  #{new_id} " in of_tried.out
 
 

@@ -37,8 +37,8 @@ def test_random_agent_submits_mutations_of_the_best_and_learns_the_decisions(pro
     with Client(project.url) as client:
         for experiment_id in submitted:
             experiment = client.experiment(experiment_id)
-            assert experiment["agent"] == "random-control"
-            assert experiment["description"].startswith("random: LEARNING_RATE 0.")
+            assert experiment.agent == "random-control"
+            assert experiment.description.startswith("random: LEARNING_RATE 0.")
             changed = [
                 line
                 for line in client.diff(experiment_id).splitlines()
@@ -46,5 +46,5 @@ def test_random_agent_submits_mutations_of_the_best_and_learns_the_decisions(pro
             ]
             # The bigram's only constant is the learning rate: exactly that line changes.
             assert len(changed) == 2 and all("LEARNING_RATE = " in line for line in changed), changed
-        standing = {row["agent"]: row for row in client.agents()["agents"]}
-    assert standing["random-control"]["submitted"] == 2
+        standing = {row.agent: row for row in client.agents().agents}
+    assert standing["random-control"].submitted == 2

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from client.api import Client
+from client.schemas import ResultOutcome
 from tests.pages.live_server import HARNESS_ID, PLATFORM, LiveServer
 
 _MATRIX_LR = re.compile(r"^MATRIX_LR = .*$", re.MULTILINE)
@@ -53,29 +54,29 @@ class Research:
             registered = self._worker.register(
                 name=self.worker_name, device=PLATFORM, memory_gb=80.0, harness_id=HARNESS_ID
             )
-            self._worker_id = str(registered["worker_id"])
+            self._worker_id = str(registered.worker_id)
         return self._worker, self._worker_id
 
     def submit(self, description: str, agent: str = "alice", hypothesis: str | None = None) -> int:
         """Queue a real change of the best train.py (a new matrix learning rate) and return its id."""
         self._counter += 1
-        best = self.agent(agent).best()["train_py"]
+        best = self.agent(agent).best().train_py
         changed = _MATRIX_LR.sub(f"MATRIX_LR = {0.01 + self._counter / 1000:.3f}  # {description}", best, 1)
         assert changed != best, "the baseline train.py has no MATRIX_LR line to change"
         created = self.agent(agent).submit(description, train_py=changed, hypothesis=hypothesis)
-        return int(created["id"])
+        return int(created.id)
 
     def claim(self) -> Lease:
         worker, worker_id = self._registered()
         claimed = worker.claim(worker_id, wait_s=5.0)
         assert claimed is not None, "nothing was queued to claim"
-        return Lease(claimed["lease_id"], claimed["experiment_id"], claimed["attempt"])
+        return Lease(claimed.lease_id, claimed.experiment_id, claimed.attempt)
 
     def progress(self, lease: Lease, fraction: float, step: int, loss: float) -> None:
         event = dict(step=step, loss=loss, fraction=fraction, phase="train", elapsed_s=300 * fraction)
         self.worker.progress(lease.lease_id, [{**event, "tokens_per_s": 250_000.0}])
 
-    def report(self, lease: Lease, val_bpb: float | None, log: str = "") -> dict[str, Any]:
+    def report(self, lease: Lease, val_bpb: float | None, log: str = "") -> ResultOutcome:
         """Send the run's result: ok with `val_bpb`, or a crash when it is None."""
         result: dict[str, Any] = {
             "status": "ok" if val_bpb is not None else "crash",
@@ -96,7 +97,7 @@ class Research:
         }
         return self.worker.result(lease.lease_id, str(uuid.uuid4()), result)
 
-    def run_next(self, val_bpb: float | None) -> dict[str, Any]:
+    def run_next(self, val_bpb: float | None) -> ResultOutcome:
         """Claim the next queued experiment and report its result; the server's decision comes back."""
         lease = self.claim()
         self.progress(lease, 0.5, 400, 3.6)

@@ -76,7 +76,7 @@ def night(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Night]:
             ids[description] = research.submit(
                 description, agent=agent, hypothesis=f"{description} should help"
             )
-            assert research.run_next(val_bpb)["experiment_id"] == ids[description]
+            assert research.run_next(val_bpb).experiment_id == ids[description]
         yield Night(server, research, ids)
         research.close()
 
@@ -122,7 +122,7 @@ def test_a_new_result_appears_without_reloading(page: Page, night: Night, save_s
     expect(page.locator('[data-count="queued"]')).to_have_text("1")
 
     outcome = night.research.run_next(0.9702)
-    assert outcome["experiment_id"] == new_id and outcome["decision"] == "keep"
+    assert outcome.experiment_id == new_id and outcome.decision == "keep"
     expect(row).to_have_attribute("data-status", "kept", timeout=10_000)
     expect(page.locator('[data-stat="best"]')).to_have_text("0.970200")
     page.wait_for_function(f"() => ({CHART_MARKS})().kept === {before['kept'] + 1}", timeout=10_000)

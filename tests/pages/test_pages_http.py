@@ -253,15 +253,14 @@ def test_noise_aware_pages_state_decisions_as_effect_plus_minus_noise(tmp_path: 
         kept = research.submit("a better learning rate")
         research.run_next(0.994)
         answer = research.run_next(0.995)
-        assert answer["decision"] == "keep"
+        assert answer.decision == "keep"
         experiment = research.agent("alice").experiment(kept)
-        comparison = experiment["comparison"]
+        comparison = experiment.comparison
         page = http.get(f"/experiments/{kept}").text
-        assert answer["reason"] in page and experiment["reason"] == answer["reason"]
-        assert f'data-field="effect">{comparison["effect"]:+.4f} ± {comparison["se"]:.4f}<' in page
+        assert answer.reason in page and experiment.reason == answer.reason
+        assert f'data-field="effect">{comparison.effect:+.4f} ± {comparison.se:.4f}<' in page
         assert (
-            'data-field="runs">2 vs 3<' in page
-            and f'data-field="p_value">{comparison["p_value"]:.3f}<' in page
+            'data-field="runs">2 vs 3<' in page and f'data-field="p_value">{comparison.p_value:.3f}<' in page
         )
         rows = re.findall(r'<tr data-run="(\d+)">(.*?)</tr>', page, re.S)
         assert [number for number, _ in rows] == [
@@ -269,13 +268,11 @@ def test_noise_aware_pages_state_decisions_as_effect_plus_minus_noise(tmp_path: 
             "2",
             "3",
         ]  # its runs, and the repeat it got as the best
-        assert all(
-            str(run["seed"]) in cells for run, (_, cells) in zip(experiment["runs"], rows, strict=True)
-        )
+        assert all(str(run.seed) in cells for run, (_, cells) in zip(experiment.runs, rows, strict=True))
         board = http.get("/").text
         summary = re.search(r'<section id="summary".*?</section>', board, re.S).group(0)  # type: ignore[union-attr]
         best = research.agent("alice").best()
-        assert f"± {best['se']:.4f}, mean of 2 runs" in summary
+        assert f"± {best.se:.4f}, mean of 2 runs" in summary
         assert 'data-stat="noise">' in summary and "3 runs of 1 experiment, on" in summary  # the baseline's
         assert re.search(r'class="best-band" d="M[\d.]+ [\d.]+H', board)
         research.close()

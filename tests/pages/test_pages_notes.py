@@ -43,13 +43,13 @@ def test_notes_show_on_the_experiment_page_and_the_notes_page(
     expect(notes.locator(".note-author")).to_have_text("alice")
     # Text is shown as written (escaped), never as markup.
     expect(notes.locator(".note-text")).to_have_text("warmup 2% beats 1% by 0.004 here; <b>next</b>: 3%")
-    assert notes.first.get_attribute("data-note") == str(about["id"])
+    assert notes.first.get_attribute("data-note") == str(about.id)
     save_screenshot(page, "experiment-notes")
 
     page.goto(f"{server.url}/notes")
     listed = page.locator("#notes li.note")
     expect(listed).to_have_count(2)
-    expect(listed.first.locator(".note-text")).to_have_text(general["text"])  # newest first
+    expect(listed.first.locator(".note-text")).to_have_text(general.text)  # newest first
     expect(listed.nth(1).locator(f'a[href="/experiments/{experiment_id}"]')).to_have_text(f"#{experiment_id}")
     page.select_option("select[name=author]", "alice")
     page.click("form.filters button[type=submit]")

@@ -26,11 +26,11 @@ def test_an_experiment_page_lists_the_similar_experiments_with_their_outcomes(
         first = lab.submit("matrix lr 0.011", agent="alice")  # MATRIX_LR = 0.011
         lab.run_next(1.02)  # measured, not kept
         second = lab.submit("matrix lr 0.012", agent="bob")  # nearby: 0.012
-        best = lab.agent("bob").best()["train_py"]
+        best = lab.agent("bob").best().train_py
         far = lab.agent("bob").submit(
             "narrower mlp", train_py=best.replace("MLP_RATIO = 4", "MLP_RATIO = 2", 1)
         )
-        assert far["similar"] == []
+        assert far.similar == []
 
         page.goto(f"{server.url}/experiments/{second}")
         rows = page.locator("#similar tr[data-similar]")
@@ -51,7 +51,7 @@ def test_an_experiment_page_lists_the_similar_experiments_with_their_outcomes(
         expect(page.locator("#similar tr[data-similar]")).to_have_count(1)  # the later one, #second
         assert page.locator("#similar tr[data-similar]").first.get_attribute("data-similar") == str(second)
 
-        page.goto(f"{server.url}/experiments/{far['id']}")
+        page.goto(f"{server.url}/experiments/{far.id}")
         expect(page.locator("#similar tr[data-similar]")).to_have_count(0)
         expect(page.locator("#similar")).to_contain_text("No other experiment made this change")
         lab.close()

@@ -19,6 +19,7 @@ from fastapi import FastAPI
 
 from bench.pg_scratch import new_database, scratch_cluster
 from client import Client
+from client.schemas import ClaimOut, ResultOutcome
 from server.context import AppContext
 from server.core.config import ServerSettings
 from server.crud.tokens import create_token
@@ -159,10 +160,12 @@ class SimWorker:
     client: Client
     worker_id: str
 
-    def claim(self, wait_s: float = 0.0) -> dict | None:
+    def claim(self, wait_s: float = 0.0) -> ClaimOut | None:
         return self.client.claim(self.worker_id, wait_s=wait_s)
 
-    def report(self, claim: dict, val_bpb: float | None = 1.0, status: str = "ok", **fields: object) -> dict:
+    def report(
+        self, claim: ClaimOut, val_bpb: float | None = 1.0, status: str = "ok", **fields: object
+    ) -> ResultOutcome:
         result = {
             "status": status,
             "val_bpb": val_bpb if status == "ok" else None,
@@ -174,12 +177,12 @@ class SimWorker:
             "tokens": 123456,
             "steps": 42,
             "num_params": 1000,
-            "log_tail": f"step 42 loss 3.1 ({claim['experiment_id']})",
+            "log_tail": f"step 42 loss 3.1 ({claim.experiment_id})",
             **fields,
         }
-        return self.client.result(claim["lease_id"], str(uuid.uuid4()), result)
+        return self.client.result(claim.lease_id, str(uuid.uuid4()), result)
 
-    def run_next(self, val_bpb: float | None = 1.0, **fields: object) -> dict:
+    def run_next(self, val_bpb: float | None = 1.0, **fields: object) -> ResultOutcome:
         """Claim the next experiment and report a result for it; return the server's answer."""
         claim = self.claim()
         assert claim is not None, "nothing to claim"
@@ -189,7 +192,7 @@ class SimWorker:
 def sim_worker(live: Live, name: str = "gpu0", token: str | None = None) -> SimWorker:
     client = Client(live.url, token or live.token("worker"))
     answer = client.register(name=name, device=DEVICE, memory_gb=80.0, harness_id=HARNESS_ID)
-    return SimWorker(client, answer["worker_id"])
+    return SimWorker(client, answer.worker_id)
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ def test_nul_is_refused_in_queries_paths_and_bodies(live_any_db: Live) -> None:
     live = live_any_db
     worker_token, agent_token = live.token("worker"), live.token("agent")
     worker = Client(live.url, worker_token)
-    worker_id = worker.register(name="gpu0", device=DEVICE, memory_gb=1.0, harness_id=HARNESS_ID)["worker_id"]
+    worker_id = worker.register(name="gpu0", device=DEVICE, memory_gb=1.0, harness_id=HARNESS_ID).worker_id
     api = f"{live.url}/api/v1"
     as_worker = {"Authorization": f"Bearer {worker_token}"}
     as_agent = {"Authorization": f"Bearer {agent_token}"}
@@ -63,8 +63,8 @@ def test_nul_is_refused_in_queries_paths_and_bodies(live_any_db: Live) -> None:
         problem = _refused(response)
         assert "NUL" in problem["detail"], problem
     # Nothing changed, and the server still answers.
-    assert [e["id"] for e in Client(live.url).experiments()["items"]] == [1]
-    assert worker.claim(worker_id)["experiment_id"] == 1
+    assert [e.id for e in Client(live.url).experiments().items] == [1]
+    assert worker.claim(worker_id).experiment_id == 1
 
 
 def test_a_log_may_carry_nul_which_is_stored_replaced(live_any_db: Live, worker_factory) -> None:
@@ -79,10 +79,10 @@ def test_result_id_must_be_a_uuid(live, worker_factory) -> None:
     result = {"status": "ok", "val_bpb": 1.0, "device": DEVICE, "harness_id": HARNESS_ID}
     for bad in ["-" * 36, "0" * 32, "not-a-uuid", str(uuid.uuid4()) + "0"]:
         with pytest.raises(ApiError) as caught:
-            worker.client.result(claim["lease_id"], bad, result)
+            worker.client.result(claim.lease_id, bad, result)
         assert caught.value.status == 422
-    assert live.client().experiment(1)["status"] == "running"
-    assert worker.client.result(claim["lease_id"], str(uuid.uuid4()).upper(), result)["decision"] == "keep"
+    assert live.client().experiment(1).status == "running"
+    assert worker.client.result(claim.lease_id, str(uuid.uuid4()).upper(), result).decision == "keep"
 
 
 def test_a_worker_name_belongs_to_the_token_that_registered_it(live_any_db: Live, worker_factory) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
+from client.schemas import SubmitIn
 from server.crud import leases
 from server.crud.tokens import Principal
 from server.models import Worker
-from server.schemas import SubmitIn
 from server.submissions import submit
 
 
@@ -64,13 +64,13 @@ def test_concurrent_http_claims_hand_each_experiment_to_exactly_one_worker(
     def drain(index: int) -> None:
         while (claim := workers[index].claim()) is not None:
             with lock:
-                claimed.append((claim["experiment_id"], index))
+                claimed.append((claim.experiment_id, index))
 
     _race(len(workers), drain)
     counts = Counter(experiment_id for experiment_id, _ in claimed)
     assert set(counts) == submitted and set(counts.values()) == {1}
     assert len({index for _, index in claimed}) > 1  # the claims really were spread over workers
-    assert len(live.client().experiments(status="running", limit=200)["items"]) == len(submitted)
+    assert len(live.client().experiments(status="running", limit=200).items) == len(submitted)
 
 
 def test_claims_straight_at_the_database_under_heavy_contention(

@@ -30,7 +30,7 @@ def test_a_patient_client_waits_for_a_server_that_is_not_up_yet(tmp_path: Path) 
         time.sleep(1.0)  # refused connections meanwhile
         assert not best.done()
         with serve(create_app(settings), port=port):
-            assert best.result(timeout=60)["experiment_id"] == 1
+            assert best.result(timeout=60).experiment_id == 1
 
 
 def test_a_patient_client_still_gives_up_in_time(tmp_path: Path) -> None:

@@ -19,15 +19,15 @@ def git(live, *args: str) -> str:
 
 def test_keep_revert_and_reasons(live, worker_factory, baseline_source: str) -> None:
     worker, agent = worker_factory(live), live.client("agent")
-    assert worker.run_next(1.0)["decision"] == "keep"
+    assert worker.run_next(1.0).decision == "keep"
     sources = [baseline_source.replace("DEPTH = 4", f"DEPTH = {d}") for d in (5, 6, 7, 8)]
-    ids = [agent.submit(f"depth {i}", train_py=s)["id"] for i, s in enumerate(sources)]
+    ids = [agent.submit(f"depth {i}", train_py=s).id for i, s in enumerate(sources)]
     small = worker.run_next(0.9996)  # better, but not by more than MIN_DELTA (0.0005)
-    assert small["decision"] == "revert" and small["reason"] == "0.9996 >= best 1.0000 - 0.0005"
+    assert small.decision == "revert" and small.reason == "0.9996 >= best 1.0000 - 0.0005"
     crash = worker.run_next(None, status="crash", error_class="train_error")
-    assert crash["decision"] == "revert" and "crash (train_error)" in crash["reason"]
+    assert crash.decision == "revert" and "crash (train_error)" in crash.reason
     kept = worker.run_next(0.98)
-    assert kept == {
+    assert kept.model_dump() == {
         "experiment_id": ids[2],
         "run": 1,
         "decision": "keep",
@@ -35,21 +35,21 @@ def test_keep_revert_and_reasons(live, worker_factory, baseline_source: str) -> 
         "reason": "0.9800 < best 1.0000 - 0.0005",
     }
     best = agent.best()
-    assert (best["experiment_id"], best["val_bpb"], best["train_py"]) == (ids[2], 0.98, sources[2])
-    assert agent.wait_for_decision(ids[2], timeout=5)["decision"] == "keep"
+    assert (best.experiment_id, best.val_bpb, best.train_py) == (ids[2], 0.98, sources[2])
+    assert agent.wait_for_decision(ids[2], timeout=5).decision == "keep"
     with pytest.raises(TimeoutError, match="still queued"):
         agent.wait_for_decision(ids[3], timeout=0.2, poll_s=0.05)
-    assert git(live, "rev-parse", "best") == best["commit"]
+    assert git(live, "rev-parse", "best") == best.commit
     # The last one, queued on the baseline, never runs there: its change goes onto the new best
     # first, where it no longer applies (both set DEPTH).
     assert worker.claim() is None
     late = agent.experiment(ids[3])
-    assert (late["status"], late["decision"], late["runs"][0]["state"]) == ("stale", "stale", "cancelled")
-    assert late["reason"].startswith("the best moved before it ran (from ")
-    assert "its change does not apply to the new best" in late["reason"]
-    lineage = agent.leaderboard()["lineage"]
-    assert [entry["experiment_id"] for entry in lineage] == [1, ids[2]]
-    assert lineage[1]["improvement"] == pytest.approx(0.02)
+    assert (late.status, late.decision, late.runs[0].state) == ("stale", "stale", "cancelled")
+    assert late.reason.startswith("the best moved before it ran (from ")
+    assert "its change does not apply to the new best" in late.reason
+    lineage = agent.leaderboard().lineage
+    assert [entry.experiment_id for entry in lineage] == [1, ids[2]]
+    assert lineage[1].improvement == pytest.approx(0.02)
 
 
 def test_results_from_another_platform_or_harness_are_not_compared(
@@ -62,19 +62,19 @@ def test_results_from_another_platform_or_harness_are_not_compared(
     agent.submit("b", train_py=baseline_source + "# b\n")
     other_device = worker.run_next(0.5, device="NVIDIA H100")
     other_harness = worker.run_next(0.5, harness_id="another")
-    assert other_device["decision"] == other_harness["decision"] == "revert"
-    assert "not compared" in other_device["reason"] and "not compared" in other_harness["reason"]
-    assert agent.best()["experiment_id"] == 1
+    assert other_device.decision == other_harness.decision == "revert"
+    assert "not compared" in other_device.reason and "not compared" in other_harness.reason
+    assert agent.best().experiment_id == 1
 
 
 def test_a_broken_baseline_lets_the_first_valid_result_become_the_best(
     live, worker_factory, baseline_source
 ) -> None:
     worker = worker_factory(live)
-    assert worker.run_next(None, status="crash", error_class="syntax_error")["decision"] == "revert"
+    assert worker.run_next(None, status="crash", error_class="syntax_error").decision == "revert"
     live.client("agent").submit("fix", train_py=baseline_source + "# fixed\n")
     answer = worker.run_next(2.5)
-    assert answer["decision"] == "keep" and "the best has no valid run" in answer["reason"]
+    assert answer.decision == "keep" and "the best has no valid run" in answer.reason
 
 
 def test_best_moved_while_it_ran_rebases_or_goes_stale(live, worker_factory, baseline_source: str) -> None:
@@ -88,24 +88,19 @@ def test_best_moved_while_it_ran_rebases_or_goes_stale(live, worker_factory, bas
     agent.submit("shallower", train_py=depth_clash)
     later = agent.submit("later", train_py=baseline_source + "# later\n")
     claims = [worker.claim() for _ in range(3)]  # all three run on the baseline at once
-    assert worker.report(claims[0], 0.95)["decision"] == "keep"
+    assert worker.report(claims[0], 0.95).decision == "keep"
     rebased = worker.report(claims[1], 0.96)
-    assert rebased["decision"] == "rebase" and "re-applied onto the new best" in rebased["reason"]
+    assert rebased.decision == "rebase" and "re-applied onto the new best" in rebased.reason
     stale = worker.report(claims[2], 0.97)
-    assert stale["decision"] == "stale" and "does not apply" in stale["reason"]
-    moved = agent.experiment(second["id"])
-    requeued = agent.experiment(moved["rebased_to"])
-    assert (
-        requeued["rebased_from"] == second["id"]
-        and requeued["base"] == agent.experiment(first["id"])["commit"]
-    )
-    assert agent.diff(requeued["id"]).count("+WIDTH = 128") == 1
-    assert (
-        git(live, "show", f"{requeued['commit']}:train.py") + "\n" == deeper + wider[len(baseline_source) :]
-    )
+    assert stale.decision == "stale" and "does not apply" in stale.reason
+    moved = agent.experiment(second.id)
+    requeued = agent.experiment(moved.rebased_to)
+    assert requeued.rebased_from == second.id and requeued.base == agent.experiment(first.id).commit
+    assert agent.diff(requeued.id).count("+WIDTH = 128") == 1
+    assert git(live, "show", f"{requeued.commit}:train.py") + "\n" == deeper + wider[len(baseline_source) :]
     # The re-applied change keeps its place in the queue: it runs before what was submitted later.
-    assert worker.claim()["experiment_id"] == requeued["id"]
-    assert agent.experiment(later["id"])["queue_position"] == 0
+    assert worker.claim().experiment_id == requeued.id
+    assert agent.experiment(later.id).queue_position == 0
 
 
 def _report_together(workers: list, claims: list[dict], values: list[float]) -> list[dict]:
@@ -133,25 +128,25 @@ def test_results_arriving_together_never_both_advance_best(
     workers = [worker_factory(live, f"gpu{i}") for i in range(6)]
     workers[0].run_next(1.0)
     for round_number in range(3):
-        best_before = agent.best()["commit"]
+        best_before = agent.best().commit
         for i in range(len(workers)):
             # Each edits its own line, so every change also applies on top of any other.
             agent.submit(
                 f"r{round_number} w{i}",
-                train_py=agent.best()["train_py"] + f"# round {round_number} idea {i}\n",
+                train_py=agent.best().train_py + f"# round {round_number} idea {i}\n",
             )
         claims = [w.claim() for w in workers]
         assert all(c is not None for c in claims)
         answers = _report_together(workers, claims, [0.9 - 0.01 * round_number - 0.001 * i for i in range(6)])
-        decisions = Counter(a["decision"] for a in answers)
+        decisions = Counter(a.decision for a in answers)
         assert decisions == {"keep": 1, "rebase": len(workers) - 1}, answers
-        winner = next(a for a in answers if a["decision"] == "keep")
+        winner = next(a for a in answers if a.decision == "keep")
         best = agent.best()
-        assert best["experiment_id"] == winner["experiment_id"]
+        assert best.experiment_id == winner.experiment_id
         assert git(live, "rev-parse", "best^") == best_before  # one fast-forward step from the old best
         for worker in workers[1:]:  # run the re-queued ones away for the next round
             worker.run_next(5.0)
-    kept = [e["experiment_id"] for e in agent.leaderboard()["lineage"]]
+    kept = [e.experiment_id for e in agent.leaderboard().lineage]
     chain = git(live, "rev-list", "--first-parent", "best").split()
     assert len(chain) == len(kept) and len(kept) == 4  # the baseline and one keep per round
 
@@ -176,11 +171,11 @@ def test_agent_standings_count_outcomes_and_refresh_in_the_background(
     }
     deadline = time.monotonic() + 10
     while True:
-        agents = {a["agent"]: a for a in alice.agents()["agents"]}
-        got = {name: {k: agents[name][k] for k in expected[name]} for name in expected}
+        agents = {a.agent: a for a in alice.agents().agents}
+        got = {name: {k: getattr(agents[name], k) for k in expected[name]} for name in expected}
         if got == expected or time.monotonic() > deadline:
             break
         time.sleep(0.05)
     assert got == expected
-    assert [a["agent"] for a in alice.leaderboard()["agents"]] == ["alice", "bob"]
-    assert agents["alice"]["improvement"] == pytest.approx(0.03)
+    assert [a.agent for a in alice.leaderboard().agents] == ["alice", "bob"]
+    assert agents["alice"].improvement == pytest.approx(0.03)

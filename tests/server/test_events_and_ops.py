@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 
 from bench.pg_scratch import new_database
 from client import ApiError, Client
+from client.schemas import ImportOut
 from server.crud import tsv
 from server.models import Experiment
 
@@ -64,11 +65,11 @@ def test_events_follow_an_experiment_from_queued_to_kept(live, worker_factory, b
         time.sleep(0.01)
     experiment = live.client("agent").submit("lr", train_py=baseline_source.replace("0.01", "0.02"))
     claim = worker.claim()
-    worker.client.progress(claim["lease_id"], [{"step": 1, "loss": 4.0, "fraction": 0.1}])
+    worker.client.progress(claim.lease_id, [{"step": 1, "loss": 4.0, "fraction": 0.1}])
     worker.report(claim, 0.9)
     reader.join(20)
     assert not reader.is_alive()
-    mine = [e for e in found if e["data"].get("experiment_id") == experiment["id"]]
+    mine = [e for e in found if e["data"].get("experiment_id") == experiment.id]
     assert [e["type"] for e in mine] == ["queued", "started", "progress", "finished", "kept"]
     assert mine[2]["data"]["loss"] == 4.0 and mine[4]["data"]["val_bpb"] == 0.9
     assert mine[1]["data"]["worker"] == "gpu0"
@@ -143,9 +144,9 @@ def test_results_tsv_export_in_the_autoresearch_format(live, worker_factory, bas
         "commit\tval_bpb\tmemory_gb\tstatus\tdescription\truns\teffect\teffect_se\tbest_runs\tp_value\treason"
     )
     # The GeLU change was queued on the baseline: it ran re-applied onto the new best (experiment 4).
-    assert agent.experiment(3)["rebased_to"] == 4
-    commits = [agent.experiment(i)["commit"][:7] for i in (1, 2, 4)]
-    reasons = [" ".join(agent.experiment(i)["reason"].split()) for i in (1, 2, 4)]
+    assert agent.experiment(3).rebased_to == 4
+    commits = [agent.experiment(i).commit[:7] for i in (1, 2, 4)]
+    reasons = [" ".join(agent.experiment(i).reason.split()) for i in (1, 2, 4)]
     assert reasons[0] == "baseline measured: val_bpb 0.9979" and "0.9932 < best 0.9979" in reasons[1]
     assert "out_of_memory" in reasons[2]
     assert rows[1:] == [
@@ -195,14 +196,14 @@ def test_import_then_export_round_trips_and_is_admin_only(live) -> None:
         live.client("agent").import_results_tsv(log)
     assert caught.value.status == 403
     admin = live.admin()
-    assert admin.import_results_tsv(log) == {"imported": 4, "skipped": 0}
-    assert admin.import_results_tsv(log) == {"imported": 0, "skipped": 4}
+    assert admin.import_results_tsv(log) == ImportOut(imported=4, skipped=0)
+    assert admin.import_results_tsv(log) == ImportOut(imported=0, skipped=4)
     exported = admin.results_tsv()
     # History keeps autoresearch's columns; it has no decision of this server's to add.
     assert exported.splitlines()[0] == tsv.HEADER_WITH_DECISIONS
     assert exported.splitlines()[1:5] == [line + "\t" * 6 for line in log.splitlines()[1:]]
-    assert admin.import_results_tsv(exported) == {"imported": 0, "skipped": 4}  # our own export reads back
-    assert admin.best()["experiment_id"] == 1  # history only: never compared with the best
+    assert admin.import_results_tsv(exported) == ImportOut(imported=0, skipped=4)  # our export reads back
+    assert admin.best().experiment_id == 1  # history only: never compared with the best
     for bad, words in (
         ("commit\tval_bpb\n", "header"),
         (tsv.HEADER + "\nzzz\t1\t1\tkeep\tx", "line 2: commit"),
@@ -223,7 +224,7 @@ def test_a_database_outage_answers_503_problems_and_the_server_recovers(live_fac
     live = live_factory(url)
     agent = live.token("agent")
     headers = {"Authorization": f"Bearer {agent}"}
-    source = live.client().best()["train_py"]
+    source = live.client().best().train_py
     name = make_url(url).database
 
     def submit(tag: str) -> httpx.Response:
@@ -246,7 +247,7 @@ def test_a_database_outage_answers_503_problems_and_the_server_recovers(live_fac
         time.sleep(1.5)  # it meets 503s meanwhile
         assert not retried.done()
         admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
-        assert retried.result(timeout=60)["status"] == "queued"
+        assert retried.result(timeout=60).status == "queued"
     assert httpx.get(f"{live.url}/api/v1/experiments/1", timeout=30).status_code == 200
     assert submit("after").status_code == 201
     with live.ctx.db.read() as session:

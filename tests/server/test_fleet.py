@@ -77,7 +77,7 @@ def test_the_queue_is_known_empty_only_after_a_fresh_empty_look_and_no_queued_ev
 def wait_for_interval(worker, claim: dict, expected: float) -> None:
     """Heartbeat until the answer says `expected` (the server counts its workers every 5 s)."""
     deadline = time.monotonic() + 15
-    while worker.client.heartbeat(claim["lease_id"])["progress_seconds"] != expected:
+    while worker.client.heartbeat(claim.lease_id).progress_seconds != expected:
         assert time.monotonic() < deadline, f"the interval never became {expected}"
         time.sleep(0.2)
 
@@ -92,7 +92,7 @@ def test_claims_and_heartbeats_tell_each_worker_an_interval_scaled_to_the_fleet(
     workers[0].report(baseline)
     agent = live.client("agent")
     agent.submit("lr 0.1", train_py="LEARNING_RATE = 0.1\n")
-    assert workers[1].claim()["progress_seconds"] == 3.0
+    assert workers[1].claim().progress_seconds == 3.0
 
 
 def test_the_lease_keeper_follows_the_interval_the_heartbeats_give(live_factory, worker_factory) -> None:
@@ -100,7 +100,7 @@ def test_the_lease_keeper_follows_the_interval_the_heartbeats_give(live_factory,
     worker = worker_factory(live)
     claim = worker.claim()
     log = logging.getLogger("test")
-    keeper = LeaseKeeper(worker.client, claim["lease_id"], 1, heartbeat_seconds=0.2, log=log)
+    keeper = LeaseKeeper(worker.client, claim.lease_id, 1, heartbeat_seconds=0.2, log=log)
     assert keeper.progress_interval == 1.0  # until the server says otherwise
     keeper.start()
     try:
@@ -144,7 +144,7 @@ def test_a_waiting_claim_sees_work_queued_without_an_event(live, worker_factory)
     """As when another process queues work: no event wakes the claim; the shared look does."""
     worker = worker_factory(live)
     worker.run_next(1.0)  # the baseline
-    second = live.client("agent").submit("lr 0.2", train_py="LEARNING_RATE = 0.2\n")["id"]
+    second = live.client("agent").submit("lr 0.2", train_py="LEARNING_RATE = 0.2\n").id
     hide = update(EXPERIMENTS).where(EXPERIMENTS.c.id == second)
     with live.ctx.db.write() as session:
         session.execute(hide.values(status="cancelled"))
@@ -159,5 +159,5 @@ def test_a_waiting_claim_sees_work_queued_without_an_event(live, worker_factory)
     thread.start()
     claim = worker.claim(wait_s=10)
     thread.join()
-    assert claim is not None and claim["experiment_id"] == second
+    assert claim is not None and claim.experiment_id == second
     assert time.monotonic() - started < 3.0  # within a second or two, not at the end of the wait

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import func, select
 
 from client import ApiError, Client
+from client.schemas import ExperimentOut, KeepRatesOut
 from server.core.migrate import downgrade
 from server.main import create_app
 from server.models import Experiment
@@ -46,21 +47,21 @@ def play_history(live: Live) -> dict[str, int]:
         worker.run_next(value)
     ids: dict[str, int] = {}
 
-    def tried(label: str, train_py: str, *values: float | None) -> dict:
-        ids[label] = agent.submit(label, train_py=train_py)["id"]
+    def tried(label: str, train_py: str, *values: float | None) -> ExperimentOut:
+        ids[label] = agent.submit(label, train_py=train_py).id
         for value in values:
             answer = worker.run_next(value) if value is not None else worker.run_next(None, status="crash")
-            assert answer["experiment_id"] == ids[label]
+            assert answer.experiment_id == ids[label]
         return agent.experiment(ids[label])
 
     near = tried("lr up, near", _change(LEARNING_RATE=0.02), 0.9985, 0.9995)  # promising, then not
-    assert near["decision"] == "revert" and near["comparison"]["runs"] == 2
-    assert tried("lr down, worse", _change(LEARNING_RATE=0.005), 1.004)["decision"] == "revert"
-    assert tried("decay up, near", _change(DECAY=0.8), 0.9995)["decision"] == "revert"
+    assert near.decision == "revert" and near.comparison.runs == 2
+    assert tried("lr down, worse", _change(LEARNING_RATE=0.005), 1.004).decision == "revert"
+    assert tried("decay up, near", _change(DECAY=0.8), 0.9995).decision == "revert"
     crashed = SOURCE.replace("def train(model, ctx):\n    raise", "def train(model, ctx):\n    assert")
-    assert tried("train body, crash", crashed, None)["decision"] == "revert"
+    assert tried("train body, crash", crashed, None).decision == "revert"
     kept = tried("depth and lr up", _change(DEPTH=5, LEARNING_RATE=0.03), 0.990, 0.991)
-    assert kept["decision"] == "keep"
+    assert kept.decision == "keep"
     worker.run_next(0.9905)  # the new best's third run
     summarised(live)
     return ids
@@ -94,51 +95,46 @@ def test_near_misses_are_the_reverted_changes_within_the_noise_most_promising_fi
 ) -> None:
     reader, ids = played
     found = reader.near_misses()
-    assert found["sigmas"] == 1.0 and found["noise_sigma"] > 0
-    assert found["best"] == reader.best()["commit"]
-    items = found["items"]
-    assert [n["experiment_id"] for n in items] == [ids["lr up, near"], ids["decay up, near"]]
+    assert found.sigmas == 1.0 and found.noise_sigma > 0
+    assert found.best == reader.best().commit
+    items = found.items
+    assert [n.experiment_id for n in items] == [ids["lr up, near"], ids["decay up, near"]]
     # The rule on the stored judgements: every reverted, measured experiment with effect - se < 0.
     for experiment in reader.iter_experiments(status="reverted"):
-        comparison = experiment["comparison"]
-        near = comparison is not None and experiment["valid_runs"] > 0
-        near = near and comparison["effect"] - comparison["se"] < 0
-        assert near == (experiment["id"] in {n["experiment_id"] for n in items}), experiment
+        comparison = experiment.comparison
+        near = comparison is not None and experiment.valid_runs > 0
+        near = near and comparison.effect - comparison.se < 0
+        assert near == (experiment.id in {n.experiment_id for n in items}), experiment
     first, second = items
-    view = reader.experiment(first["experiment_id"])
-    assert (first["effect"], first["se"], first["runs"], first["reference_runs"]) == (
-        pytest.approx(view["comparison"]["effect"]),
-        pytest.approx(view["comparison"]["se"]),
+    view = reader.experiment(first.experiment_id)
+    assert (first.effect, first.se, first.runs, first.reference_runs) == (
+        pytest.approx(view.comparison.effect),
+        pytest.approx(view.comparison.se),
         2,
         3,
     )
-    assert first["upper"] == pytest.approx(first["effect"] + first["se"]) and first["upper"] < second["upper"]
-    assert first["lower"] == pytest.approx(first["effect"] - first["se"]) and first["pooled_se"] is False
-    assert (first["agent"], first["description"], first["reason"]) == ("alice", "lr up, near", view["reason"])
-    assert first["changes"] == {
+    assert first.upper == pytest.approx(first.effect + first.se) and first.upper < second.upper
+    assert first.lower == pytest.approx(first.effect - first.se) and first.pooled_se is False
+    assert (first.agent, first.description, first.reason) == ("alice", "lr up, near", view.reason)
+    assert first.changes.model_dump() == {
         "parsed": True,
         "constants": [{"name": "LEARNING_RATE", "old": 0.01, "new": 0.02, "direction": "up"}],
         "regions": ["module"],
     }
     # Both were measured on the baseline; the best is now the kept change, which set the learning
     # rate too: the learning rate's diff no longer applies there, the decay's does.
-    assert first["reference"] == second["reference"] == reader.experiment(1)["commit"]
-    assert not first["reference_is_best"] and not second["reference_is_best"]
-    assert (first["applies_to_best"], second["applies_to_best"]) == (False, True)
+    assert first.reference == second.reference == reader.experiment(1).commit
+    assert not first.reference_is_best and not second.reference_is_best
+    assert (first.applies_to_best, second.applies_to_best) == (False, True)
     # Wider: the change that was worse by less than two standard errors joins them.
-    wider = reader.near_misses(sigmas=2.0)["items"]
-    worse = reader.experiment(ids["lr down, worse"])["comparison"]
-    assert (worse["effect"] - 2 * worse["se"] < 0) == (
-        ids["lr down, worse"] in [n["experiment_id"] for n in wider]
-    )
-    assert [n["experiment_id"] for n in reader.near_misses(limit=1)["items"]] == [ids["lr up, near"]]
+    wider = reader.near_misses(sigmas=2.0).items
+    worse = reader.experiment(ids["lr down, worse"]).comparison
+    assert (worse.effect - 2 * worse.se < 0) == (ids["lr down, worse"] in [n.experiment_id for n in wider])
+    assert [n.experiment_id for n in reader.near_misses(limit=1).items] == [ids["lr up, near"]]
 
 
-def _kinds(rates: dict) -> list[tuple]:
-    return [
-        (k["part"], k["name"], k["direction"], k["tried"], k["measured"], k["kept"], k["alone"])
-        for k in rates["kinds"]
-    ]
+def _kinds(rates: KeepRatesOut) -> list[tuple]:
+    return [(k.part, k.name, k.direction, k.tried, k.measured, k.kept, k.alone) for k in rates.kinds]
 
 
 def test_keep_rates_count_each_decided_change_under_each_of_its_kinds(
@@ -146,12 +142,10 @@ def test_keep_rates_count_each_decided_change_under_each_of_its_kinds(
 ) -> None:
     reader, ids = played
     rates = reader.keep_rates()
-    assert (rates["platform"], rates["harness_id"]) == ("cpu", "test-harness")
-    overall = rates["overall"]
-    assert (overall["tried"], overall["measured"], overall["kept"], overall["unparsed"]) == (5, 4, 1, 0)
-    assert (
-        overall["rate"] == pytest.approx(0.2) and overall["best"]["experiment_id"] == ids["depth and lr up"]
-    )
+    assert (rates.platform, rates.harness_id) == ("cpu", "test-harness")
+    overall = rates.overall
+    assert (overall.tried, overall.measured, overall.kept, overall.unparsed) == (5, 4, 1, 0)
+    assert overall.rate == pytest.approx(0.2) and overall.best.experiment_id == ids["depth and lr up"]
     assert _kinds(rates) == [
         ("region", "module", None, 4, 4, 1, 4),
         ("constant", "LEARNING_RATE", "up", 2, 2, 1, 1),  # alone once: the kept change set DEPTH too
@@ -160,24 +154,24 @@ def test_keep_rates_count_each_decided_change_under_each_of_its_kinds(
         ("constant", "LEARNING_RATE", "down", 1, 1, 0, 1),
         ("region", "train", None, 1, 0, 0, 1),  # tried, crashed: not measured
     ]
-    lr_up = rates["kinds"][1]
-    kept = reader.experiment(ids["depth and lr up"])["comparison"]
-    assert lr_up["rate"] == 0.5
-    assert lr_up["best"] == {
+    lr_up = rates.kinds[1]
+    kept = reader.experiment(ids["depth and lr up"]).comparison
+    assert lr_up.rate == 0.5
+    assert lr_up.best.model_dump() == {
         "experiment_id": ids["depth and lr up"],
-        "effect": pytest.approx(kept["effect"]),
-        "se": pytest.approx(kept["se"]),
+        "effect": pytest.approx(kept.effect),
+        "se": pytest.approx(kept.se),
     }
-    assert rates["kinds"][5]["best"] is None and rates["kinds"][5]["rate"] == 0.0
-    assert [k["name"] for k in reader.keep_rates(part="region")["kinds"]] == ["module", "train"]
-    by_name = reader.keep_rates(name="LEARNING_RATE")["kinds"]
-    assert [(k["name"], k["direction"]) for k in by_name] == [
+    assert rates.kinds[5].best is None and rates.kinds[5].rate == 0.0
+    assert [k.name for k in reader.keep_rates(part="region").kinds] == ["module", "train"]
+    by_name = reader.keep_rates(name="LEARNING_RATE").kinds
+    assert [(k.name, k.direction) for k in by_name] == [
         ("LEARNING_RATE", "up"),
         ("LEARNING_RATE", "down"),
     ]
-    assert [k["tried"] for k in reader.keep_rates(min_tried=2)["kinds"]] == [4, 2]
+    assert [k.tried for k in reader.keep_rates(min_tried=2).kinds] == [4, 2]
     limited = reader.keep_rates(limit=1)
-    assert limited["kinds_total"] == 6 and len(limited["kinds"]) == 1
+    assert limited.kinds_total == 6 and len(limited.kinds) == 1
 
 
 @pytest.mark.parametrize(
@@ -198,7 +192,7 @@ def test_keep_rates_count_each_decided_change_under_each_of_its_kinds(
 )
 def test_bad_query_parameters_are_422_problems(live: Live, path: str, params: dict[str, str]) -> None:
     with Client(live.url) as reader, pytest.raises(ApiError) as caught:
-        reader._json("GET", path, params=params)
+        reader._send("GET", path, params=params)
     assert caught.value.status == 422, caught.value.problem
     assert caught.value.problem["type"].endswith("validation-error")
     assert caught.value.problem["errors"]
@@ -222,7 +216,7 @@ def test_a_server_start_fills_in_the_changes_of_experiments_decided_before_chang
     try:
         with serve(again) as url, Client(url) as reader:
             assert (reader.keep_rates(), reader.near_misses()) == before
-            assert reader.keep_rates()["overall"]["tried"] == 5
+            assert reader.keep_rates().overall.tried == 5
     finally:
         again.state.ctx.db.dispose()
 
@@ -233,11 +227,11 @@ def test_what_is_cached_follows_every_new_decision(live_factory) -> None:  # typ
     worker, agent, reader = sim_worker(live), live.client("agent"), Client(live.url)
     for value in (1.0, 1.002, 0.998):
         worker.run_next(value)
-    assert reader.keep_rates()["overall"]["tried"] == 0 and reader.near_misses()["items"] == []
+    assert reader.keep_rates().overall.tried == 0 and reader.near_misses().items == []
     for n, value in enumerate((0.9995, 1.0003), 1):
-        near = agent.submit(f"decay {n}", train_py=_change(DECAY=0.5 + n / 10))["id"]
-        assert worker.run_next(value)["decision"] == "revert"
+        near = agent.submit(f"decay {n}", train_py=_change(DECAY=0.5 + n / 10)).id
+        assert worker.run_next(value).decision == "revert"
         summarised(live)
-        assert reader.keep_rates()["overall"]["tried"] == n
-        assert reader.keep_rates(part="constant")["kinds"][0]["tried"] == n
-        assert near in [item["experiment_id"] for item in reader.near_misses()["items"]]
+        assert reader.keep_rates().overall.tried == n
+        assert reader.keep_rates(part="constant").kinds[0].tried == n
+        assert near in [item.experiment_id for item in reader.near_misses().items]

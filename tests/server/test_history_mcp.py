@@ -50,11 +50,13 @@ def test_history_tools_answer_what_the_api_answers(history: Any, transport: str)
 
     out = asyncio.run(scenario())
     with Client(live.url) as reader:
-        assert out["near"] == reader.near_misses()
-        assert out["near_wide"] == reader.near_misses(sigmas=2.0, limit=5)
-        assert out["rates"] == reader.keep_rates()
-        assert out["lr"] == reader.keep_rates(part="constant", name="LEARNING_RATE")
-        assert out["leaderboard"] == reader.leaderboard() and out["noise"] == reader.noise()
+        assert out["near"] == reader.near_misses().model_dump(mode="json")
+        assert out["near_wide"] == reader.near_misses(sigmas=2.0, limit=5).model_dump(mode="json")
+        assert out["rates"] == reader.keep_rates().model_dump(mode="json")
+        lr = reader.keep_rates(part="constant", name="LEARNING_RATE")
+        assert out["lr"] == lr.model_dump(mode="json")
+        assert out["leaderboard"] == reader.leaderboard().model_dump(mode="json")
+        assert out["noise"] == reader.noise().model_dump(mode="json")
     assert [n["experiment_id"] for n in out["near"]["items"]] == [ids["lr up, near"], ids["decay up, near"]]
     assert [(k["name"], k["direction"]) for k in out["lr"]["kinds"]] == [
         ("LEARNING_RATE", "up"),

@@ -18,11 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from client.states import Rule
 from server.judge import (
     Action,
     Evidence,
     Noise,
-    Rule,
     RuleSettings,
     Run,
     Sample,

@@ -9,8 +9,9 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+from client.states import Direction, Part
 from server.changes import summarize
-from server.keep_rates import Direction, Kind, Outcome, Part, keep_rates, kinds_of
+from server.keep_rates import Kind, Outcome, keep_rates, kinds_of
 
 BASELINE = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()
 LR_UP = Kind(Part.CONSTANT, "LR", Direction.UP)

@@ -25,17 +25,17 @@ def test_filters_and_cursor_pages(live, worker_factory, baseline_source: str) ->
     live.ctx.settings.max_queued_per_agent = 100
     alice, bob = live.client("agent", "alice"), live.client("agent", "bob")
     before = datetime.now(UTC)
-    mine = [alice.submit(f"a{i}", train_py=baseline_source + f"# a{i}\n")["id"] for i in range(7)]
-    theirs = [bob.submit(f"b{i}", train_py=baseline_source + f"# b{i}\n")["id"] for i in range(3)]
+    mine = [alice.submit(f"a{i}", train_py=baseline_source + f"# a{i}\n").id for i in range(7)]
+    theirs = [bob.submit(f"b{i}", train_py=baseline_source + f"# b{i}\n").id for i in range(3)]
     worker.run_next(2.0)  # alice's first: reverted
     everything = list(alice.iter_experiments(limit=3))
-    assert [e["id"] for e in everything] == sorted(mine + theirs + [1], reverse=True)
-    assert [e["id"] for e in alice.iter_experiments(agent="alice", limit=2)] == mine[::-1]
-    assert [e["id"] for e in alice.iter_experiments(status="reverted")] == [mine[0]]
-    assert [e["id"] for e in alice.iter_experiments(agent="baseline")] == [1]
-    best = alice.best()["commit"]
-    assert {e["id"] for e in alice.iter_experiments(base=best)} == set(mine + theirs)
-    assert alice.experiments(since=(datetime.now(UTC) + timedelta(hours=1)).isoformat())["items"] == []
+    assert [e.id for e in everything] == sorted(mine + theirs + [1], reverse=True)
+    assert [e.id for e in alice.iter_experiments(agent="alice", limit=2)] == mine[::-1]
+    assert [e.id for e in alice.iter_experiments(status="reverted")] == [mine[0]]
+    assert [e.id for e in alice.iter_experiments(agent="baseline")] == [1]
+    best = alice.best().commit
+    assert {e.id for e in alice.iter_experiments(base=best)} == set(mine + theirs)
+    assert alice.experiments(since=(datetime.now(UTC) + timedelta(hours=1)).isoformat()).items == []
     assert len(list(alice.iter_experiments(since=before.isoformat()))) == 10
     for params, words in (
         ({"cursor": "abc"}, "cursor"),
@@ -46,7 +46,7 @@ def test_filters_and_cursor_pages(live, worker_factory, baseline_source: str) ->
     ):
         response = alice.http.get("/experiments", params=params)
         assert response.status_code == 422 and words in response.json()["detail"]
-    assert [e["id"] for e in alice.iter_experiments(agent="nobody")] == []
+    assert [e.id for e in alice.iter_experiments(agent="nobody")] == []
 
 
 @given(total=st.integers(0, 12), limit=st.integers(1, 5))
@@ -184,13 +184,13 @@ def test_cli_init_token_db_and_serve(tmp_path: Path, baseline_source: str, cli: 
         deadline = time.monotonic() + 60
         while True:
             try:
-                assert client.experiment(1)["status"] == "queued"
+                assert client.experiment(1).status == "queued"
                 break
             except Exception:
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise
                 time.sleep(0.2)
-        assert client.submit("x", train_py=baseline_source + "# x\n")["agent"] == "alice"
+        assert client.submit("x", train_py=baseline_source + "# x\n").agent == "alice"
         assert cli(env, "token", "revoke", "--kind", "agent", "--name", "alice").code == 0
         with pytest.raises(ApiError) as caught:  # TOKEN_CACHE_SECONDS=0: revocation counts at once
             client.submit("y", train_py=baseline_source + "# y\n")

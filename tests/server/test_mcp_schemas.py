@@ -13,9 +13,9 @@ import pytest
 from fastapi import FastAPI
 from pydantic import BaseModel
 
+from client.schemas import NoteIn, SimilarIn, SubmitIn
 from server.api.routes import ROUTERS
 from server.mcp_tools import build_mcp
-from server.schemas import NoteIn, SimilarIn, SubmitIn
 
 # tool -> the route it mirrors (GET, query parameters)
 QUERY_TOOLS = {

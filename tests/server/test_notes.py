@@ -10,43 +10,44 @@ import pytest
 
 from cli.main import main as cli_main
 from client import ApiError
+from client.schemas import NoteOut
 from tests.server.conftest import BASELINE, Live, LiveFactory
 
 
-def stored_notes(live: Live) -> list[dict]:
+def stored_notes(live: Live) -> list[NoteOut]:
     with live.client() as reader:
-        return reader.notes(limit=200)["items"]
+        return reader.notes(limit=200).items
 
 
 def test_notes_are_stored_with_author_time_and_links_and_filtered(live_any_db: Live) -> None:
     alice, bob = live_any_db.client("agent", "alice"), live_any_db.client("agent", "bob")
     change = alice.submit("lr up", train_py=BASELINE.replace("0.01", "0.02"))
-    commit = change["commit"]
+    commit = change.commit
     before = datetime.now(UTC) - timedelta(seconds=1)
     first = alice.post_note("hypothesis: a longer warmup helps at depth 8; trying 3 variants")
-    second = bob.post_note("lr 0.02 looks flat so far", experiment_id=change["id"])
+    second = bob.post_note("lr 0.02 looks flat so far", experiment_id=change.id)
     third = alice.post_note("this commit is the one to build on", commit=commit[:8])
 
-    assert first["author"] == "alice" and first["experiment_id"] is None and first["commit"] is None
-    assert second["experiment_id"] == change["id"]
-    assert third["commit"] == commit  # an abbreviated commit is stored as the full id
-    created = datetime.fromisoformat(first["created_at"])
+    assert first.author == "alice" and first.experiment_id is None and first.commit is None
+    assert second.experiment_id == change.id
+    assert third.commit == commit  # an abbreviated commit is stored as the full id
+    created = first.created_at
     assert before <= created <= datetime.now(UTC) + timedelta(seconds=1)
 
     with live_any_db.client() as reader:  # reads are public by default
-        assert [n["id"] for n in reader.notes()["items"]] == [third["id"], second["id"], first["id"]]
-        assert [n["id"] for n in reader.notes(experiment_id=change["id"])["items"]] == [second["id"]]
-        assert [n["id"] for n in reader.notes(commit=commit[:6])["items"]] == [third["id"]]
-        assert [n["id"] for n in reader.notes(author="alice")["items"]] == [third["id"], first["id"]]
-        assert reader.notes(author="nobody")["items"] == []
+        assert [n.id for n in reader.notes().items] == [third.id, second.id, first.id]
+        assert [n.id for n in reader.notes(experiment_id=change.id).items] == [second.id]
+        assert [n.id for n in reader.notes(commit=commit[:6]).items] == [third.id]
+        assert [n.id for n in reader.notes(author="alice").items] == [third.id, first.id]
+        assert reader.notes(author="nobody").items == []
         later = (datetime.now(UTC) + timedelta(minutes=1)).isoformat()
-        assert reader.notes(since=later)["items"] == []
-        assert len(reader.notes(since=before.isoformat())["items"]) == 3
+        assert reader.notes(since=later).items == []
+        assert len(reader.notes(since=before.isoformat()).items) == 3
         # Pages follow the cursor, newest first, each note once.
         page = reader.notes(limit=2)
-        rest = reader.notes(limit=2, cursor=page["next_cursor"])
-        assert [n["id"] for n in page["items"] + rest["items"]] == [third["id"], second["id"], first["id"]]
-        assert rest["next_cursor"] is None
+        rest = reader.notes(limit=2, cursor=page.next_cursor)
+        assert [n.id for n in page.items + rest.items] == [third.id, second.id, first.id]
+        assert rest.next_cursor is None
     alice.close()
     bob.close()
 
@@ -88,7 +89,7 @@ def test_posting_needs_an_agent_token(live: Live) -> None:
     assert worker.status_code == 403 and worker.json()["type"].endswith("/agents-only")
     assert stored_notes(live) == []
     with live.admin() as admin:  # people post with an admin token
-        assert admin.post_note("the budget goes up to 600 s tomorrow")["author"] == "ADMIN_TOKEN"
+        assert admin.post_note("the budget goes up to 600 s tomorrow").author == "ADMIN_TOKEN"
 
 
 def test_post_rate_is_limited_per_agent(live_factory: LiveFactory) -> None:
@@ -108,7 +109,7 @@ def test_post_rate_is_limited_per_agent(live_factory: LiveFactory) -> None:
     )
     assert answer.status_code == 429
     assert 1 <= int(answer.headers["Retry-After"]) <= 60
-    assert [n["text"] for n in stored_notes(live)] == [
+    assert [n.text for n in stored_notes(live)] == [
         "my own finding",
         "finding 2",
         "finding 1",
@@ -121,11 +122,11 @@ def test_experiments_are_searched_by_text(live: Live) -> None:
         warm = alice.submit("Longer WARMUP", train_py=BASELINE.replace("10", "20"), hypothesis="h")
         alice.submit("wider model", train_py=BASELINE.replace("64", "128"), hypothesis="more warmup too")
         alice.submit("100% of the steps", train_py=BASELINE.replace("4", "6"))
-        found = [e["id"] for e in alice.experiments(text="warmup")["items"]]
-        assert found[-1] == warm["id"] and len(found) == 2  # description or hypothesis, any case
+        found = [e.id for e in alice.experiments(text="warmup").items]
+        assert found[-1] == warm.id and len(found) == 2  # description or hypothesis, any case
         # LIKE wildcards are searched for as text.
-        assert [e["description"] for e in alice.experiments(text="100%")["items"]] == ["100% of the steps"]
-        assert alice.experiments(text="_")["items"] == []
+        assert [e.description for e in alice.experiments(text="100%").items] == ["100% of the steps"]
+        assert alice.experiments(text="_").items == []
 
 
 def test_cli_posts_and_reads_notes(live: Live, capsys: pytest.CaptureFixture[str]) -> None:

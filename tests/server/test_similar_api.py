@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import delete, func, select
 
 from client import ApiError
+from client.schemas import SimilarExperiment
 from server.main import create_app
 from server.models import Experiment, ExperimentChange, ExperimentCodeLine, ExperimentConstant
 from server.patches import make_patch
@@ -20,8 +21,8 @@ def _lr(value: str, source: str = BASELINE) -> str:
     return source.replace("LEARNING_RATE = 0.01", f"LEARNING_RATE = {value}")
 
 
-def _kinds(answer: list[dict]) -> list[tuple[int, str]]:
-    return [(item["experiment_id"], item["kind"]) for item in answer]
+def _kinds(answer: list[SimilarExperiment]) -> list[tuple[int, str]]:
+    return [(item.experiment_id, item.kind) for item in answer]
 
 
 def test_the_submit_answer_and_both_endpoints_find_nearby_values_with_their_outcomes(
@@ -31,30 +32,30 @@ def test_the_submit_answer_and_both_endpoints_find_nearby_values_with_their_outc
     agent, worker = live.client("agent", "alice"), worker_factory(live)
     worker.run_next(1.0)  # the baseline
     first = agent.submit("lr 0.02", train_py=_lr("0.02"))
-    assert first["similar"] == []
+    assert first.similar == []
     worker.run_next(1.1)  # measured and reverted (greedy rule)
     far = agent.submit("lr 0.05", train_py=_lr("0.05"))
-    assert far["similar"] == []
+    assert far.similar == []
     near = agent.submit("lr 0.021", patch=make_patch(BASELINE, _lr("0.021")))
-    (found,) = near["similar"]
-    assert found["experiment_id"] == first["id"] and found["kind"] == "nearby_constants"
-    assert found["status"] == "reverted" and found["decision"] == "revert" and found["val_bpb"] == 1.1
-    assert found["effect"] == pytest.approx(0.1) and found["valid_runs"] == 1 and found["same_base"]
-    assert found["detail"] == "LEARNING_RATE 0.02 (here 0.021)" and found["agent"] == "alice"
-    assert 0 < found["distance"] < 0.173
+    (found,) = near.similar
+    assert found.experiment_id == first.id and found.kind == "nearby_constants"
+    assert found.status == "reverted" and found.decision == "revert" and found.val_bpb == 1.1
+    assert found.effect == pytest.approx(0.1) and found.valid_runs == 1 and found.same_base
+    assert found.detail == "LEARNING_RATE 0.02 (here 0.021)" and found.agent == "alice"
+    assert 0 < found.distance < 0.173
 
     # Of an existing experiment: the others, later ones too.
-    assert _kinds(agent.similar(first["id"])["similar"]) == [(near["id"], "nearby_constants")]
-    assert agent.similar(far["id"]) == {"experiment_id": far["id"], "similar": []}
+    assert _kinds(agent.similar(first.id).similar) == [(near.id, "nearby_constants")]
+    assert agent.similar(far.id).model_dump() == {"experiment_id": far.id, "similar": []}
 
     # Before submitting: nothing is stored, the nearest first, the same train.py is `identical`.
     before = _count(live)
     asked = agent.similar_to(train_py=_lr("0.0205"))
-    assert asked["experiment_id"] is None
-    assert _kinds(asked["similar"]) == [(near["id"], "nearby_constants"), (first["id"], "nearby_constants")]
-    same = agent.similar_to(patch=make_patch(BASELINE, _lr("0.021")))["similar"]
-    assert _kinds(same) == [(near["id"], "identical"), (first["id"], "nearby_constants")]
-    assert agent.similar_to(train_py=_lr("0.2"))["similar"] == []
+    assert asked.experiment_id is None
+    assert _kinds(asked.similar) == [(near.id, "nearby_constants"), (first.id, "nearby_constants")]
+    same = agent.similar_to(patch=make_patch(BASELINE, _lr("0.021"))).similar
+    assert _kinds(same) == [(near.id, "identical"), (first.id, "nearby_constants")]
+    assert agent.similar_to(train_py=_lr("0.2")).similar == []
     assert _count(live) == before
 
 
@@ -64,14 +65,14 @@ def test_the_same_change_on_another_base_is_found(live_any_db: Live, worker_fact
     worker.run_next(1.0)
     kept = agent.submit("lr 0.02", train_py=_lr("0.02"))
     worker.run_next(0.9)
-    assert agent.experiment(kept["id"])["status"] == "kept"
+    assert agent.experiment(kept.id).status == "kept"
     deeper_on_baseline = agent.submit(
-        "deeper", train_py=BASELINE.replace("DEPTH = 4", "DEPTH = 8"), base=agent.experiment(1)["commit"]
+        "deeper", train_py=BASELINE.replace("DEPTH = 4", "DEPTH = 8"), base=agent.experiment(1).commit
     )
     deeper_on_best = agent.submit("deeper again", train_py=_lr("0.02").replace("DEPTH = 4", "DEPTH = 8"))
-    (found,) = deeper_on_best["similar"]
-    assert found["experiment_id"] == deeper_on_baseline["id"]
-    assert found["kind"] == "same_change_other_base" and not found["same_base"]
+    (found,) = deeper_on_best.similar
+    assert found.experiment_id == deeper_on_baseline.id
+    assert found.kind == "same_change_other_base" and not found.same_base
 
 
 def test_changes_of_code_that_mostly_agree_are_found(live_any_db: Live) -> None:
@@ -82,11 +83,11 @@ def test_changes_of_code_that_mostly_agree_are_found(live_any_db: Live) -> None:
     )
     asked = agent.similar_to(
         train_py=BASELINE.replace(body, "    model = None\n    return model\n    # done\n\n\ndef train")
-    )["similar"]
-    assert _kinds(asked) == [(one["id"], "overlapping_code")]
-    assert asked[0]["detail"] == "3 of its 3 changed code lines are the same"
+    ).similar
+    assert _kinds(asked) == [(one.id, "overlapping_code")]
+    assert asked[0].detail == "3 of its 3 changed code lines are the same"
     other = agent.similar_to(train_py=BASELINE.replace("    raise NotImplementedError\n", "    pass\n", 1))
-    assert other["similar"] == []
+    assert other.similar == []
 
 
 def test_search_by_the_constant_set_or_the_lines_changed(live_any_db: Live) -> None:
@@ -101,14 +102,14 @@ def test_search_by_the_constant_set_or_the_lines_changed(live_any_db: Live) -> N
     )
 
     def ids(**filters: str) -> list[int]:
-        return [e["id"] for e in agent.experiments(**filters)["items"]]
+        return [e.id for e in agent.experiments(**filters).items]
 
-    assert ids(constant="LEARNING_RATE") == [lr["id"]]
-    assert ids(constant="DEPTH") == [depth["id"]]
+    assert ids(constant="LEARNING_RATE") == [lr.id]
+    assert ids(constant="DEPTH") == [depth.id]
     assert ids(constant="WIDTH") == [] and ids(constant="learning_rate") == []
-    assert ids(line="return None") == [code["id"]]
-    assert ids(line="DEPTH  =  6") == [depth["id"]]  # whitespace collapsed, as the lines are stored
-    assert set(ids(line="NotImplementedError")) == {code["id"]}  # its removed line
+    assert ids(line="return None") == [code.id]
+    assert ids(line="DEPTH  =  6") == [depth.id]  # whitespace collapsed, as the lines are stored
+    assert set(ids(line="NotImplementedError")) == {code.id}  # its removed line
     assert ids(line="%") == []  # LIKE's wildcards are plain text here
     assert ids(constant="DEPTH", line="LEARNING") == []
 
@@ -153,14 +154,14 @@ def test_experiments_stored_before_their_changes_are_summarized_at_start(
         session.execute(delete(ExperimentConstant))
         session.execute(delete(ExperimentCodeLine))
         session.execute(delete(ExperimentChange))
-    assert agent.similar(second["id"])["similar"] == []
+    assert agent.similar(second.id).similar == []
     restarted = create_app(live.settings)
     with serve(restarted) as url:
         again = Live(url, restarted, live.settings).client("agent")
-        assert _kinds(again.similar(second["id"])["similar"]) == [(first["id"], "nearby_constants")]
-        assert [e["id"] for e in again.experiments(constant="LEARNING_RATE")["items"]] == [
-            second["id"],
-            first["id"],
+        assert _kinds(again.similar(second.id).similar) == [(first.id, "nearby_constants")]
+        assert [e.id for e in again.experiments(constant="LEARNING_RATE").items] == [
+            second.id,
+            first.id,
         ]
     with restarted.state.ctx.db.read() as session:
         assert session.scalar(select(func.count()).select_from(ExperimentChange)) == 2  # not the baseline

@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 
 from agent.mutation import mutate_constants
 from client.constants import find_constants
+from client.states import SimilarityKind
 from server.changes import summarize
 from server.similarity import (
     NEARBY,
     Change,
     Match,
     Similarity,
-    SimilarityKind,
     code_lines,
     compare,
     nearby_range,

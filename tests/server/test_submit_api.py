@@ -20,9 +20,9 @@ def test_a_patch_is_committed_on_its_own_ref_with_the_base_as_parent(live, basel
     agent = live.client("agent", "alice")
     new = _edit(baseline_source, "LEARNING_RATE = 0.01", "LEARNING_RATE = 0.02")
     experiment = agent.submit("raise lr", patch=make_patch(baseline_source, new), hypothesis="faster")
-    assert experiment["status"] == "queued" and experiment["agent"] == "alice" and not experiment["existing"]
+    assert experiment.status == "queued" and experiment.agent == "alice" and not experiment.existing
     best = agent.best()
-    assert experiment["base"] == best["commit"]
+    assert experiment.base == best.commit
     repo = str(live.settings.resolved_research_repo)
 
     def git(*args: str) -> str:
@@ -30,23 +30,23 @@ def test_a_patch_is_committed_on_its_own_ref_with_the_base_as_parent(live, basel
             ["git", "-C", repo, *args], check=True, capture_output=True, text=True
         ).stdout.strip()
 
-    ref = f"refs/experiments/{experiment['id']}"
-    assert git("rev-parse", ref) == experiment["commit"]
-    assert git("rev-parse", f"{ref}^") == best["commit"]
+    ref = f"refs/experiments/{experiment.id}"
+    assert git("rev-parse", ref) == experiment.commit
+    assert git("rev-parse", f"{ref}^") == best.commit
     assert git("show", f"{ref}:train.py") + "\n" == new
     assert git("log", "-1", "--format=%an%n%B", ref).startswith("alice\nraise lr\n\nHypothesis: faster")
     assert git("diff", "--name-only", f"{ref}^", ref) == "train.py"
     assert git("rev-parse", "--is-bare-repository") == "true"  # no working tree to leave dirty
     git("fsck", "--strict")
-    assert agent.diff(experiment["id"]) == make_patch(baseline_source, new)
+    assert agent.diff(experiment.id) == make_patch(baseline_source, new)
 
 
 def test_a_whole_train_py_is_accepted_too(live, baseline_source: str) -> None:
     agent = live.client("agent")
     new = _edit(baseline_source, "DEPTH = 4", "DEPTH = 6")
     experiment = agent.submit("deeper", train_py=new)
-    assert experiment["status"] == "queued"
-    assert agent.diff(experiment["id"]) == make_patch(baseline_source, new)
+    assert experiment.status == "queued"
+    assert agent.diff(experiment.id) == make_patch(baseline_source, new)
 
 
 def test_the_same_train_py_returns_the_existing_experiment(live, baseline_source: str) -> None:
@@ -54,7 +54,7 @@ def test_the_same_train_py_returns_the_existing_experiment(live, baseline_source
     new = _edit(baseline_source, "WIDTH = 64", "WIDTH = 96")
     first = alice.submit("wider", patch=make_patch(baseline_source, new))
     again = bob.submit("same idea, other words", train_py=new)
-    assert again["existing"] and again["id"] == first["id"] and again["description"] == "wider"
+    assert again.existing and again.id == first.id and again.description == "wider"
     assert (
         alice.submit("baseline again", train_py=baseline_source.replace("WIDTH = 64", "WIDTH = 64 ")) != first
     )
@@ -65,11 +65,11 @@ def test_idempotency_key_makes_retries_safe(live, baseline_source: str) -> None:
     patch = make_patch(baseline_source, _edit(baseline_source, "DEPTH = 4", "DEPTH = 5"))
     first = agent.submit("d5", patch=patch, idempotency_key="retry-1")
     second = agent.submit("d5", patch=patch, idempotency_key="retry-1")
-    assert second["id"] == first["id"] and not second["existing"]  # replayed as the original 201
+    assert second.id == first.id and not second.existing  # replayed as the original 201
     with pytest.raises(ApiError) as caught:
         agent.submit("something else", patch=patch, idempotency_key="retry-1")
     assert caught.value.status == 422 and caught.value.type.endswith("idempotency-key-reused")
-    assert len(agent.experiments(agent="baseline")["items"]) == 1
+    assert len(agent.experiments(agent="baseline").items) == 1
 
 
 @pytest.fixture
@@ -121,7 +121,7 @@ def test_precise_refusals(live, refused: Callable[..., ApiError], baseline_sourc
         error = refused(**body)
         assert (error.status, error.type.rsplit("/", 1)[-1]) == (status, kind), (body.keys(), error)
         assert words in error.detail, error.detail
-    assert live.client().experiments()["items"][0]["id"] == 1  # nothing was queued
+    assert live.client().experiments().items[0].id == 1  # nothing was queued
 
 
 def test_base_may_be_any_experiment_commit_or_its_prefix(live, baseline_source: str) -> None:
@@ -133,13 +133,11 @@ def test_base_may_be_any_experiment_commit_or_its_prefix(live, baseline_source: 
             _edit(baseline_source, "WIDTH = 64", "WIDTH = 80"),
             _edit(baseline_source, "WIDTH = 64", "WIDTH = 80").replace("DEPTH = 4", "DEPTH = 5"),
         ),
-        base=first["commit"][:10],
+        base=first.commit[:10],
     )
-    assert on_top["base"] == first["commit"]
-    children = agent.children(first["commit"])
-    assert [c["id"] for c in children["children"]] == [on_top["id"]] and children["experiment_id"] == first[
-        "id"
-    ]
+    assert on_top.base == first.commit
+    children = agent.children(first.commit)
+    assert [c.id for c in children.children] == [on_top.id] and children.experiment_id == first.id
 
 
 def test_per_agent_queue_limit_answers_429(live_factory, baseline_source: str) -> None:
@@ -164,8 +162,8 @@ def test_tokens_decide_who_may_do_what(live, baseline_source: str) -> None:
     with pytest.raises(ApiError) as caught:
         agent.register(name="sneaky", device="cpu", memory_gb=1, harness_id="x")
     assert caught.value.status == 403 and "worker" in caught.value.detail
-    assert anonymous.experiments()["items"]  # reads are public by default
-    assert live.admin().submit(**change)["agent"] == "ADMIN_TOKEN"  # type: ignore[arg-type]
+    assert anonymous.experiments().items  # reads are public by default
+    assert live.admin().submit(**change).agent == "ADMIN_TOKEN"  # type: ignore[arg-type]
 
 
 def test_reads_can_require_a_token(live_factory) -> None:
@@ -173,4 +171,4 @@ def test_reads_can_require_a_token(live_factory) -> None:
     with pytest.raises(ApiError) as caught:
         Client(live.url).best()
     assert caught.value.status == 401
-    assert live.client("worker").best()["val_bpb"] is None
+    assert live.client("worker").best().val_bpb is None

@@ -24,10 +24,10 @@ def test_register_pins_and_checks_harness_and_platform(live_factory) -> None:
     live = live_factory(harness_id="", platform="")  # neither configured: the first worker pins both
     client = Client(live.url, live.token("worker"))
     first = client.register(name="a", device="NVIDIA H100", memory_gb=80, harness_id="h-1")
-    assert (first["harness_id"], first["platform"]) == ("h-1", "NVIDIA H100")
-    assert first["heartbeat_seconds"] < first["lease_seconds"]
+    assert (first.harness_id, first.platform) == ("h-1", "NVIDIA H100")
+    assert first.heartbeat_seconds < first.lease_seconds
     again = client.register(name="a", device="NVIDIA H100", memory_gb=80, harness_id="h-1")
-    assert again["worker_id"] == first["worker_id"]  # re-registering keeps the identity
+    assert again.worker_id == first.worker_id  # re-registering keeps the identity
     for device, harness_id, kind in (
         ("NVIDIA H100", "h-2", "harness-mismatch"),
         ("NVIDIA A100", "h-1", "platform-mismatch"),
@@ -41,16 +41,16 @@ def test_register_pins_and_checks_harness_and_platform(live_factory) -> None:
 def test_claim_heartbeat_progress_result(live, worker_factory) -> None:
     worker = worker_factory(live)
     claim = worker.claim()
-    assert claim["experiment_id"] == 1 and claim["attempt"] == 1
-    assert hashlib.sha256(claim["train_py"].encode()).hexdigest() == claim["train_py_sha256"]
+    assert claim.experiment_id == 1 and claim.attempt == 1
+    assert hashlib.sha256(claim.train_py.encode()).hexdigest() == claim.train_py_sha256
     assert worker.claim() is None  # the baseline is measured before anything else runs
-    beat = worker.client.heartbeat(claim["lease_id"])
-    assert beat["cancel"] is False and beat["lease_expires_at"] >= claim["lease_expires_at"]
+    beat = worker.client.heartbeat(claim.lease_id)
+    assert beat.cancel is False and beat.lease_expires_at >= claim.lease_expires_at
     events = [{"step": s, "loss": 5.0 - s / 10, "fraction": s / 10, "elapsed_s": float(s)} for s in range(10)]
     events.append({"step": 10, "loss": float("nan"), "fraction": 1.0})  # a diverged loss is kept as null
-    worker.client.progress(claim["lease_id"], events)
+    worker.client.progress(claim.lease_id, events)
     answer = worker.report(claim, val_bpb=1.25, mfu_percent=31.5)
-    assert answer == {
+    assert answer.model_dump() == {
         "experiment_id": 1,
         "run": 1,
         "decision": "keep",
@@ -58,8 +58,8 @@ def test_claim_heartbeat_progress_result(live, worker_factory) -> None:
         "reason": "baseline measured: val_bpb 1.2500",
     }
     experiment = live.client().experiment(1)
-    assert experiment["result"]["mfu_percent"] == 31.5 and experiment["result"]["tokens"] == 123456
-    assert experiment["run_seconds"] is not None and experiment["val_bpb"] == 1.25
+    assert experiment.result.mfu_percent == 31.5 and experiment.result.tokens == 123456
+    assert experiment.run_seconds is not None and experiment.val_bpb == 1.25
     progress = live.client().http.get("/experiments/1/progress").json()["events"]
     assert [e["step"] for e in progress] == list(range(11)) and progress[-1]["loss"] is None
     assert "step 42 loss 3.1" in live.client().log(1)
@@ -71,14 +71,14 @@ def test_nothing_but_the_baseline_runs_until_the_best_is_measured(
     live = live_any_db
     first, second = worker_factory(live, "gpu0"), worker_factory(live, "gpu1")
     agent = live.client("agent")
-    queued = [agent.submit(f"idea {i}", train_py=baseline_source + f"# {i}\n")["id"] for i in range(2)]
+    queued = [agent.submit(f"idea {i}", train_py=baseline_source + f"# {i}\n").id for i in range(2)]
     baseline = first.claim()
-    assert baseline["experiment_id"] == 1
+    assert baseline.experiment_id == 1
     assert second.claim() is None  # work is queued, but nothing is compared with an unmeasured best
-    assert first.report(baseline, None, status="crash", error_class="train_error")["decision"] == "revert"
+    assert first.report(baseline, None, status="crash", error_class="train_error").decision == "revert"
     # The baseline ended without a valid result: the queue opens, and the first valid result will do.
-    assert second.claim()["experiment_id"] == queued[0]
-    assert first.claim()["experiment_id"] == queued[1]
+    assert second.claim().experiment_id == queued[0]
+    assert first.claim().experiment_id == queued[1]
 
 
 def test_a_result_is_recorded_once_per_result_id(live, worker_factory) -> None:
@@ -86,11 +86,11 @@ def test_a_result_is_recorded_once_per_result_id(live, worker_factory) -> None:
     claim = worker.claim()
     result = {"status": "ok", "val_bpb": 1.0, "device": DEVICE, "harness_id": HARNESS_ID}
     result_id = str(uuid.uuid4())
-    first = worker.client.result(claim["lease_id"], result_id, result)
-    again = worker.client.result(claim["lease_id"], result_id, {**result, "val_bpb": 0.5})
+    first = worker.client.result(claim.lease_id, result_id, result)
+    again = worker.client.result(claim.lease_id, result_id, {**result, "val_bpb": 0.5})
     assert again == first
     with pytest.raises(ApiError) as caught:  # a different result for a finished lease
-        worker.client.result(claim["lease_id"], str(uuid.uuid4()), result)
+        worker.client.result(claim.lease_id, str(uuid.uuid4()), result)
     assert caught.value.status == 409
 
 
@@ -98,20 +98,20 @@ def test_a_result_id_belongs_to_one_lease(live, worker_factory, baseline_source:
     worker = worker_factory(live)
     result = {"status": "ok", "val_bpb": 1.0, "device": DEVICE, "harness_id": HARNESS_ID}
     result_id = str(uuid.uuid4())
-    worker.client.result(worker.claim()["lease_id"], result_id, result)
+    worker.client.result(worker.claim().lease_id, result_id, result)
     live.client("agent").submit("next", train_py=baseline_source + "# next\n")
     second = worker.claim()
     with pytest.raises(ApiError) as caught:
-        worker.client.result(second["lease_id"], result_id, result)
+        worker.client.result(second.lease_id, result_id, result)
     assert caught.value.status == 409 and caught.value.type.endswith("result-id-reused")
-    answer = worker.client.result(second["lease_id"], str(uuid.uuid4()), result)  # the lease is still held
-    assert answer["experiment_id"] == second["experiment_id"]
+    answer = worker.client.result(second.lease_id, str(uuid.uuid4()), result)  # the lease is still held
+    assert answer.experiment_id == second.experiment_id
 
 
 def test_workers_cannot_touch_each_others_leases(live, worker_factory) -> None:
     mine, theirs = worker_factory(live, "a"), worker_factory(live, "b")
     claim = mine.claim()
-    for call in (lambda: theirs.client.heartbeat(claim["lease_id"]), lambda: theirs.report(claim)):
+    for call in (lambda: theirs.client.heartbeat(claim.lease_id), lambda: theirs.report(claim)):
         with pytest.raises(ApiError) as caught:
             call()
         assert caught.value.status == 404
@@ -123,12 +123,12 @@ def test_workers_cannot_touch_each_others_leases(live, worker_factory) -> None:
 def test_release_requeues_without_counting_an_attempt(live, worker_factory) -> None:
     worker = worker_factory(live)
     claim = worker.claim()
-    worker.client.release(claim["lease_id"], "shutting down")
-    assert live.client().experiment(1)["status"] == "queued"
+    worker.client.release(claim.lease_id, "shutting down")
+    assert live.client().experiment(1).status == "queued"
     again = worker.claim()
-    assert again["experiment_id"] == 1 and again["attempt"] == 1
+    assert again.experiment_id == 1 and again.attempt == 1
     with pytest.raises(ApiError) as caught:
-        worker.client.heartbeat(claim["lease_id"])
+        worker.client.heartbeat(claim.lease_id)
     assert caught.value.status == 409 and "released" in caught.value.detail
 
 
@@ -136,15 +136,15 @@ def test_counted_releases_end_an_experiment_that_breaks_every_worker(live_factor
     live = live_factory(max_attempts=2)
     worker = worker_factory(live)
     first = worker.claim()
-    worker.client.release(first["lease_id"], "worker error: the scorer failed", count_attempt=True)
+    worker.client.release(first.lease_id, "worker error: the scorer failed", count_attempt=True)
     experiment = live.client().experiment(1)
-    assert (experiment["status"], experiment["attempts"]) == ("queued", 1)
+    assert (experiment.status, experiment.attempts) == ("queued", 1)
     second = worker.claim()
-    assert (second["experiment_id"], second["attempt"]) == (1, 2)
-    worker.client.release(second["lease_id"], "worker error: the scorer failed", count_attempt=True)
+    assert (second.experiment_id, second.attempt) == (1, 2)
+    worker.client.release(second.lease_id, "worker error: the scorer failed", count_attempt=True)
     experiment = live.client().experiment(1)
-    assert experiment["status"] == "infra_failed" and "attempt 2 of 2" in experiment["reason"]
-    assert "the scorer failed" in experiment["reason"]
+    assert experiment.status == "infra_failed" and "attempt 2 of 2" in experiment.reason
+    assert "the scorer failed" in experiment.reason
     assert worker.claim() is None  # nothing left to hand out
 
 
@@ -154,17 +154,17 @@ def test_expired_leases_requeue_then_end_as_infrastructure_failure(live_factory,
     first = worker.claim()
     time.sleep(0.4)
     with pytest.raises(ApiError) as caught:  # too late: the lease is gone even before the sweep
-        worker.client.heartbeat(first["lease_id"])
+        worker.client.heartbeat(first.lease_id)
     assert caught.value.status == 409
     assert expire_leases(live.ctx) == 1
     experiment = live.client().experiment(1)
-    assert (experiment["status"], experiment["attempts"]) == ("queued", 1)
+    assert (experiment.status, experiment.attempts) == ("queued", 1)
     second = worker.claim()
-    assert (second["experiment_id"], second["attempt"]) == (1, 2)
+    assert (second.experiment_id, second.attempt) == (1, 2)
     time.sleep(0.4)
     expire_leases(live.ctx)
     experiment = live.client().experiment(1)
-    assert experiment["status"] == "infra_failed" and "attempt 2 of 2" in experiment["reason"]
+    assert experiment.status == "infra_failed" and "attempt 2 of 2" in experiment.reason
     with pytest.raises(ApiError) as caught:  # a result for a lease no longer held is refused
         worker.report(second, 1.0)
     assert caught.value.status == 409
@@ -175,7 +175,7 @@ def test_the_background_sweep_requeues_lost_work(live_factory, worker_factory) -
     worker = worker_factory(live)
     worker.claim()
     deadline = time.monotonic() + 10
-    while live.client().experiment(1)["status"] != "queued":
+    while live.client().experiment(1).status != "queued":
         assert time.monotonic() < deadline, "the sweeper never requeued the experiment"
         time.sleep(0.05)
 
@@ -194,7 +194,7 @@ def test_long_poll_claim_wakes_up_when_work_arrives(live, worker_factory, baseli
     submitter.start()
     claim = worker.claim(wait_s=20)
     submitter.join()
-    assert claim is not None and claim["experiment_id"] == 2
+    assert claim is not None and claim.experiment_id == 2
 
 
 def test_cancel_queued_and_running(live, worker_factory, baseline_source: str) -> None:
@@ -203,21 +203,21 @@ def test_cancel_queued_and_running(live, worker_factory, baseline_source: str) -
     agent, other = live.client("agent"), live.client("agent")
     queued = agent.submit("a", train_py=baseline_source + "# a\n")
     running = agent.submit("b", train_py=baseline_source + "# b\n")
-    assert agent.cancel(queued["id"])["experiment"]["status"] == "cancelled"
+    assert agent.cancel(queued.id).experiment.status == "cancelled"
     claim = worker.claim()
-    assert claim["experiment_id"] == running["id"]
+    assert claim.experiment_id == running.id
     with pytest.raises(ApiError) as caught:
-        other.cancel(running["id"])
+        other.cancel(running.id)
     assert caught.value.status == 403
-    assert agent.cancel(running["id"])["experiment"]["cancel_requested"] is True
-    assert worker.client.heartbeat(claim["lease_id"])["cancel"] is True
-    worker.client.release(claim["lease_id"], "cancelled by the server")
-    assert agent.experiment(running["id"])["status"] == "cancelled"
+    assert agent.cancel(running.id).experiment.cancel_requested is True
+    assert worker.client.heartbeat(claim.lease_id).cancel is True
+    worker.client.release(claim.lease_id, "cancelled by the server")
+    assert agent.experiment(running.id).status == "cancelled"
     with pytest.raises(ApiError) as caught:
-        agent.cancel(running["id"])
+        agent.cancel(running.id)
     assert caught.value.status == 409
     again = agent.submit("a again", train_py=baseline_source + "# a\n")  # cancelled ones may be resubmitted
-    assert again["id"] not in (queued["id"], running["id"]) and not again["existing"]
+    assert again.id not in (queued.id, running.id) and not again.existing
 
 
 def test_progress_is_thinned_evenly_to_its_bound(live_factory, worker_factory) -> None:
@@ -225,7 +225,7 @@ def test_progress_is_thinned_evenly_to_its_bound(live_factory, worker_factory) -
     worker = worker_factory(live)
     claim = worker.claim()
     for first in range(0, 40, 5):
-        worker.client.progress(claim["lease_id"], [{"step": s, "loss": 1.0} for s in range(first, first + 5)])
+        worker.client.progress(claim.lease_id, [{"step": s, "loss": 1.0} for s in range(first, first + 5)])
     steps = [e["step"] for e in live.client().http.get("/experiments/1/progress").json()["events"]]
     assert len(steps) <= 8
     assert steps[0] == 0 and steps[-1] == 39  # the whole run stays covered, start to end
@@ -237,7 +237,7 @@ def test_progress_is_thinned_evenly_to_its_bound(live_factory, worker_factory) -
 
 def lose_the_worker(worker) -> None:  # type: ignore[no-untyped-def]
     """Claim the next run and give it back as the worker's failure (a counted attempt)."""
-    worker.client.release(worker.claim()["lease_id"], "worker error: no sandbox", count_attempt=True)
+    worker.client.release(worker.claim().lease_id, "worker error: no sandbox", count_attempt=True)
 
 
 def test_an_admin_queues_failed_or_cancelled_experiments_again(
@@ -248,23 +248,23 @@ def test_an_admin_queues_failed_or_cancelled_experiments_again(
     lose_the_worker(worker)
     agent = live.client("agent")
     queued = agent.submit("wider", train_py=baseline_source.replace("WIDTH = 64", "WIDTH = 96"))
-    agent.cancel(queued["id"])
-    assert [live.client().experiment(i)["status"] for i in (1, queued["id"])] == ["infra_failed", "cancelled"]
+    agent.cancel(queued.id)
+    assert [live.client().experiment(i).status for i in (1, queued.id)] == ["infra_failed", "cancelled"]
     for refused_by in (agent, worker.client, Client(live.url)):  # admins only
         with pytest.raises(ApiError) as caught:
             refused_by.retry(1)
         assert caught.value.status in (401, 403)
     admin = live.admin()
     again = admin.retry(1)
-    assert (again["status"], again["attempts"], again["finished_at"], again["reason"]) == (
+    assert (again.status, again.attempts, again.finished_at, again.reason) == (
         "queued",
         0,
         None,
         None,
     )
-    assert admin.retry(queued["id"])["status"] == "queued"
+    assert admin.retry(queued.id).status == "queued"
     claim = worker.claim()
-    assert (claim["experiment_id"], claim["attempt"]) == (1, 1)
+    assert (claim.experiment_id, claim.attempt) == (1, 1)
     with pytest.raises(ApiError) as caught:  # running: not retryable
         admin.retry(1)
     assert caught.value.status == 409 and caught.value.problem["type"].endswith("/not-retryable")
@@ -296,13 +296,13 @@ def test_an_unmeasured_best_keeps_everything_waiting_until_it_is_queued_again_an
     worker = worker_factory(live)
     lose_the_worker(worker)
     agent = live.client("agent")
-    idea = agent.submit("wider", train_py=baseline_source.replace("WIDTH = 64", "WIDTH = 96"))["id"]
-    assert live.client().experiment(1)["status"] == "infra_failed"
+    idea = agent.submit("wider", train_py=baseline_source.replace("WIDTH = 64", "WIDTH = 96")).id
+    assert live.client().experiment(1).status == "infra_failed"
     assert worker.claim() is None  # nothing is compared with an unmeasured best, not even "any result"
 
     # It says so: /best, the leaderboard and `autoresearch status`.
     best = agent.best()
-    assert (best["measured"], best["val_bpb"], best["runs"]) == (False, None, 0)
+    assert (best.measured, best.val_bpb, best.runs) == (False, None, 0)
     page = httpx.get(live.url + "/", timeout=30).text
     assert 'data-stat="best-unmeasured"' in page and "not measured" in page
     token = live.token("agent")
@@ -316,16 +316,16 @@ def test_an_unmeasured_best_keeps_everything_waiting_until_it_is_queued_again_an
 
     # `autoresearch init` on the existing project queues it again instead of refusing.
     assert init_project(live.settings) == 1
-    assert live.client().experiment(1)["status"] == "queued"
+    assert live.client().experiment(1).status == "queued"
     lose_the_worker(worker)
-    assert live.client().experiment(1)["status"] == "infra_failed"
+    assert live.client().experiment(1).status == "infra_failed"
 
     # So does a server start (`autoresearch serve`, `up`, a container restart).
     build_context(live.settings)
     baseline = worker.claim()
-    assert (baseline["experiment_id"], live.client().experiment(1)["status"]) == (1, "running")
+    assert (baseline.experiment_id, live.client().experiment(1).status) == (1, "running")
     worker.report(baseline, 1.0)
-    assert agent.best()["measured"] is True
-    assert worker.claim()["experiment_id"] == idea  # measured: the queue moves on
+    assert agent.best().measured is True
+    assert worker.claim().experiment_id == idea  # measured: the queue moves on
     with pytest.raises(InitError, match="already has a project"):  # a measured project is left alone
         init_project(live.settings)

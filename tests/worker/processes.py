@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from client import Client
+from client.schemas import ExperimentOut
 from client.states import FINAL_STATUSES
 from harness.config import HarnessSettings
 
@@ -188,22 +189,22 @@ class Project:
         self.workers.append(worker)
         return worker.start()
 
-    def experiment(self, experiment_id: int) -> dict[str, Any]:
+    def experiment(self, experiment_id: int) -> ExperimentOut:
         with self.agent() as client:
             return client.experiment(experiment_id)
 
-    def final(self, experiment_id: int, timeout: float = 180) -> dict[str, Any]:
+    def final(self, experiment_id: int, timeout: float = 180) -> ExperimentOut:
         """The experiment once it reached a final state; fails early if no worker is left alive."""
 
-        def finished() -> dict[str, Any] | None:
+        def finished() -> ExperimentOut | None:
             experiment = self.experiment(experiment_id)
-            if experiment["status"] in FINAL_STATUSES:
+            if experiment.status in FINAL_STATUSES:
                 return experiment
             running = [w for w in self.workers if w.proc is not None and w.proc.poll() is None]
             if not running:
                 logs = "\n".join(f"--- {w.name}:\n{w.log()[-3000:]}" for w in self.workers)
                 raise AssertionError(
-                    f"experiment {experiment_id} is {experiment['status']}, no worker runs:\n{logs}"
+                    f"experiment {experiment_id} is {experiment.status}, no worker runs:\n{logs}"
                 )
             return None
 

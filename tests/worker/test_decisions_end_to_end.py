@@ -60,40 +60,40 @@ def test_noise_is_measured_seed_changes_are_never_kept_and_a_real_improvement_is
     project.worker("gpu1")
     with project.agent() as agent:
         seed_changes = [
-            agent.submit(f"seed + {k}", train_py=candidate(seed_expression=f"ctx.seed + {k}"))["id"]
+            agent.submit(f"seed + {k}", train_py=candidate(seed_expression=f"ctx.seed + {k}")).id
             for k in (1, 2, 3)
         ]
-        better = agent.submit("learning rate 0.02 -> 0.2", train_py=candidate(lr=0.2))["id"]
+        better = agent.submit("learning rate 0.02 -> 0.2", train_py=candidate(lr=0.2)).id
         decided = {i: project.final(i, timeout=600) for i in [*seed_changes, better]}
-        noise = agent.noise()["estimates"]
-        runs_of_baseline = agent.experiment(1)["runs"]
+        noise = agent.noise().estimates
+        runs_of_baseline = agent.experiment(1).runs
     # The noise was measured first: the baseline ran three times, each with its own seed.
-    assert [r["kind"] for r in runs_of_baseline[:3]] == ["first", "repeat", "repeat"]
-    assert len({r["seed"] for r in runs_of_baseline}) == len(runs_of_baseline)
+    assert [r.kind for r in runs_of_baseline[:3]] == ["first", "repeat", "repeat"]
+    assert len({r.seed for r in runs_of_baseline}) == len(runs_of_baseline)
     (estimate,) = noise
-    assert estimate["current"] and estimate["sigma"] > 0 and estimate["df"] >= 2
+    assert estimate.current and estimate.sigma > 0 and estimate.df >= 2
     # A change of the seed alone is never kept.
     for experiment_id in seed_changes:
-        assert decided[experiment_id]["status"] == "reverted", decided[experiment_id]
+        assert decided[experiment_id].status == "reverted", decided[experiment_id]
     # The real improvement is kept, stated as effect ± noise from several runs.
     kept = decided[better]
-    assert kept["status"] == "kept", kept
-    comparison = kept["comparison"]
-    assert comparison["runs"] >= 2 and comparison["effect"] < 0 and comparison["upper_bound"] < 0
-    assert comparison["p_value"] < 0.001
+    assert kept.status == "kept", kept
+    comparison = kept.comparison
+    assert comparison.runs >= 2 and comparison.effect < 0 and comparison.upper_bound < 0
+    assert comparison.p_value < 0.001
     assert re.fullmatch(
-        r"-\d\.\d{4} ± \d\.\d{4} \(\d vs \d runs\), p (= \d\.\d{3}|< 0\.001): kept", kept["reason"]
+        r"-\d\.\d{4} ± \d\.\d{4} \(\d vs \d runs\), p (= \d\.\d{3}|< 0\.001): kept", kept.reason
     )
-    assert len({r["seed"] for r in kept["runs"]}) == len(kept["runs"])  # every run its own seed
+    assert len({r.seed for r in kept.runs}) == len(kept.runs)  # every run its own seed
     page = httpx.get(f"{project.url}/experiments/{better}", timeout=30).text
-    assert kept["reason"].replace("<", "&lt;") in page  # the page states it as the API does
-    assert f"{comparison['effect']:+.4f} ± {comparison['se']:.4f}" in page
-    assert "Runs" in page and str(kept["runs"][0]["seed"]) in page
+    assert kept.reason.replace("<", "&lt;") in page  # the page states it as the API does
+    assert f"{comparison.effect:+.4f} ± {comparison.se:.4f}" in page
+    assert "Runs" in page and str(kept.runs[0].seed) in page
     # The score phase's time and its bound (issue 11) are in the result and on the page.
-    result = kept["result"]
-    assert 0 < result["score_seconds"] < result["score_bound_seconds"], result
+    result = kept.result
+    assert 0 < result.score_seconds < result.score_bound_seconds, result
     shown = re.search(r'data-metric="score">([^<]*) <span class="muted">of at most ([^<]*)</span>', page)
     assert shown is not None and shown.groups() == (
-        duration(result["score_seconds"]),
-        duration(result["score_bound_seconds"]),
+        duration(result.score_seconds),
+        duration(result.score_bound_seconds),
     )

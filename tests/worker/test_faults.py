@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import signal
-from typing import Any
 
 import pytest
 
+from client.schemas import ExperimentOut
 from tests.proc_scan import processes_mentioning
 from tests.worker.candidates import bigram
 from tests.worker.processes import Project, wait_until
@@ -43,7 +43,7 @@ def test_sigkilled_worker_experiment_runs_again_elsewhere_and_is_recorded_once(p
         ("first", "expired"),
         ("second", "finished"),
     ]
-    assert done["attempts"] == 2  # the killed run counted as an attempt
+    assert done.attempts == 2  # the killed run counted as an attempt
     ((_, worker_id),) = results_of(project, 1)  # recorded exactly once, by the second worker
     assert project.query("SELECT name FROM workers WHERE id = ?", worker_id) == [("second",)]
 
@@ -84,8 +84,8 @@ def test_server_restart_while_training_result_delivered_when_back(project: Proje
     project.server.start()
     done = project.final(1)
     worker.wait_for_log(r"experiment 1: result recorded", timeout=60)
-    assert done["result"]["status"] != "crash"  # heartbeats failing did not cancel the run
-    assert done["attempts"] == 1
+    assert done.result.status != "crash"  # heartbeats failing did not cancel the run
+    assert done.attempts == 1
     assert [(name, state) for name, state, _ in leases_of(project, 1)] == [("w", "finished")]
     assert len(results_of(project, 1)) == 1
     assert not list((project.tmp / "workers" / "w" / "spool" / "pending").glob("*.json"))
@@ -110,7 +110,7 @@ def test_spooled_result_survives_worker_kill_and_is_resent_on_restart(project: P
     again = project.worker("w")  # same name, same state folder
     again.wait_for_log(r"resending 1 result\(s\) spooled by an earlier run", timeout=30)
     done = project.final(1)
-    assert done["attempts"] == 1  # not run again: the spooled result was delivered
+    assert done.attempts == 1  # not run again: the spooled result was delivered
     ((result_id, _),) = results_of(project, 1)
     assert result_id == spooled.group(1)
     assert again.claimed() == []
@@ -118,39 +118,39 @@ def test_spooled_result_survives_worker_kill_and_is_resent_on_restart(project: P
 
 def test_two_workers_many_experiments_each_runs_once_and_best_only_improves(project: Project) -> None:
     with project.agent() as agent:
-        ids = [1] + [agent.submit(f"lr {lr}", train_py=bigram(lr))["id"] for lr in (0.02, 0.2, 0.4)]
+        ids = [1] + [agent.submit(f"lr {lr}", train_py=bigram(lr)).id for lr in (0.02, 0.2, 0.4)]
     workers = [project.worker("a"), project.worker("b")]
     # A change still queued when the best moves is re-applied onto the new best instead of running
     # (server/decisions.py, reapply_before_running). Whether that happens depends on which run ends
     # first, so the experiments it queues are followed too.
-    finals: dict[int, dict[str, Any]] = {}
+    finals: dict[int, ExperimentOut] = {}
     pending = list(ids)
     while pending:
         i = pending.pop(0)
         experiment = finals[i] = project.final(i, timeout=300)
-        if experiment["rebased_to"] is not None and experiment["rebased_to"] not in finals:
-            pending.append(experiment["rebased_to"])
+        if experiment.rebased_to is not None and experiment.rebased_to not in finals:
+            pending.append(experiment.rebased_to)
 
-    ran = [i for i, experiment in finals.items() if experiment["attempts"]]
+    ran = [i for i, experiment in finals.items() if experiment.attempts]
     for i in set(finals) - set(ran):  # re-applied before it ran: no lease, no result
-        assert finals[i]["status"] in ("rebased", "stale") and finals[i]["rebased_from"] is None, i
+        assert finals[i].status in ("rebased", "stale") and finals[i].rebased_from is None, i
         assert not results_of(project, i) and not leases_of(project, i)
     claims = workers[0].claimed() + workers[1].claimed()
     assert sorted(claims) == sorted(ran)  # every experiment that ran, ran exactly once
     assert set(ids) - set(ran) <= {3, 4}  # only changes queued behind another can be re-applied
     assert all(w.claimed() for w in workers)  # and both workers took part
     for i in ran:
-        assert finals[i]["attempts"] == 1
+        assert finals[i].attempts == 1
         assert len(results_of(project, i)) == 1
         assert [state for _, state, _ in leases_of(project, i)] == ["finished"]
     # No experiment was leased to two workers at once: every lease is the only one of its experiment.
     assert project.query("SELECT experiment_id FROM leases GROUP BY experiment_id HAVING count(*) > 1") == []
 
     with project.agent() as agent:
-        lineage = agent.leaderboard()["lineage"]
-    bpbs = [entry["val_bpb"] for entry in sorted(lineage, key=lambda entry: entry["finished_at"])]
+        lineage = agent.leaderboard().lineage
+    bpbs = [entry.val_bpb for entry in sorted(lineage, key=lambda entry: entry.finished_at)]
     assert bpbs == sorted(bpbs, reverse=True) and len(set(bpbs)) == len(bpbs)  # best only moved forward
     for i, experiment in finals.items():
-        before = experiment["best_before"]
-        if experiment["status"] == "kept" and before and before["val_bpb"] is not None:
-            assert experiment["val_bpb"] < before["val_bpb"], i
+        before = experiment.best_before
+        if experiment.status == "kept" and before and before.val_bpb is not None:
+            assert experiment.val_bpb < before.val_bpb, i

@@ -135,7 +135,7 @@ def test_an_agent_lists_tools_submits_and_follows_a_change_to_its_decision(
     assert decided["log_tail"]  # the harness's captured output of the run
     # The same experiment as the REST API sees it.
     with project.agent() as agent:
-        assert agent.experiment(experiment["id"])["status"] == experiment["status"]
+        assert agent.experiment(experiment["id"]).status == experiment["status"]
     assert out["followed"]["experiment"]["status"] == experiment["status"]
     assert [e["id"] for e in out["found"]["items"]] == [experiment["id"]]
 
@@ -173,7 +173,7 @@ def test_a_bad_patch_and_a_bad_link_are_tool_errors_with_the_problem(
     assert out["note"]["author"] == "agent-1" and out["note"]["experiment_id"] == 1
     assert [n["text"] for n in out["notes"]["items"]] == ["bigram lr: 0.2 next"]
     with project.agent() as agent:  # nothing was queued by the refused calls
-        assert [e["id"] for e in agent.experiments()["items"]] == [1]
+        assert [e.id for e in agent.experiments().items] == [1]
 
 
 def test_the_http_transport_needs_an_agent_token(project: Project) -> None:

@@ -40,7 +40,7 @@ def test_an_agent_asks_whether_a_change_was_tried_and_searches_by_what_changes_t
             "by_line": await call(client, "search_experiments", {"line": "set_to_none=False"}),
             "nearby": await call(client, "has_this_been_tried", {"train_py": bigram(0.21)}),
             "far": await call(client, "has_this_been_tried", {"train_py": bigram(0.9)}),
-            "of_tried": await call(client, "similar_experiments", {"experiment_id": tried["id"]}),
+            "of_tried": await call(client, "similar_experiments", {"experiment_id": tried.id}),
             "submitted": await call(
                 client, "submit", {"description": "lr 0.205", "train_py": bigram(0.205), "wait_s": 0}
             ),
@@ -58,14 +58,14 @@ def test_an_agent_asks_whether_a_change_was_tried_and_searches_by_what_changes_t
     # The tool's inputs are the REST body's (SimilarIn), flat.
     schema = out["tools"]["has_this_been_tried"].input_schema
     assert "unified diff" in schema["properties"]["patch"]["description"] and "required" not in schema
-    assert [e["id"] for e in out["by_constant"]["items"]] == [tried["id"]]
-    assert [e["id"] for e in out["by_line"]["items"]] == [code["id"]]
+    assert [e["id"] for e in out["by_constant"]["items"]] == [tried.id]
+    assert [e["id"] for e in out["by_line"]["items"]] == [code.id]
     (nearby,) = out["nearby"]["similar"]
-    assert nearby["experiment_id"] == tried["id"] and nearby["kind"] == "nearby_constants"
+    assert nearby["experiment_id"] == tried.id and nearby["kind"] == "nearby_constants"
     assert nearby["status"] == "queued" and nearby["detail"] == "LEARNING_RATE 0.2 (here 0.21)"
     assert out["far"]["similar"] == []
-    assert out["of_tried"] == {"experiment_id": tried["id"], "similar": []}
-    assert [s["experiment_id"] for s in out["submitted"]["similar"]] == [tried["id"]]
+    assert out["of_tried"] == {"experiment_id": tried.id, "similar": []}
+    assert [s["experiment_id"] for s in out["submitted"]["similar"]] == [tried.id]
     # A change given as a patch of the best: queued on it, its diff the patch's.
     submitted = out["as_patch"]
     assert submitted["decided"] is False and submitted["experiment"]["status"] == "queued"
@@ -73,5 +73,5 @@ def test_an_agent_asks_whether_a_change_was_tried_and_searches_by_what_changes_t
     text, problem = out["bad"]
     assert text.startswith("patch-does-not-apply (422)") and problem["kind"] == "patch-does-not-apply"
     with project.agent() as agent:  # asking queued nothing
-        assert submitted["experiment"]["base"] == agent.best()["commit"]
-        assert len(agent.experiments()["items"]) == 5  # the baseline, the two above, the two submitted
+        assert submitted["experiment"]["base"] == agent.best().commit
+        assert len(agent.experiments().items) == 5  # the baseline, the two above, the two submitted

@@ -68,11 +68,11 @@ def test_worker_fault_returns_the_experiment_uncounted_and_stops_the_worker(
     copy = data_dir / paths.root.relative_to(paths.root.parents[1])
     shutil.copytree(paths.root, copy)
     worker = project.worker("breaks", "--data-dir", str(data_dir))
-    assert project.final(1)["status"] != "queued"  # it works: the baseline ran on it
+    assert project.final(1).status != "queued"  # it works: the baseline ran on it
     worker.wait_for_log("idle: waiting for queued experiments")
     (copy / "val" / "targets.npy").unlink()  # the worker's data breaks while it waits
     with project.agent() as agent:
-        second = agent.submit("lr 0.3", train_py=bigram(0.3))["id"]
+        second = agent.submit("lr 0.3", train_py=bigram(0.3)).id
     assert worker.wait(timeout=180) == 1, worker.log()
     log = worker.log()
     assert re.search(rf"experiment {second} run 1 \(seed \d+, attempt 1\): claimed", log), log
@@ -85,10 +85,10 @@ def test_candidate_that_fakes_a_sandbox_error_uses_up_its_own_attempts(project: 
     worker = project.worker("healthy")
     project.final(1)
     with project.agent() as agent:
-        fake = agent.submit("fakes a harness error", train_py=FAKES_SANDBOX_ERROR)["id"]
+        fake = agent.submit("fakes a harness error", train_py=FAKES_SANDBOX_ERROR).id
     done = project.final(fake)
     # The worker checked itself after each failure, passed, and so counted the attempt.
-    assert (done["status"], done["attempts"]) == ("infra_failed", 3), done
+    assert (done.status, done.attempts) == ("infra_failed", 3), done
     assert worker.log().count("released: worker error: RunFault: sandbox_error") == 3
     assert project.query("SELECT id FROM results WHERE experiment_id = ?", fake) == []
     worker.check_alive()  # a healthy worker goes on

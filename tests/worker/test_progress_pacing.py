@@ -31,8 +31,8 @@ def progress_requests(project: Project) -> int:
 def test_the_worker_sends_progress_at_the_pace_the_server_sets(project: Project) -> None:
     project.worker("paced")
     finished = project.final(1)
-    assert finished["result"]["status"] in {"ok", "over_budget"}, finished["result"]
-    run_seconds = finished["run_seconds"]
+    assert finished.result.status in {"ok", "over_budget"}, finished.result
+    run_seconds = finished.run_seconds
     sent = progress_requests(project)
     # Every second, that would be one request a second; at most 5 s of that, then one every 4 s.
     assert 1 <= sent <= 5 + run_seconds / 4 + 1, f"{sent} progress requests in {run_seconds:.0f} s"

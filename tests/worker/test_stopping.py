@@ -15,15 +15,15 @@ from tests.worker.processes import Project, WorkerProcess, wait_until
 
 def test_sigterm_finishes_current_experiment_and_takes_no_other(project: Project) -> None:
     with project.agent() as agent:
-        second = agent.submit("lr 0.1", train_py=bigram(0.1))["id"]
+        second = agent.submit("lr 0.1", train_py=bigram(0.1)).id
 
     finishing = project.worker("finishing")
     project.wait_training(1, finishing)
     finishing.signal(signal.SIGTERM)
     assert finishing.wait(timeout=120) == 0
     assert finishing.claimed() == [1]  # it did not take the next one
-    assert project.experiment(1)["result"] is not None  # the run it had was finished and delivered
-    assert project.experiment(second)["status"] == "queued"
+    assert project.experiment(1).result is not None  # the run it had was finished and delivered
+    assert project.experiment(second).status == "queued"
 
 
 # A run long enough that the signal surely lands while it trains.
@@ -35,11 +35,11 @@ def test_stop_now_releases_the_running_experiment(project: Project) -> None:
     assert stopping.wait(timeout=30) == 0
     assert stopping.claimed() == [1]
     released = wait_until(
-        lambda: (e := project.experiment(1))["status"] == "queued" and e,
+        lambda: (e := project.experiment(1)).status == "queued" and e,
         10,
         "the experiment to be queued",
     )
-    assert released["result"] is None
+    assert released.result is None
     assert project.query("SELECT state FROM leases WHERE experiment_id = 1") == [("released",)]
     assert "released" in stopping.log()
 
@@ -51,7 +51,7 @@ def test_cancel_from_the_server_stops_the_run_and_the_worker_goes_on(project: Pr
     with project.admin() as admin:
         admin.cancel(1)
     worker.wait_for_log(r"the server asked to cancel this experiment; cancelling the run", timeout=30)
-    assert project.final(1, timeout=30)["status"] == "cancelled"
+    assert project.final(1, timeout=30).status == "cancelled"
     assert project.query("SELECT state FROM leases WHERE experiment_id = 1") == [("released",)]
     worker.wait_for_log(r"idle: waiting for queued experiments", timeout=30)  # back in its claim loop
     worker.check_alive()
@@ -74,8 +74,8 @@ def test_usr1_to_every_process_finishes_the_run_and_scores_it(project: Project) 
     assert signal_every_process(worker, signal.SIGUSR1) > 2  # the worker, its sandboxes, the scorer
     assert worker.wait(timeout=120) == 0
     finished = project.experiment(1)
-    assert finished["result"]["status"] == "ok", finished["result"]  # the sandboxes ignored it
-    assert finished["status"] == "kept"
+    assert finished.result.status == "ok", finished.result  # the sandboxes ignored it
+    assert finished.status == "kept"
 
 
 @pytest.mark.parametrize("project", [{"time_budget": 20}], indirect=True)
@@ -85,7 +85,7 @@ def test_sigterm_to_every_process_releases_the_run_without_a_result(project: Pro
     signal_every_process(worker, signal.SIGTERM)
     assert worker.wait(timeout=30) == 0
     released = wait_until(
-        lambda: (e := project.experiment(1))["status"] == "queued" and e, 10, "the experiment to be queued"
+        lambda: (e := project.experiment(1)).status == "queued" and e, 10, "the experiment to be queued"
     )
-    assert released["result"] is None and released["attempts"] == 0
+    assert released.result is None and released.attempts == 0
     assert project.query("SELECT state FROM leases WHERE experiment_id = 1") == [("released",)]

@@ -9,6 +9,15 @@ from fastapi.responses import PlainTextResponse
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
+from client.schemas import (
+    CancelOut,
+    ExperimentOut,
+    ExperimentPage,
+    ProgressOut,
+    SimilarOut,
+    SubmitIn,
+    SubmitOut,
+)
 from client.states import FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus
 from harness.result import ProgressEvent
 from server.api.deps import Admin, Agent, Ctx, Reader
@@ -22,15 +31,6 @@ from server.crud.runs import cancel_queued_runs
 from server.crud.similar import Touched, similar_to_experiment
 from server.models import Experiment, Result, Run, utcnow
 from server.patches import make_patch
-from server.schemas import (
-    CancelOut,
-    ExperimentOut,
-    ExperimentPage,
-    ProgressOut,
-    SimilarOut,
-    SubmitIn,
-    SubmitOut,
-)
 from server.submissions import submit
 
 router = APIRouter(prefix="/experiments", tags=["experiments"])

@@ -6,10 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from client.schemas import KeepRatesOut, NearMissesOut
 from server.api.deps import Ctx, Reader
 from server.api.params import KeepRatesQuery, NearMissesQuery
 from server.crud import history
-from server.schemas import KeepRatesOut, NearMissesOut
 
 router = APIRouter(tags=["history"])
 _AUTH = {401: {"description": "reads need a token (PUBLIC_READS=false)"}}

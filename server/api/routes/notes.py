@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from sqlalchemy.orm import Session
 
+from client.schemas import NoteIn, NoteOut, NotePage
 from server.api.deps import Agent, Ctx, Reader
 from server.api.params import NotesQuery, since_utc
 from server.core.problems import Problem
@@ -14,7 +15,6 @@ from server.core.rate_limit import retry_after
 from server.crud.experiments import resolve_commit
 from server.crud.notes import add_note, list_notes
 from server.models import Experiment
-from server.schemas import NoteIn, NoteOut, NotePage
 
 router = APIRouter(prefix="/notes", tags=["notes"])
 _ERRORS = {401: {"description": "missing or unknown token"}, 403: {"description": "wrong kind of token"}}

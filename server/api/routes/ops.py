@@ -12,9 +12,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from sqlalchemy import text
 
+from client.schemas import HealthOut
 from server.api.deps import Ctx, Reader
 from server.metrics import render_metrics
-from server.schemas import HealthOut
 
 router = APIRouter(tags=["operations"])
 

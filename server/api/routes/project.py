@@ -6,12 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
+from client.schemas import AgentsOut, BestOut, ChildrenOut, LeaderboardOut, NoiseListOut, RuleOut
 from server.api.deps import Ctx, Reader
 from server.core.problems import Problem
 from server.crud import noise, standings
 from server.crud.experiments import by_commit, children, resolve_commit
 from server.crud.project import load_project
-from server.schemas import AgentsOut, BestOut, ChildrenOut, LeaderboardOut, NoiseListOut, RuleOut
 
 router = APIRouter(tags=["project"])
 _AUTH = {401: {"description": "reads need a token (PUBLIC_READS=false)"}}

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from client.schemas import SimilarIn, SimilarOut
 from server.api.deps import Ctx, Reader
 from server.context import AppContext
 from server.crud.similar import find_similar
 from server.research_repo import blob_sha
-from server.schemas import SimilarIn, SimilarOut
 from server.submissions import propose
 
 router = APIRouter(prefix="/similar", tags=["experiments"])

@@ -6,10 +6,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
+from client.schemas import ImportOut
 from server.api.deps import Admin, Ctx, Reader
 from server.core.problems import Problem
 from server.crud import tsv
-from server.schemas import ImportOut
 
 router = APIRouter(tags=["results.tsv"])
 MAX_IMPORT_BYTES = 20_000_000

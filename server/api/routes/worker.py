@@ -8,13 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
-from server.api.deps import Ctx, WorkerToken
-from server.context import AppContext
-from server.crud import leases
-from server.crud.results import record_result
-from server.crud.workers import register
-from server.fleet import queue_not_empty
-from server.schemas import (
+from client.schemas import (
     ClaimIn,
     ClaimOut,
     HeartbeatOut,
@@ -25,6 +19,12 @@ from server.schemas import (
     ResultIn,
     ResultOutcome,
 )
+from server.api.deps import Ctx, WorkerToken
+from server.context import AppContext
+from server.crud import leases
+from server.crud.results import record_result
+from server.crud.workers import register
+from server.fleet import queue_not_empty
 
 router = APIRouter(prefix="/worker", tags=["worker"])
 LeaseId = Annotated[str, Path(min_length=1, max_length=36)]

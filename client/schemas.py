@@ -14,11 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from client.states import Decision, ExperimentStatus, RunKind, RunState
+from client.states import Decision, Direction, ExperimentStatus, Part, Rule, RunKind, RunState, SimilarityKind
 from harness.result import ErrorClass, ProgressEvent, RunResult, RunStatus
-from server.judge import Rule
-from server.keep_rates import Direction, Part
-from server.similarity import SimilarityKind
 
 # The largest integer accepted: exact as a JSON double, so that every client reads the bound alike
 # (2**63 - 1 is not), and far beyond any count of steps, tokens or parameters.
