@@ -54,6 +54,7 @@ from pg_scratch import free_port, new_database, scratch_cluster
 from sqlalchemy import func, insert, select
 
 from client.api import KEEP_ALIVE_EXPIRY_S
+from harness.runner.phases import cpu_seconds
 from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
 from server.core.request_metrics import BUCKETS
@@ -124,12 +125,6 @@ def describe(values: list[float]) -> str:
         f"p90 {percentile(values, 0.9):6.1f} ms  p99 {percentile(values, 0.99):6.1f} ms  "
         f"max {max(values):6.1f} ms"
     )
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (from /proc), to cost requests on a busy machine."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def postgres_cpu_seconds() -> float:

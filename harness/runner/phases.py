@@ -29,14 +29,19 @@ class Phase:
     count: int = 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds process `pid` used so far (from /proc; OSError once it is gone)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime, stime (fields 14 and 15)
+
+
 def tree_cpu_seconds(pids: Sequence[int]) -> float:
     """User and system CPU seconds used so far by the live processes `pids` (0 for gone ones)."""
-    total = 0
+    total = 0.0
     for pid in pids:
         with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-    return total / TICKS_PER_S
+            total += cpu_seconds(pid)
+    return total
 
 
 class Phases:
