@@ -211,11 +211,20 @@ class Project:
         return wait_until(finished, timeout, f"experiment {experiment_id} to finish", interval=0.3)
 
     def wait_training(self, experiment_id: int, worker: WorkerProcess, timeout: float = 120) -> None:
-        """Wait until the server has progress showing `worker` training the experiment."""
+        """Wait until the server has progress showing `worker` training the experiment; fails at
+        once if the run ended without any (a loaded machine can finish a 3 s run between two
+        progress calls: a test that acts while a run trains asks for a longer time_budget)."""
 
         def training() -> bool:
             worker.check_alive()
-            return any(event["fraction"] > 0 for event in self.progress(experiment_id))
+            if any(event["fraction"] > 0 for event in self.progress(experiment_id)):
+                return True
+            if self.experiment(experiment_id).status in FINAL_STATUSES:
+                raise AssertionError(
+                    f"experiment {experiment_id} finished before any progress reached the server "
+                    f"(time_budget {self.settings.time_budget} s is too short for this test)"
+                )
+            return False
 
         wait_until(training, timeout, f"experiment {experiment_id} to be training on worker {worker.name}")
 

@@ -48,6 +48,7 @@ def test_sigkilled_worker_experiment_runs_again_elsewhere_and_is_recorded_once(p
     assert project.query("SELECT name FROM workers WHERE id = ?", worker_id) == [("second",)]
 
 
+@pytest.mark.parametrize("project", [{"time_budget": 10}], indirect=True)
 def test_frozen_worker_loses_its_lease_and_stops_when_it_wakes(project: Project) -> None:
     """A worker cut off longer than the lease (SIGSTOP stands in for a network partition)."""
     frozen = project.worker("frozen")
@@ -71,7 +72,7 @@ def test_frozen_worker_loses_its_lease_and_stops_when_it_wakes(project: Project)
     frozen.check_alive()  # and it goes on with other work
 
 
-@pytest.mark.parametrize("project", [{"lease_seconds": 60}], indirect=True)
+@pytest.mark.parametrize("project", [{"lease_seconds": 60, "time_budget": 10}], indirect=True)
 def test_server_restart_while_training_result_delivered_when_back(project: Project) -> None:
     worker = project.worker("w")
     project.wait_training(1, worker)
@@ -93,7 +94,7 @@ def test_server_restart_while_training_result_delivered_when_back(project: Proje
     assert worker.wait(timeout=30) == 0
 
 
-@pytest.mark.parametrize("project", [{"lease_seconds": 60}], indirect=True)
+@pytest.mark.parametrize("project", [{"lease_seconds": 60, "time_budget": 10}], indirect=True)
 def test_spooled_result_survives_worker_kill_and_is_resent_on_restart(project: Project) -> None:
     worker = project.worker("w")
     project.wait_training(1, worker)

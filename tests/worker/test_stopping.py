@@ -13,6 +13,7 @@ from tests.worker.candidates import bigram
 from tests.worker.processes import Project, WorkerProcess, wait_until
 
 
+@pytest.mark.parametrize("project", [{"time_budget": 10}], indirect=True)
 def test_sigterm_finishes_current_experiment_and_takes_no_other(project: Project) -> None:
     with project.agent() as agent:
         second = agent.submit("lr 0.1", train_py=bigram(0.1)).id
