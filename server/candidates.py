@@ -66,7 +66,7 @@ def queue_candidate(
     tx.session.add(experiment)
     tx.session.flush()
     experiment_id = experiment.id
-    queue_runs(tx.session, experiment_id, RunKind.FIRST, experiment.queued_at)
+    queue_runs(tx.session, experiment_id, RunKind.FIRST, experiment.queued_at, new=True)
     store_change(tx.session, experiment_id, change)
     ctx.repo.set_experiment_ref(experiment_id, commit_sha)
     tx.undo.append(lambda: ctx.repo.delete_experiment_ref(experiment_id))

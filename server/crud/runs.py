@@ -37,10 +37,19 @@ _COUNT_LIVE = select(func.count()).where(
 
 
 def queue_runs(
-    session: Session, experiment_id: int, kind: RunKind, queued_at: datetime, count: int = 1
+    session: Session,
+    experiment_id: int,
+    kind: RunKind,
+    queued_at: datetime,
+    count: int = 1,
+    *,
+    new: bool = False,
 ) -> list[int]:
-    """Queue `count` more runs of an experiment; returns their numbers."""
-    last = session.connection().execute(_LAST_NUMBER, {"experiment_id": experiment_id}).scalar() or 0
+    """Queue `count` more runs of an experiment; returns their numbers. `new`: the experiment was
+    inserted in this transaction, so it has no runs yet (one query less)."""
+    last = 0
+    if not new:
+        last = session.connection().execute(_LAST_NUMBER, {"experiment_id": experiment_id}).scalar() or 0
     numbers = list(range(last + 1, last + 1 + count))
     if numbers:
         session.connection().execute(
