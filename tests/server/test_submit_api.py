@@ -223,7 +223,7 @@ def test_a_submit_and_a_poll_send_few_sql_statements(live_any_db: Live, baseline
     with sql_of_this_thread(live_any_db) as sent:
         outcome = submit(ctx, principal, SubmitIn(description="counted", patch=patches[1]), None)
     assert outcome.created and outcome.view is not None and outcome.view.queue_position == 2
-    assert len(sent) <= 15, "\n".join(sent)
+    assert len(sent) <= 13, "\n".join(sent)
     with sql_of_this_thread(live_any_db) as sent, ctx.db.read() as session:
         assert get_view(session, outcome.experiment_id) == outcome.view
-    assert len(sent) <= 4, "\n".join(sent)
+    assert len(sent) <= 2, "\n".join(sent)
