@@ -13,12 +13,11 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from client.schemas import ExperimentOut, SimilarExperiment, SimilarIn, SubmitIn
-from client.states import ExperimentStatus, RunKind
-from server.candidates import commit_message, find_same_train_py, queue_candidate
+from client.states import RunKind
+from server.candidates import commit_message, find_same_train_py, queue_candidate, same_train_py_and_queued
 from server.changes import summarize
 from server.context import AppContext, Tx
 from server.core.problems import Problem
@@ -173,7 +172,7 @@ def submit(ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_ke
         blob = blob_sha(new_source)
         existing = find_same_train_py(session, blob)
         if existing is not None and idempotency_key is None:
-            return _with_similar(session, _with_view(session, Submitted(existing.id, created=False)))
+            return _with_similar(session, _with_view(session, Submitted(existing, created=False)))
     # Summarized before the transaction: it takes milliseconds, and the project is locked in it.
     change = proposed.change
     commit = ctx.repo.commit_candidate(
@@ -213,16 +212,11 @@ def _queue(
 ) -> Submitted:
     """In the transaction, with the project locked: the experiment with this train.py if there
     is one by now, else a new one queued (Problem 429 if the agent's queue is full)."""
-    existing = find_same_train_py(tx.session, blob)
+    existing, queued = same_train_py_and_queued(tx.session, blob, principal.id)
     if existing is not None:
-        return Submitted(existing.id, created=False)
-    queued = tx.session.scalar(
-        select(func.count()).where(
-            Experiment.agent_id == principal.id, Experiment.status == ExperimentStatus.QUEUED
-        )
-    )
+        return Submitted(existing, created=False)
     limit = ctx.settings.max_queued_per_agent
-    if (queued or 0) >= limit:
+    if queued >= limit:
         raise Problem(
             429,
             "too-many-queued",

@@ -211,8 +211,8 @@ def sql_of_this_thread(live: Live) -> Iterator[list[str]]:
 def test_a_submit_and_a_poll_send_few_sql_statements(live_any_db: Live, baseline_source: str) -> None:
     """Each statement is a round trip to PostgreSQL, and a submit holds the project lock over most
     of its own: under load they, not the CPU, made its latency (bench/request_profile.py
-    --statements lists them). A submit (greedy rule): 2 checks, 7 in the transaction (the lock, 2
-    checks, 4 inserts), 4 for its view and 2 for its similar experiments; a poll: 4."""
+    --statements lists them). A submit (greedy rule): 2 checks, 6 in the transaction (the lock, the
+    checks, 4 inserts), 2 for its view and 2 for its similar experiments; a poll: 2."""
     ctx, token = live_any_db.ctx, live_any_db.token("agent")
     with ctx.db.read() as session:
         principal = find_principal(session, token)
@@ -223,7 +223,7 @@ def test_a_submit_and_a_poll_send_few_sql_statements(live_any_db: Live, baseline
     with sql_of_this_thread(live_any_db) as sent:
         outcome = submit(ctx, principal, SubmitIn(description="counted", patch=patches[1]), None)
     assert outcome.created and outcome.view is not None and outcome.view.queue_position == 2
-    assert len(sent) <= 13, "\n".join(sent)
+    assert len(sent) <= 12, "\n".join(sent)
     with sql_of_this_thread(live_any_db) as sent, ctx.db.read() as session:
         assert get_view(session, outcome.experiment_id) == outcome.view
     assert len(sent) <= 2, "\n".join(sent)
