@@ -3,7 +3,9 @@
 Order matters for locks: the candidate commit is written first (repo lock only), then one
 database transaction re-checks duplicates and the agent's queue limit and inserts the row (with
 the project row locked on PostgreSQL, the whole database on SQLite), so that concurrent submits
-cannot exceed limits or queue the same train.py twice.
+cannot exceed limits or queue the same train.py twice. What it answers (the experiment's view and
+the earlier experiments similar to it) is read after that transaction commits: statements under
+the project lock make every other submission wait (on PostgreSQL each is a round trip).
 """
 
 from __future__ import annotations
