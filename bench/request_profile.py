@@ -1,6 +1,6 @@
 """Where a request's CPU goes: one poll and one submit, profiled in-process against a real app.
 
-    python bench/request_profile.py [--requests 200] [--top 12] [--db sqlite|postgresql]
+    python bench/request_profile.py [--requests 200] [--top 12] [--db sqlite|postgresql] [--statements]
 
 A fresh project is made with the server's own `init_project` (the built-in baseline train.py,
 SQLite in a temporary folder or a scratch PostgreSQL database), and the real app (`create_app`)
@@ -12,7 +12,11 @@ answers through Starlette's TestClient, in this process. Three requests are meas
   bench/api_load.py sends).
 
 Each is first timed without a profiler: CPU per request (this process's user + system time,
-client side included: compare with the reference) and wall time. Then yappi (CPU clock, every
+client side included: compare with the reference) and wall time. Then the SQL statements one
+request sends are counted (a SQLAlchemy `before_cursor_execute` listener: each is a round trip to
+PostgreSQL), with the connections it checks out of the pool (each one more round trip there, the
+pool's ping, and a BEGIN and a COMMIT or ROLLBACK on either database); `--statements` lists them.
+Then yappi (CPU clock, every
 thread: sync routes run in the thread pool) profiles the same requests, and the functions that
 spend the most CPU are listed, first by own time and then, among the project's own, by total.
 """
@@ -32,6 +36,7 @@ import yappi
 from api_load import HARNESS_ID, PLATFORM, unique_change
 from fastapi.testclient import TestClient
 from pg_scratch import new_database, scratch_cluster
+from sqlalchemy import Engine, event
 
 from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
@@ -103,6 +108,36 @@ def cost(request: Callable[[], httpx.Response], count: int) -> tuple[float, floa
     return (time.process_time() - cpu) * 1000 / count, (time.perf_counter() - wall) * 1000 / count
 
 
+@contextmanager
+def sql_sent(engine: Engine) -> Iterator[tuple[list[str], list[int]]]:
+    """The SQL statements sent on `engine` in the block, and a count of its pool checkouts."""
+    statements: list[str] = []
+    checkouts = [0]
+
+    def sent(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        statements.append(" ".join(statement.split()))
+
+    def checkout(*_args: object) -> None:
+        checkouts[0] += 1
+
+    event.listen(engine, "before_cursor_execute", sent)
+    event.listen(engine.pool, "checkout", checkout)
+    try:
+        yield statements, checkouts
+    finally:
+        event.remove(engine, "before_cursor_execute", sent)
+        event.remove(engine.pool, "checkout", checkout)
+
+
+def count_sql(engine: Engine, request: Callable[[], httpx.Response], count: int) -> tuple[list[str], int]:
+    """The statements of the last of `count` requests, and the pool checkouts per request."""
+    with sql_sent(engine) as (statements, checkouts):
+        for _ in range(count):
+            del statements[:]
+            request().raise_for_status()
+    return statements, checkouts[0] // count
+
+
 def where(stat: yappi.YFuncStat) -> str:
     path = Path(stat.module)
     shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else Path(*path.parts[-2:])
@@ -135,6 +170,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200, help="requests of each kind")
     parser.add_argument("--top", type=int, default=12, help="functions listed per request")
     parser.add_argument("--db", default="sqlite", choices=["sqlite", "postgresql"])
+    parser.add_argument("--statements", action="store_true", help="list the SQL of one request of each kind")
     args = parser.parse_args()
     with ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="request-profile-")))
@@ -144,12 +180,18 @@ def main() -> None:
             else f"sqlite:///{folder / 'profile.db'}"
         )
         http, token, baseline = stack.enter_context(project_app(database_url, folder))
-        requests = requests_of(http, token, baseline, 2 * args.requests + 20)
+        requests = requests_of(http, token, baseline, 2 * args.requests + 40)
         print(f"{args.db}, {args.requests} requests of each kind, in-process (client CPU included):")
         costs = {name: cost(request, args.requests) for name, request in requests.items()}
         reference = costs["GET /healthz (reference)"][0]
         for name, (cpu, wall) in costs.items():
             print(f"  {name:28s} {cpu:6.2f} ms CPU ({cpu / reference:4.1f}x healthz), {wall:6.2f} ms wall")
+        engine = http.app.state.ctx.db.engine
+        for name, request in requests.items():
+            statements, checkouts = count_sql(engine, request, 10)
+            print(f"  {name:28s} {len(statements):3d} SQL statements, {checkouts} connection checkouts")
+            for statement in statements if args.statements else []:
+                print(f"      {statement[:150]}")
         for name, request in requests.items():
             print(f"  {name}, profiled:")
             profile(request, args.requests, args.top)

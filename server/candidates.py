@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from client.states import ExperimentStatus, RunKind
@@ -15,16 +15,32 @@ from server.crud.similar import store_change
 from server.models import NOT_RERUN_STATUSES, Experiment, utcnow
 
 _SAME_TRAIN_PY = (  # built once: every submission runs it twice
-    select(Experiment)
+    select(Experiment.id)
     .where(Experiment.train_py_blob == bindparam("blob"), Experiment.status.in_(NOT_RERUN_STATUSES))
     .order_by(Experiment.id)
     .limit(1)
 )
 
 
-def find_same_train_py(session: Session, blob: str) -> Experiment | None:
-    """An experiment with this exact train.py that was run or will be (not cancelled/infra-failed)."""
+def find_same_train_py(session: Session, blob: str) -> int | None:
+    """The id of an experiment with this exact train.py that was run or will be (not
+    cancelled/infra-failed)."""
     return session.scalars(_SAME_TRAIN_PY, {"blob": blob}).first()
+
+
+_SAME_AND_QUEUED = select(
+    _SAME_TRAIN_PY.scalar_subquery(),
+    select(func.count())
+    .where(Experiment.agent_id == bindparam("agent_id"), Experiment.status == ExperimentStatus.QUEUED)
+    .scalar_subquery(),
+)
+
+
+def same_train_py_and_queued(session: Session, blob: str, agent_id: int) -> tuple[int | None, int]:
+    """What a submission checks with the project locked, in one query: `find_same_train_py`, and
+    how many experiments the agent has queued."""
+    same, queued = session.execute(_SAME_AND_QUEUED, {"blob": blob, "agent_id": agent_id}).one()
+    return same, int(queued or 0)
 
 
 def commit_message(description: str, hypothesis: str | None) -> str:
@@ -66,7 +82,7 @@ def queue_candidate(
     tx.session.add(experiment)
     tx.session.flush()
     experiment_id = experiment.id
-    queue_runs(tx.session, experiment_id, RunKind.FIRST, experiment.queued_at)
+    queue_runs(tx.session, experiment_id, RunKind.FIRST, experiment.queued_at, new=True)
     store_change(tx.session, experiment_id, change)
     ctx.repo.set_experiment_ref(experiment_id, commit_sha)
     tx.undo.append(lambda: ctx.repo.delete_experiment_ref(experiment_id))

@@ -259,7 +259,7 @@ def _rebase(
     blob = blob_sha(content)
     twin = find_same_train_py(tx.session, blob)
     if twin is not None:
-        return Decision.REBASE, f"{moved}; its change on the new best is experiment {twin.id}", twin.id
+        return Decision.REBASE, f"{moved}; its change on the new best is experiment {twin}", twin
     commit = ctx.repo.commit_candidate(
         project.best_commit,
         content,

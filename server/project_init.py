@@ -70,7 +70,7 @@ def init_project(
             )
             session.add(baseline)
             session.flush()
-            queue_runs(session, baseline.id, RunKind.FIRST, baseline.queued_at)
+            queue_runs(session, baseline.id, RunKind.FIRST, baseline.queued_at, new=True)
             project.baseline_commit = project.best_commit = commit
             project.best_experiment_id = baseline.id
             project.best_since_experiment_id = baseline.id

@@ -3,7 +3,9 @@
 Order matters for locks: the candidate commit is written first (repo lock only), then one
 database transaction re-checks duplicates and the agent's queue limit and inserts the row (with
 the project row locked on PostgreSQL, the whole database on SQLite), so that concurrent submits
-cannot exceed limits or queue the same train.py twice.
+cannot exceed limits or queue the same train.py twice. What it answers (the experiment's view and
+the earlier experiments similar to it) is read after that transaction commits: statements under
+the project lock make every other submission wait (on PostgreSQL each is a round trip).
 """
 
 from __future__ import annotations
@@ -13,19 +15,18 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from client.schemas import ExperimentOut, SimilarExperiment, SimilarIn, SubmitIn
-from client.states import ExperimentStatus, RunKind
-from server.candidates import commit_message, find_same_train_py, queue_candidate
+from client.states import RunKind
+from server.candidates import commit_message, find_same_train_py, queue_candidate, same_train_py_and_queued
 from server.changes import summarize
-from server.context import AppContext
+from server.context import AppContext, Tx
 from server.core.problems import Problem
 from server.crud.experiments import get_view, resolve_commit
 from server.crud.project import load_project
 from server.crud.runs import queue_runs
-from server.crud.similar import similar_to_experiment
+from server.crud.similar import find_similar, similar_to_experiment
 from server.crud.tokens import Principal
 from server.decisions import best_repeats_due
 from server.models import Experiment, IdempotencyKey, Project
@@ -42,6 +43,9 @@ class Submitted:
     created: bool  # False: an existing experiment (same train.py, or a repeated Idempotency-Key)
     view: ExperimentOut | None = None  # what POST /experiments answers
     similar: list[SimilarExperiment] = field(default_factory=list)  # earlier, most alike first
+    # Queued by this request: its change and train.py blob, so that its similar experiments are
+    # found from them rather than from its rows read back.
+    queued: tuple[Change, str] | None = None
 
 
 def _with_view(session: Session, outcome: Submitted) -> Submitted:
@@ -51,6 +55,12 @@ def _with_view(session: Session, outcome: Submitted) -> Submitted:
 
 def _with_similar(session: Session, outcome: Submitted) -> Submitted:
     """The outcome with the earlier experiments whose change resembles its experiment's."""
+    if outcome.queued is not None:
+        change, blob = outcome.queued
+        earlier = outcome.experiment_id
+        return replace(
+            outcome, similar=find_similar(session, change, blob, exclude={earlier}, before_id=earlier)
+        )
     experiment = session.get(Experiment, outcome.experiment_id)
     assert experiment is not None
     return replace(outcome, similar=similar_to_experiment(session, experiment, earlier_only=True))
@@ -164,61 +174,69 @@ def submit(ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_ke
         blob = blob_sha(new_source)
         existing = find_same_train_py(session, blob)
         if existing is not None and idempotency_key is None:
-            return _with_similar(session, _with_view(session, Submitted(existing.id, created=False)))
+            return _with_similar(session, _with_view(session, Submitted(existing, created=False)))
     # Summarized before the transaction: it takes milliseconds, and the project is locked in it.
-    change = proposed.change.summary
+    change = proposed.change
     commit = ctx.repo.commit_candidate(
         base, new_source, commit_message(body.description, body.hypothesis), principal.name
     )
     with ctx.transaction() as tx:
         project = load_project(tx.session, lock=True)  # serialises submissions on PostgreSQL
-        if idempotency_key is not None:
-            replay = _replayed(tx.session, principal, idempotency_key, request_sha)
-            if replay is not None:
-                outcome = _with_view(tx.session, replay)
-                return _with_similar(tx.session, outcome)
-        existing = find_same_train_py(tx.session, blob)
-        if existing is not None:
-            outcome = Submitted(existing.id, created=False)
+        replay = _replayed(tx.session, principal, idempotency_key, request_sha) if idempotency_key else None
+        if replay is not None:
+            outcome = replay
         else:
-            queued = tx.session.scalar(
-                select(func.count()).where(
-                    Experiment.agent_id == principal.id, Experiment.status == ExperimentStatus.QUEUED
+            outcome = _queue(ctx, tx, project, principal, body, change, commit, blob)
+            if idempotency_key is not None:
+                tx.session.add(
+                    IdempotencyKey(
+                        token_id=principal.id,
+                        key=idempotency_key,
+                        request_sha256=request_sha,
+                        experiment_id=outcome.experiment_id,
+                        status_code=201 if outcome.created else 200,
+                    )
                 )
-            )
-            limit = ctx.settings.max_queued_per_agent
-            if (queued or 0) >= limit:
-                raise Problem(
-                    429,
-                    "too-many-queued",
-                    f"agent {principal.name} has {queued} experiments queued (limit {limit}); "
-                    "wait for some to start or cancel some",
-                    headers={"Retry-After": "10"},
-                )
-            experiment = queue_candidate(
-                ctx,
-                tx,
-                agent_id=principal.id,
-                source="agent",
-                description=body.description,
-                hypothesis=body.hypothesis,
-                base_commit=base,
-                commit_sha=commit,
-                blob=blob,
-                change=change,
-            )
-            outcome = Submitted(experiment.id, created=True)
-            _rerun_best_when_due(ctx, tx.session, project, experiment.id)
-        if idempotency_key is not None:
-            tx.session.add(
-                IdempotencyKey(
-                    token_id=principal.id,
-                    key=idempotency_key,
-                    request_sha256=request_sha,
-                    experiment_id=outcome.experiment_id,
-                    status_code=201 if outcome.created else 200,
-                )
-            )
-        outcome = _with_view(tx.session, outcome)
-    with ctx.db.read() as session:  # not under the project lock
-        return _with_similar(session, outcome)
+    # The answer is read after the commit, not under the project lock (which serialises submits).
+    with ctx.db.read() as session:
+        return _with_similar(session, _with_view(session, outcome))
+
+
+def _queue(
+    ctx: AppContext,
+    tx: Tx,
+    project: Project,
+    principal: Principal,
+    body: SubmitIn,
+    change: Change,
+    commit: str,
+    blob: str,
+) -> Submitted:
+    """In the transaction, with the project locked: the experiment with this train.py if there
+    is one by now, else a new one queued (Problem 429 if the agent's queue is full)."""
+    existing, queued = same_train_py_and_queued(tx.session, blob, principal.id)
+    if existing is not None:
+        return Submitted(existing, created=False)
+    limit = ctx.settings.max_queued_per_agent
+    if queued >= limit:
+        raise Problem(
+            429,
+            "too-many-queued",
+            f"agent {principal.name} has {queued} experiments queued (limit {limit}); "
+            "wait for some to start or cancel some",
+            headers={"Retry-After": "10"},
+        )
+    experiment = queue_candidate(
+        ctx,
+        tx,
+        agent_id=principal.id,
+        source="agent",
+        description=body.description,
+        hypothesis=body.hypothesis,
+        base_commit=change.base,
+        commit_sha=commit,
+        blob=blob,
+        change=change.summary,
+    )
+    _rerun_best_when_due(ctx, tx.session, project, experiment.id)
+    return Submitted(experiment.id, created=True, queued=(change, blob))

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import and_, bindparam, func, or_, select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from client.schemas import BestBefore, ComparisonOut, ExperimentOut, ExperimentPage, ResultOut, RunOut
@@ -22,12 +22,10 @@ BASELINE_AGENT = "baseline"
 
 # The statements of what an agent polls, built once (building one costs about what running it does).
 _AGENT_NAMES = select(ApiToken.id, ApiToken.name).where(ApiToken.id.in_(bindparam("ids", expanding=True)))
-_AHEAD = select(func.count()).where(
-    Run.status == RunState.QUEUED,
-    or_(
-        Run.queued_at < bindparam("queued_at"),
-        and_(Run.queued_at == bindparam("queued_at"), Run.id < bindparam("run_id")),
-    ),
+_WITH_AGENT = (
+    select(Experiment, ApiToken.name)
+    .outerjoin(ApiToken, ApiToken.id == Experiment.agent_id)
+    .where(Experiment.id == bindparam("id"))
 )
 _RESULTS = select(Result).where(Result.run_id.in_(bindparam("run_ids", expanding=True)))
 
@@ -40,11 +38,6 @@ def agent_names(session: Session, agent_ids: set[int]) -> dict[int, str]:
 
 def result_view(result: Result) -> ResultOut:
     return ResultOut.model_validate(result, from_attributes=True)
-
-
-def queue_position(session: Session, run: Run) -> int:
-    """Queued runs ahead of this one (the claim order: queued_at, then id)."""
-    return int(session.scalar(_AHEAD, {"queued_at": run.queued_at, "run_id": run.id}) or 0)
 
 
 def comparison_view(experiment: Experiment) -> ComparisonOut | None:
@@ -64,21 +57,23 @@ def comparison_view(experiment: Experiment) -> ComparisonOut | None:
 
 
 def views(
-    session: Session, experiments: Sequence[Experiment], with_position: bool = False
+    session: Session,
+    experiments: Sequence[Experiment],
+    with_position: bool = False,
+    names: dict[int, str] | None = None,
 ) -> list[ExperimentOut]:
-    """API views of experiments: their runs, their runs' results and agent names, in three queries."""
-    runs = runs_of(session, [e.id for e in experiments])
+    """API views of experiments: their runs (with their places in the queue), their runs' results
+    and agent names (unless given), in three queries at most."""
+    runs, places = runs_of(session, [e.id for e in experiments], with_places=with_position)
     finished = [r.id for rs in runs.values() for r in rs if r.status == RunState.FINISHED]
     results = {r.run_id: r for r in session.scalars(_RESULTS, {"run_ids": finished})} if finished else {}
-    names = agent_names(session, {e.agent_id for e in experiments if e.agent_id is not None})
+    if names is None:
+        names = agent_names(session, {e.agent_id for e in experiments if e.agent_id is not None})
     out = []
     for e in experiments:
         own = runs.get(e.id, [])
         latest = next((results[r.id] for r in reversed(own) if r.id in results), None)
-        # Places in the queue, each counted once: the experiment's is its first queued run's.
-        places = {
-            r.id: queue_position(session, r) for r in own if with_position and r.status == RunState.QUEUED
-        }
+        # The experiment's place in the queue is its first queued run's.
         queued = next((r for r in own if r.status == RunState.QUEUED), None)
         run_seconds = (
             (e.finished_at - e.started_at).total_seconds() if e.finished_at and e.started_at else None
@@ -134,8 +129,14 @@ def run_view(run: Run, result: Result | None, queue_position: int | None) -> Run
 
 
 def get_view(session: Session, experiment_id: int) -> ExperimentOut | None:
-    experiment = session.get(Experiment, experiment_id)
-    return views(session, [experiment], with_position=True)[0] if experiment else None
+    """What an agent polls: the experiment read with its agent's name, and its runs with their
+    places in the queue (2 queries; 3 once a run finished)."""
+    row = session.execute(_WITH_AGENT, {"id": experiment_id}).first()
+    if row is None:
+        return None
+    experiment, name = row
+    names = {experiment.agent_id: name} if experiment.agent_id is not None and name is not None else {}
+    return views(session, [experiment], with_position=True, names=names)[0]
 
 
 def list_page(

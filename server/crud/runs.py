@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime
 
-from sqlalchemy import bindparam, func, insert, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import and_, bindparam, case, func, insert, or_, select, update
+from sqlalchemy.orm import Session, aliased
 
 from client.states import RunKind, RunState
 from server.models import RUNS, Run
@@ -37,10 +37,19 @@ _COUNT_LIVE = select(func.count()).where(
 
 
 def queue_runs(
-    session: Session, experiment_id: int, kind: RunKind, queued_at: datetime, count: int = 1
+    session: Session,
+    experiment_id: int,
+    kind: RunKind,
+    queued_at: datetime,
+    count: int = 1,
+    *,
+    new: bool = False,
 ) -> list[int]:
-    """Queue `count` more runs of an experiment; returns their numbers."""
-    last = session.connection().execute(_LAST_NUMBER, {"experiment_id": experiment_id}).scalar() or 0
+    """Queue `count` more runs of an experiment; returns their numbers. `new`: the experiment was
+    inserted in this transaction, so it has no runs yet (one query less)."""
+    last = 0
+    if not new:
+        last = session.connection().execute(_LAST_NUMBER, {"experiment_id": experiment_id}).scalar() or 0
     numbers = list(range(last + 1, last + 1 + count))
     if numbers:
         session.connection().execute(
@@ -82,14 +91,43 @@ def cancel_queued_runs(session: Session, experiment_id: int, now: datetime) -> i
     return int(result.rowcount or 0)
 
 
-def runs_of(session: Session, experiment_ids: list[int]) -> dict[int, list[Run]]:
-    """The runs of these experiments, by experiment, in run order."""
-    if not experiment_ids:
-        return {}
-    found: dict[int, list[Run]] = {i: [] for i in experiment_ids}
-    statement = (
-        select(Run).where(Run.experiment_id.in_(experiment_ids)).order_by(Run.experiment_id, Run.number)
+# A queued run's place in the queue: the queued runs claimed before it (queued_at, then id).
+_AHEAD = aliased(Run)
+_PLACE = case(
+    (
+        Run.status == RunState.QUEUED,
+        select(func.count())
+        .where(
+            _AHEAD.status == RunState.QUEUED,
+            or_(
+                _AHEAD.queued_at < Run.queued_at,
+                and_(_AHEAD.queued_at == Run.queued_at, _AHEAD.id < Run.id),
+            ),
+        )
+        .correlate(Run)
+        .scalar_subquery(),
     )
-    for run in session.scalars(statement):
+)
+_OF = Run.experiment_id.in_(bindparam("ids", expanding=True))
+_RUNS_OF = select(Run).where(_OF).order_by(Run.experiment_id, Run.number)
+_RUNS_AND_PLACES_OF = select(Run, _PLACE).where(_OF).order_by(Run.experiment_id, Run.number)
+
+
+def runs_of(
+    session: Session, experiment_ids: list[int], *, with_places: bool = False
+) -> tuple[dict[int, list[Run]], dict[int, int]]:
+    """The runs of these experiments, by experiment, in run order; with `with_places`, the place
+    in the queue of each queued one (run id: queued runs ahead of it), read in the same query."""
+    found: dict[int, list[Run]] = {i: [] for i in experiment_ids}
+    places: dict[int, int] = {}
+    if not experiment_ids:
+        return found, places
+    if not with_places:
+        for run in session.scalars(_RUNS_OF, {"ids": experiment_ids}):
+            found[run.experiment_id].append(run)
+        return found, places
+    for run, place in session.execute(_RUNS_AND_PLACES_OF, {"ids": experiment_ids}):
         found[run.experiment_id].append(run)
-    return found
+        if place is not None:
+            places[run.id] = place
+    return found, places

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, or_, select
+from sqlalchemy import Select, bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from client.schemas import SimilarExperiment
@@ -179,6 +179,13 @@ def _candidates(session: Session, change: Change, exclude: set[int], before_id: 
     return rank(change, earlier)
 
 
+# Built once (building one costs about what running it does): every submit runs one.
+_IDENTICAL = select(Experiment.id).where(
+    Experiment.train_py_blob == bindparam("blob"), Experiment.status.in_(NOT_RERUN_STATUSES)
+)
+_IDENTICAL_BEFORE = _IDENTICAL.where(Experiment.id < bindparam("before_id"))
+
+
 def find_similar(
     session: Session,
     change: Change,
@@ -193,13 +200,13 @@ def find_similar(
     excluded = set(exclude)
     identical: list[Match] = []
     if blob is not None:
-        statement = select(Experiment.id).where(
-            Experiment.train_py_blob == blob, Experiment.status.in_(NOT_RERUN_STATUSES)
+        found = (
+            session.scalars(_IDENTICAL, {"blob": blob})
+            if before_id is None
+            else session.scalars(_IDENTICAL_BEFORE, {"blob": blob, "before_id": before_id})
         )
-        if before_id is not None:
-            statement = statement.where(Experiment.id < before_id)
         same = Similarity(SimilarityKind.IDENTICAL, 0.0, "the same train.py")
-        identical = [Match(i, same) for i in session.scalars(statement) if i not in excluded]
+        identical = [Match(i, same) for i in found if i not in excluded]
         excluded |= {match.experiment_id for match in identical}
     matches = sorted(identical + _candidates(session, change, excluded, before_id), key=sort_key)[:limit]
     return _views(session, change, matches)

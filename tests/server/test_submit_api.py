@@ -1,14 +1,23 @@
-"""POST /experiments over real HTTP with the SDK: accepted changes, precise refusals, retries."""
+"""POST /experiments over real HTTP with the SDK: accepted changes, precise refusals, retries (the
+changes that hold locks and the SQL a submit sends on SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
+from sqlalchemy import event
 
 from client import ApiError, Client
+from client.schemas import SubmitIn
+from server.crud.experiments import get_view
+from server.crud.tokens import find_principal
 from server.patches import make_patch
+from server.submissions import submit
+from tests.server.conftest import Live, LiveFactory
 
 
 def _edit(source: str, old: str, new: str) -> str:
@@ -16,7 +25,10 @@ def _edit(source: str, old: str, new: str) -> str:
     return source.replace(old, new)
 
 
-def test_a_patch_is_committed_on_its_own_ref_with_the_base_as_parent(live, baseline_source: str) -> None:
+def test_a_patch_is_committed_on_its_own_ref_with_the_base_as_parent(
+    live_any_db: Live, baseline_source: str
+) -> None:
+    live = live_any_db
     agent = live.client("agent", "alice")
     new = _edit(baseline_source, "LEARNING_RATE = 0.01", "LEARNING_RATE = 0.02")
     experiment = agent.submit("raise lr", patch=make_patch(baseline_source, new), hypothesis="faster")
@@ -49,7 +61,8 @@ def test_a_whole_train_py_is_accepted_too(live, baseline_source: str) -> None:
     assert agent.diff(experiment.id) == make_patch(baseline_source, new)
 
 
-def test_the_same_train_py_returns_the_existing_experiment(live, baseline_source: str) -> None:
+def test_the_same_train_py_returns_the_existing_experiment(live_any_db: Live, baseline_source: str) -> None:
+    live = live_any_db
     alice, bob = live.client("agent"), live.client("agent")
     new = _edit(baseline_source, "WIDTH = 64", "WIDTH = 96")
     first = alice.submit("wider", patch=make_patch(baseline_source, new))
@@ -60,7 +73,8 @@ def test_the_same_train_py_returns_the_existing_experiment(live, baseline_source
     )
 
 
-def test_idempotency_key_makes_retries_safe(live, baseline_source: str) -> None:
+def test_idempotency_key_makes_retries_safe(live_any_db: Live, baseline_source: str) -> None:
+    live = live_any_db
     agent = live.client("agent")
     patch = make_patch(baseline_source, _edit(baseline_source, "DEPTH = 4", "DEPTH = 5"))
     first = agent.submit("d5", patch=patch, idempotency_key="retry-1")
@@ -140,8 +154,10 @@ def test_base_may_be_any_experiment_commit_or_its_prefix(live, baseline_source: 
     assert [c.id for c in children.children] == [on_top.id] and children.experiment_id == first.id
 
 
-def test_per_agent_queue_limit_answers_429(live_factory, baseline_source: str) -> None:
-    live = live_factory(max_queued_per_agent=2)
+def test_per_agent_queue_limit_answers_429(
+    live_factory: LiveFactory, database_url: str, baseline_source: str
+) -> None:
+    live = live_factory(database_url, max_queued_per_agent=2)
     agent, other = live.client("agent"), live.client("agent")
     for depth in (5, 6):
         agent.submit(f"d{depth}", train_py=baseline_source.replace("DEPTH = 4", f"DEPTH = {depth}"))
@@ -172,3 +188,42 @@ def test_reads_can_require_a_token(live_factory) -> None:
         Client(live.url).best()
     assert caught.value.status == 401
     assert live.client("worker").best().val_bpb is None
+
+
+@contextmanager
+def sql_of_this_thread(live: Live) -> Iterator[list[str]]:
+    """The SQL statements this thread sends in the block (the server's own tasks are left out),
+    without SQLite's BEGIN (PostgreSQL's driver sends its own, which is not counted either)."""
+    sent: list[str] = []
+    thread = threading.get_ident()
+
+    def count(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if threading.get_ident() == thread and not statement.startswith("BEGIN"):
+            sent.append(statement)
+
+    event.listen(live.ctx.db.engine, "before_cursor_execute", count)
+    try:
+        yield sent
+    finally:
+        event.remove(live.ctx.db.engine, "before_cursor_execute", count)
+
+
+def test_a_submit_and_a_poll_send_few_sql_statements(live_any_db: Live, baseline_source: str) -> None:
+    """Each statement is a round trip to PostgreSQL, and a submit holds the project lock over most
+    of its own: under load they, not the CPU, made its latency (bench/request_profile.py
+    --statements lists them). A submit (greedy rule): 2 checks, 6 in the transaction (the lock, the
+    checks, 4 inserts), 2 for its view and 2 for its similar experiments; a poll: 2."""
+    ctx, token = live_any_db.ctx, live_any_db.token("agent")
+    with ctx.db.read() as session:
+        principal = find_principal(session, token)
+    assert principal is not None
+    sources = [baseline_source.replace("DEPTH = 4", f"DEPTH = {depth}") for depth in (5, 6)]
+    patches = [make_patch(baseline_source, source) for source in sources]
+    submit(ctx, principal, SubmitIn(description="warm", patch=patches[0]), None)
+    with sql_of_this_thread(live_any_db) as sent:
+        outcome = submit(ctx, principal, SubmitIn(description="counted", patch=patches[1]), None)
+    assert outcome.created and outcome.view is not None and outcome.view.queue_position == 2
+    assert len(sent) <= 12, "\n".join(sent)
+    with sql_of_this_thread(live_any_db) as sent, ctx.db.read() as session:
+        assert get_view(session, outcome.experiment_id) == outcome.view
+    assert len(sent) <= 2, "\n".join(sent)
