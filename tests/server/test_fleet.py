@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import random
 import threading
@@ -18,7 +19,7 @@ from client.schemas import ClaimOut
 from client.states import RunState
 from server.crud import leases
 from server.events import Broadcaster, Event
-from server.fleet import Fleet, long_poll_seconds, progress_seconds
+from server.fleet import Fleet, progress_seconds, quietest_slot
 from server.models import RUNS
 from worker.lease import LeaseKeeper
 
@@ -113,23 +114,40 @@ def test_a_queued_event_wakes_the_claim_that_waited_longest_and_others_wait_for_
     asyncio.run(scenario())
 
 
-def test_a_long_poll_ends_in_the_last_tenth_of_its_wait() -> None:
-    assert [long_poll_seconds(5.0, draw) for draw in (0.0, 0.5)] == [5.0, 4.75]
+def test_a_long_poll_ends_in_the_slot_where_fewest_end() -> None:
+    ends = Counter({10: 2, 11: 1, 12: 1, 13: 3})
+    assert quietest_slot(ends, 10, 13, 0.0) == 11
+    assert quietest_slot(ends, 10, 13, 0.99) == 12  # equals: the draw picks
+    assert quietest_slot(ends, 14, 15, 0.0) == 14  # nothing ends there yet
 
 
-@given(st.floats(0, 30), st.floats(0, 1, exclude_max=True))
-def test_a_long_poll_never_ends_after_its_wait(wait_s: float, draw: float) -> None:
-    assert 0.9 * wait_s <= long_poll_seconds(wait_s, draw) <= wait_s
+@given(st.floats(0, 30), st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=50))
+def test_a_long_poll_ends_in_the_last_tenth_of_its_wait_never_after(
+    wait_s: float, draws: list[float]
+) -> None:
+    clock = Clock()
+    fleet = Fleet(fleet_progress_per_s=50.0, clock=clock, draw=itertools.cycle(draws).__next__)
+    for _ in range(30):  # each later one among more others
+        deadline, _slot = fleet.start_long_poll(wait_s)
+        assert clock.now + 0.9 * wait_s <= deadline <= clock.now + wait_s
 
 
-def test_a_fleet_that_polls_together_gets_its_answers_spread_out() -> None:
-    """A thousand long polls of 5 s from one instant (a server restart): the answers drift apart."""
+def test_a_fleet_that_polls_together_drifts_apart() -> None:
+    """A thousand long polls of 5 s from one instant (a server restart), each polling again when
+    its answer comes: the answers spread over the last tenth of the wait, then further."""
     clock = Clock()
     fleet = Fleet(fleet_progress_per_s=50.0, clock=clock, draw=random.Random(14).random)
-    ends = sorted(fleet.long_poll_deadline(5.0) - clock.now for _ in range(1000))
-    assert ends[0] >= 4.5 and ends[-1] <= 5.0
-    per_10_ms = Counter(int(end * 100) for end in ends)
-    assert len(per_10_ms) == 50 and max(per_10_ms.values()) < 40  # about 20 each, not 1000 at once
+    polls = [fleet.start_long_poll(5.0) for _ in range(1000)]
+    deadlines = [deadline - clock.now for deadline, _slot in polls]
+    assert min(deadlines) >= 4.5 and max(deadlines) <= 5.0
+    assert set(Counter(int(deadline * 100) for deadline in deadlines).values()) == {20}  # 20 each 10 ms
+    again = []
+    for deadline, slot in sorted(polls):
+        clock.now = deadline
+        fleet.end_long_poll(slot)
+        again.append(fleet.start_long_poll(5.0)[0])
+    per_10_ms = Counter(int(deadline * 100) for deadline in again)
+    assert max(per_10_ms.values()) <= 14 and max(again) - min(again) > 0.9  # over a second now
 
 
 def wait_for_interval(worker, claim: dict, expected: float) -> None:

@@ -62,18 +62,21 @@ async def claim(ctx: Ctx, worker: WorkerToken, body: ClaimIn) -> ClaimOut | Resp
     `progress_seconds`: how often to send progress, scaled to the fleet (server/fleet.py).
     """
     fleet = ctx.fleet
-    deadline = fleet.long_poll_deadline(min(body.wait_s, ctx.settings.claim_max_wait_s))
-    while True:
-        if not fleet.known_empty(ctx.bus.queued_events):
-            claimed = await ctx.in_worker_thread(leases.claim, ctx, worker, body.worker_id)
-            if claimed is not None:
-                claimed.progress_seconds = fleet.progress_seconds()
-                return claimed
-        # Woken by a "queued" event of this process, or by the look at the queue once a second
-        # that serves all waiting claims (server/fleet.py).
-        remaining = deadline - fleet.clock()
-        if remaining <= 0 or not await ctx.bus.wait_for_queued(remaining):
-            return Response(status_code=204)
+    deadline, slot = fleet.start_long_poll(min(body.wait_s, ctx.settings.claim_max_wait_s))
+    try:
+        while True:
+            if not fleet.known_empty(ctx.bus.queued_events):
+                claimed = await ctx.in_worker_thread(leases.claim, ctx, worker, body.worker_id)
+                if claimed is not None:
+                    claimed.progress_seconds = fleet.progress_seconds()
+                    return claimed
+            # Woken by a "queued" event of this process, or by the look at the queue once a
+            # second that serves all waiting claims (server/fleet.py).
+            remaining = deadline - fleet.clock()
+            if remaining <= 0 or not await ctx.bus.wait_for_queued(remaining):
+                return Response(status_code=204)
+    finally:
+        fleet.end_long_poll(slot)
 
 
 @router.post("/leases/{lease_id}/heartbeat", responses=_HELD)
