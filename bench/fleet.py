@@ -14,7 +14,8 @@ result after `--run-s` seconds (the h100 budget, startup and scoring), and claim
 For each fleet size, on a fresh database and server (`autoresearch serve`, a separate process):
 
 1. idle: the queue is empty and every worker holds a long poll. Reported: how much later than
-   the 5 s it asked for each empty answer (204) came.
+   the 5 s it asked for each empty answer (204) came (negative: earlier; the server ends each
+   long poll in its last tenth, server/fleet.py).
 2. busy: the queue always holds work (bulk-inserted), so every worker runs experiments; each
    worker's first run has a random part of `--run-s` left, so the fleet is in steady state
    (claims and results spread evenly) rather than starting together. The first 20 s are not

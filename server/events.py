@@ -15,7 +15,7 @@ import asyncio
 import itertools
 import json
 import threading
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,8 +69,9 @@ class Broadcaster:
     _last_id: int = 0
     # Long-polling claims, oldest first. Each "queued" event wakes one of them (one new
     # experiment, one worker), not all: waking every idle worker makes them all queue for the
-    # database's write lock for nothing.
-    _claim_waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
+    # database's write lock for nothing. Ordered by key: a thousand wait at once, and each is
+    # added, woken and removed in O(1) (server/fleet.py).
+    _claim_waiters: OrderedDict[asyncio.Future[bool], None] = field(default_factory=OrderedDict)
     queued_events: int = 0  # "queued" events delivered so far (server/fleet.py)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -110,14 +111,19 @@ class Broadcaster:
                     subscriber.queue.put_nowait(event)
             if event.type == "queued":
                 self.queued_events += 1
-                self._wake_one_claim()
+                self.wake_claims(1)
 
-    def _wake_one_claim(self) -> None:
-        while self._claim_waiters:
-            waiter = self._claim_waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+    def wake_claims(self, count: int) -> None:
+        """Wake the `count` claims that have waited longest (all of them, if fewer wait)."""
+        while count > 0 and self._claim_waiters:
+            waiter, _ = self._claim_waiters.popitem(last=False)
+            if not waiter.done():  # else it timed out or its client hung up, and it is leaving
+                waiter.set_result(True)
+                count -= 1
+
+    @property
+    def claims_waiting(self) -> int:
+        return len(self._claim_waiters)
 
     def _drop(self, subscriber: _Subscriber) -> None:
         self.unsubscribe(subscriber)
@@ -154,15 +160,20 @@ class Broadcaster:
         return len(self._subscribers)
 
     async def wait_for_queued(self, timeout: float) -> bool:
-        """True when an experiment is queued (and this waiter is the one woken); False after `timeout`."""
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._claim_waiters.append(waiter)
+        """True when woken for queued work (`wake_claims`), False after `timeout` seconds.
+
+        One timer for the whole wait, not one a second: a thousand claims wait at once."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._claim_waiters[waiter] = None
+        timer = loop.call_later(timeout, _time_out, waiter)
         try:
-            await asyncio.wait_for(waiter, timeout)
-        except TimeoutError:
-            return False
-        else:
-            return True
+            return await waiter
         finally:
-            if waiter in self._claim_waiters:
-                self._claim_waiters.remove(waiter)
+            timer.cancel()
+            self._claim_waiters.pop(waiter, None)
+
+
+def _time_out(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)

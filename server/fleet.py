@@ -9,12 +9,29 @@ workers sent 1000 requests a second, more than the server answers (docs/benchmar
 count is refreshed in the background every few seconds, so a burst of claims (a server restart,
 a queue filling up after a quiet night) is paced like the rest.
 
-Idle long polls. A long-polling claim is woken by a "queued" event of this process, and also
-looks at the queue once a second, for work queued another way (another process). A thousand
-idle workers made that a thousand claims a second, and each new long poll a claim more. Now one
-look a second, shared by all waiting claims, says whether anything is queued; while it says the
-queue is empty and nothing was queued through this process since, a new long poll skips its
-first claim too.
+Idle long polls. A long-polling claim sleeps until its own deadline or a wakeup. A "queued"
+event of this process wakes the claim that waited longest (one experiment, one worker). Work
+queued another way (another server process, a direct insert) is seen by one look at the queue a
+second, made in the background while claims wait, which wakes as many claims as runs are queued.
+While that look found the queue empty and nothing was queued through this process since, a new
+long poll skips its first claim too. Each waiting claim used to wake itself once a second: first
+to claim (a thousand idle workers made a thousand claims a second), later to read a shared look;
+with a timer, a future and an O(n) removal each, that still took 24-27 ms of the event loop a
+second for 1000 idle claims, 9 ms with one timer a long poll (measured without HTTP).
+
+The larger cost was timing. A fleet that starts together (a server restart, bench/fleet.py)
+long-polls in step, each worker polling again as soon as its 204 comes: a thousand deadlines fell
+in the same 10 ms, the last answers of the thousand came 150-310 ms late (p99), and GET /healthz
+waited behind them. Now each long poll ends in the last tenth of its wait, never after it, in the
+10 ms slot where the fewest other long polls end: a thousand from one instant end 20 to each
+slot, their next ones spread over a second, the next over a second and a half, and once the
+fleet is spread out each poll ends near its full wait. A random moment of that tenth was not
+enough: the fleet drifts apart only as fast as a sum of random draws spreads, and a thousand
+answers and the requests that follow them, about a millisecond of the event loop each, still
+came within half a second, so the loop fell up to 300 ms behind (p99 late by 677 ms). On a shared
+machine at load average 6, one run after the other: p99 late by 1828 ms before, 625 ms with the
+slots, and the server's CPU 33 % of a core before, 20 % now (the rest of the lateness there is the
+machine, and garbage collections of the objects a thousand open requests hold).
 """
 
 from __future__ import annotations
@@ -22,22 +39,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import random
 import time
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
 
 from client.states import RunState
 from server.core.db import Database
+from server.events import Broadcaster
 from server.models import RUNS
 
 log = logging.getLogger(__name__)
 
 MIN_PROGRESS_SECONDS = 1.0  # what a worker sends at most: about once a second (worker/lease.py)
 COUNT_SECONDS = 5.0  # how often the workers online are counted
-QUEUE_LOOK_SECONDS = 1.0  # how long one look at the queue stands for all waiting claims
+QUEUE_LOOK_SECONDS = 1.0  # how often one look at the queue serves all waiting claims
+# A look stands until the next one is due and done: work queued after it wakes the claims then.
+LOOK_FRESH_SECONDS = 2 * QUEUE_LOOK_SECONDS
+LONG_POLL_SPREAD = 0.1  # a long poll ends in the last tenth of its wait
+SLOT_SECONDS = 0.01  # the long polls ending are counted by 10 ms
 
 
 def progress_seconds(online: int, fleet_progress_per_s: float) -> float:
@@ -54,11 +78,12 @@ class Fleet:
 
     fleet_progress_per_s: float
     clock: Callable[[], float] = time.monotonic
+    draw: Callable[[], float] = random.random  # in [0, 1): picks among equal choices
     online: int = 0
     _looked_at: float = -1e18
     _looked_queued_events: int = -1
     _queued: bool = False
-    _look: asyncio.Future[bool] | None = field(default=None, repr=False)
+    _ends: Counter[int] = field(default_factory=Counter)  # long polls waiting, by the slot they end in
 
     # Progress pacing ---------------------------------------------------------------------------
 
@@ -76,32 +101,58 @@ class Fleet:
 
     # Idle long polls ---------------------------------------------------------------------------
 
+    def start_long_poll(self, wait_s: float) -> tuple[float, int]:
+        """The deadline of a long poll of `wait_s` seconds from now, and its slot (`quietest_slot`):
+        in the last LONG_POLL_SPREAD of the wait, never after it. Call `end_long_poll` when it ends."""
+        now = self.clock()
+        first = math.ceil((now + (1 - LONG_POLL_SPREAD) * wait_s) / SLOT_SECONDS)
+        last = math.floor((now + wait_s) / SLOT_SECONDS) - 1
+        slot = quietest_slot(self._ends, first, max(first, last), self.draw())
+        self._ends[slot] += 1
+        earliest, latest = now + (1 - LONG_POLL_SPREAD) * wait_s, now + wait_s
+        return min(latest, max(earliest, (slot + self.draw()) * SLOT_SECONDS)), slot
+
+    def end_long_poll(self, slot: int) -> None:
+        self._ends[slot] -= 1
+        if not self._ends[slot]:
+            del self._ends[slot]
+
     def known_empty(self, queued_events: int) -> bool:
-        """True when the last look (under a second ago) found no queued work and nothing was queued
+        """True when the last look (a fresh one) found no queued work and nothing was queued
         through this process since (`queued_events`: the bus's count of "queued" events)."""
-        fresh = self.clock() - self._looked_at < QUEUE_LOOK_SECONDS
+        fresh = self.clock() - self._looked_at < LOOK_FRESH_SECONDS
         return fresh and not self._queued and queued_events == self._looked_queued_events
 
-    async def anything_queued(self, look: Callable[[], Awaitable[bool]], queued_events: int) -> bool:
-        """Whether anything is queued, from `look()`, which runs at most once a second for all callers."""
-        if self.clock() - self._looked_at < QUEUE_LOOK_SECONDS:
-            return self._queued
-        if self._look is None:
-            self._look = asyncio.ensure_future(self._look_once(look, queued_events))
-        # Shielded: a caller that goes away (its client hung up) does not cancel it for the others.
-        return await asyncio.shield(self._look)
+    async def keep_looking(self, count_queued: Callable[[int], Awaitable[int]], bus: Broadcaster) -> None:
+        """While claims wait, look at the queue every QUEUE_LOOK_SECONDS (`look_once`)."""
+        while True:
+            await asyncio.sleep(QUEUE_LOOK_SECONDS)
+            if not bus.claims_waiting:
+                continue
+            try:
+                await self.look_once(count_queued, bus)
+            except Exception:  # keep looking: a database hiccup must not leave the claims asleep
+                log.exception("looking at the queue failed")
 
-    async def _look_once(self, look: Callable[[], Awaitable[bool]], queued_events: int) -> bool:
-        try:
-            self._queued = await look()
-            self._looked_at, self._looked_queued_events = self.clock(), queued_events
-            return self._queued
-        finally:
-            self._look = None
+    async def look_once(self, count_queued: Callable[[int], Awaitable[int]], bus: Broadcaster) -> None:
+        """Wake as many waiting claims as runs are queued (`count_queued(n)`: how many, up to n)."""
+        looked_at, queued_events = self.clock(), bus.queued_events
+        queued = await count_queued(bus.claims_waiting)
+        self._looked_at, self._looked_queued_events, self._queued = looked_at, queued_events, queued > 0
+        bus.wake_claims(queued)
 
 
-def queue_not_empty(db: Database) -> bool:
-    """Whether any run is queued (one row of the queue index)."""
+def quietest_slot(ends: Mapping[int, int], first: int, last: int, draw: float) -> int:
+    """The slot from `first` to `last` in which the fewest long polls end (`ends`: how many, by
+    slot); among equals, the one `draw` (0..1) picks."""
+    counts = [ends.get(slot, 0) for slot in range(first, last + 1)]
+    fewest = min(counts)
+    quietest = [first + index for index, count in enumerate(counts) if count == fewest]
+    return quietest[int(draw * len(quietest))]
+
+
+def queued_runs(db: Database, limit: int) -> int:
+    """How many runs are queued, counting at most `limit` (on the queue index)."""
+    queued = select(RUNS.c.id).where(RUNS.c.status == RunState.QUEUED).limit(limit).subquery()
     with db.read() as session:
-        first = session.scalar(select(RUNS.c.id).where(RUNS.c.status == RunState.QUEUED).limit(1))
-    return first is not None
+        return session.scalar(select(func.count()).select_from(queued)) or 0

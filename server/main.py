@@ -44,7 +44,7 @@ from server.crud.tokens import sync_env_admin
 from server.crud.workers import online_count
 from server.decisions import best_repeats_due
 from server.events import Broadcaster
-from server.fleet import Fleet
+from server.fleet import Fleet, queued_runs
 from server.harness_pin import configured_harness_id, pin
 from server.mcp_http import mount_mcp
 from server.metrics import metrics_registry
@@ -168,6 +168,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             asyncio.create_task(_sweep_leases(ctx)),
             asyncio.create_task(ctx.totals.keep_fresh(ctx)),
             asyncio.create_task(ctx.fleet.keep_counted(lambda: online_count(ctx))),
+            asyncio.create_task(
+                ctx.fleet.keep_looking(lambda n: ctx.in_worker_thread(queued_runs, ctx.db, n), ctx.bus)
+            ),
             asyncio.create_task(change_kinds.keep_summarised(ctx)),
         ]
         try:

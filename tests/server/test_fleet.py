@@ -1,19 +1,26 @@
-"""Carrying a large fleet (server/fleet.py): progress paced to the fleet's size, shared queue looks."""
+"""Carrying a large fleet (server/fleet.py): progress paced to the fleet's size, idle long polls."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import random
 import threading
 import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
 
 from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import update
 
+from client.schemas import ClaimOut
+from client.states import RunState
 from server.crud import leases
-from server.fleet import Fleet, progress_seconds
-from server.models import EXPERIMENTS
+from server.events import Broadcaster, Event
+from server.fleet import Fleet, progress_seconds, quietest_slot
+from server.models import RUNS
 from worker.lease import LeaseKeeper
 
 
@@ -38,40 +45,109 @@ class Clock:
         return self.now
 
 
-def test_waiting_claims_share_one_look_at_the_queue_a_second() -> None:
-    clock = Clock()
-    fleet = Fleet(fleet_progress_per_s=50.0, clock=clock)
-    looks = 0
+def test_one_look_wakes_as_many_waiting_claims_as_runs_are_queued() -> None:
+    bus, fleet = Broadcaster(), Fleet(fleet_progress_per_s=50.0, clock=Clock())
+    asked: list[int] = []
 
-    async def look() -> bool:
-        nonlocal looks
-        looks += 1
-        await asyncio.sleep(0.05)
-        return looks > 1
+    def queued(count: int) -> Callable[[int], Awaitable[int]]:
+        async def look(limit: int) -> int:
+            asked.append(limit)
+            return min(count, limit)
 
-    async def many() -> list[bool]:
-        return list(await asyncio.gather(*(fleet.anything_queued(look, 0) for _ in range(200))))
+        return look
 
-    assert asyncio.run(many()) == [False] * 200 and looks == 1
-    clock.now += 0.5
-    assert asyncio.run(many()) == [False] * 200 and looks == 1  # the answer of half a second ago
-    clock.now += 0.6
-    assert asyncio.run(many()) == [True] * 200 and looks == 2
+    async def scenario() -> list[bool | None]:
+        waits = [asyncio.create_task(bus.wait_for_queued(30)) for _ in range(5)]
+        await asyncio.sleep(0)
+        await fleet.look_once(queued(2), bus)
+        await asyncio.sleep(0)
+        assert not fleet.known_empty(bus.queued_events)
+        await fleet.look_once(queued(0), bus)
+        assert fleet.known_empty(bus.queued_events) and bus.claims_waiting == 3
+        await fleet.look_once(queued(9), bus)  # more than wait: all of them
+        return list(await asyncio.gather(*waits))
+
+    assert asyncio.run(scenario()) == [True] * 5
+    assert asked == [5, 3, 3]  # counted up to the claims waiting, no further
 
 
 def test_the_queue_is_known_empty_only_after_a_fresh_empty_look_and_no_queued_event_since() -> None:
     clock = Clock()
-    fleet = Fleet(fleet_progress_per_s=50.0, clock=clock)
+    bus, fleet = Broadcaster(), Fleet(fleet_progress_per_s=50.0, clock=clock)
     assert not fleet.known_empty(0)  # never looked
 
-    async def empty() -> bool:
-        return False
+    async def empty(_limit: int) -> int:
+        return 0
 
-    asyncio.run(fleet.anything_queued(empty, 7))
+    bus.queued_events = 7
+    asyncio.run(fleet.look_once(empty, bus))
     assert fleet.known_empty(7)
     assert not fleet.known_empty(8)  # something was queued through this server since
-    clock.now += 1.1
-    assert not fleet.known_empty(7)  # the look is too old
+    clock.now += 1.9
+    assert fleet.known_empty(7)  # the next look is due, and wakes the claims if work came
+    clock.now += 0.2
+    assert not fleet.known_empty(7)  # the look is too old: no look is being made
+
+
+def test_a_queued_event_wakes_the_claim_that_waited_longest_and_others_wait_for_their_deadline() -> None:
+    async def scenario() -> None:
+        bus = Broadcaster()
+        bus.bind(asyncio.get_running_loop())
+        first = asyncio.create_task(bus.wait_for_queued(30))
+        await asyncio.sleep(0)
+        second, short = (
+            asyncio.create_task(bus.wait_for_queued(30)),
+            asyncio.create_task(bus.wait_for_queued(0.05)),
+        )
+        await asyncio.sleep(0)
+        bus.publish([Event("queued", {"id": 1})])
+        assert await first is True
+        assert await short is False
+        assert not second.done() and bus.claims_waiting == 1
+        hung_up = asyncio.create_task(bus.wait_for_queued(30))
+        await asyncio.sleep(0)
+        second.cancel()  # its client hung up: the wake goes to the next claim
+        bus.wake_claims(1)
+        assert await hung_up is True
+        assert second.cancelled() and bus.claims_waiting == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_long_poll_ends_in_the_slot_where_fewest_end() -> None:
+    ends = Counter({10: 2, 11: 1, 12: 1, 13: 3})
+    assert quietest_slot(ends, 10, 13, 0.0) == 11
+    assert quietest_slot(ends, 10, 13, 0.99) == 12  # equals: the draw picks
+    assert quietest_slot(ends, 14, 15, 0.0) == 14  # nothing ends there yet
+
+
+@given(st.floats(0, 30), st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=50))
+def test_a_long_poll_ends_in_the_last_tenth_of_its_wait_never_after(
+    wait_s: float, draws: list[float]
+) -> None:
+    clock = Clock()
+    fleet = Fleet(fleet_progress_per_s=50.0, clock=clock, draw=itertools.cycle(draws).__next__)
+    for _ in range(30):  # each later one among more others
+        deadline, _slot = fleet.start_long_poll(wait_s)
+        assert clock.now + 0.9 * wait_s <= deadline <= clock.now + wait_s
+
+
+def test_a_fleet_that_polls_together_drifts_apart() -> None:
+    """A thousand long polls of 5 s from one instant (a server restart), each polling again when
+    its answer comes: the answers spread over the last tenth of the wait, then further."""
+    clock = Clock()
+    fleet = Fleet(fleet_progress_per_s=50.0, clock=clock, draw=random.Random(14).random)
+    polls = [fleet.start_long_poll(5.0) for _ in range(1000)]
+    deadlines = [deadline - clock.now for deadline, _slot in polls]
+    assert min(deadlines) >= 4.5 and max(deadlines) <= 5.0
+    assert set(Counter(int(deadline * 100) for deadline in deadlines).values()) == {20}  # 20 each 10 ms
+    again = []
+    for deadline, slot in sorted(polls):
+        clock.now = deadline
+        fleet.end_long_poll(slot)
+        again.append(fleet.start_long_poll(5.0)[0])
+    per_10_ms = Counter(int(deadline * 100) for deadline in again)
+    assert max(per_10_ms.values()) <= 14 and max(again) - min(again) > 0.9  # over a second now
 
 
 def wait_for_interval(worker, claim: dict, expected: float) -> None:
@@ -140,24 +216,32 @@ def test_idle_long_polls_skip_the_claim_while_the_queue_is_known_empty(
     assert 10 <= claims < 20, claims
 
 
-def test_a_waiting_claim_sees_work_queued_without_an_event(live, worker_factory) -> None:
-    """As when another process queues work: no event wakes the claim; the shared look does."""
-    worker = worker_factory(live)
-    worker.run_next(1.0)  # the baseline
-    second = live.client("agent").submit("lr 0.2", train_py="LEARNING_RATE = 0.2\n").id
-    hide = update(EXPERIMENTS).where(EXPERIMENTS.c.id == second)
+def test_waiting_claims_see_work_queued_without_an_event(live, worker_factory) -> None:
+    """As when another process queues work: no event wakes the claims; the look a second does,
+    one claim for each run queued."""
+    workers = [worker_factory(live, f"gpu{i}") for i in range(3)]
+    workers[0].run_next(1.0)  # the baseline
+    agent = live.client("agent")
+    queued = {agent.submit(f"lr 0.{i}", train_py=f"LEARNING_RATE = 0.{i}\n").id for i in (2, 3)}
+    hide = update(RUNS).where(RUNS.c.experiment_id.in_(queued))
     with live.ctx.db.write() as session:
-        session.execute(hide.values(status="cancelled"))
+        session.execute(hide.values(status=RunState.CANCELLED))
+    claims: list[ClaimOut | None] = []
 
-    def requeue() -> None:
-        time.sleep(0.5)
-        with live.ctx.db.write() as session:
-            session.execute(hide.values(status="queued"))
+    def poll(worker) -> None:
+        claims.append(worker.claim(wait_s=5))
 
-    thread = threading.Thread(target=requeue)
-    started = time.monotonic()
-    thread.start()
-    claim = worker.claim(wait_s=10)
-    thread.join()
-    assert claim is not None and claim.experiment_id == second
-    assert time.monotonic() - started < 3.0  # within a second or two, not at the end of the wait
+    threads = [threading.Thread(target=poll, args=(worker,)) for worker in workers]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 4
+    while live.ctx.bus.claims_waiting < 3:  # all three wait
+        assert time.monotonic() < deadline, "the claims never waited"
+        time.sleep(0.01)
+    with live.ctx.db.write() as session:
+        session.execute(hide.values(status=RunState.QUEUED))
+    for thread in threads:
+        thread.join()
+    # A claim answers with a run only when woken: at its deadline it answers 204 at once.
+    assert sorted(claim.experiment_id for claim in claims if claim is not None) == sorted(queued)
+    assert claims.count(None) == 1

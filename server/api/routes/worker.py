@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
@@ -20,11 +18,9 @@ from client.schemas import (
     ResultOutcome,
 )
 from server.api.deps import Ctx, WorkerToken
-from server.context import AppContext
 from server.crud import leases
 from server.crud.results import record_result
 from server.crud.workers import register
-from server.fleet import queue_not_empty
 
 router = APIRouter(prefix="/worker", tags=["worker"])
 LeaseId = Annotated[str, Path(min_length=1, max_length=36)]
@@ -34,10 +30,6 @@ _HELD = {
     404: {"description": "no such lease for this token"},
     409: {"description": "lease no longer held"},
 }
-# Long polls look at the queue at least this often (one look shared by all of them), to see work
-# queued without an event of this process, e.g. by another process.
-_POLL_S = 1.0
-
 # The lease endpoints are what a fleet calls most. They are `async` and send only the database
 # work to a thread of their own small pool (`ctx.in_worker_thread`): a plain `def` endpoint takes
 # a second thread hop to validate its answer.
@@ -69,33 +61,22 @@ async def claim(ctx: Ctx, worker: WorkerToken, body: ClaimIn) -> ClaimOut | Resp
 
     `progress_seconds`: how often to send progress, scaled to the fleet (server/fleet.py).
     """
-    deadline = time.monotonic() + min(body.wait_s, ctx.settings.claim_max_wait_s)
-    while True:
-        if not ctx.fleet.known_empty(ctx.bus.queued_events):
-            claimed = await ctx.in_worker_thread(leases.claim, ctx, worker, body.worker_id)
-            if claimed is not None:
-                claimed.progress_seconds = ctx.fleet.progress_seconds()
-                return claimed
-        if not await _wait_for_work(ctx, deadline):
-            return Response(status_code=204)
-
-
-async def _wait_for_work(ctx: AppContext, deadline: float) -> bool:
-    """Wait until something may be queued (True), or until `deadline` (False).
-
-    Woken by a "queued" event of this process, and once a second by the queue itself, looked at
-    once for all waiting claims (server/fleet.py).
-    """
-
-    def look() -> Awaitable[bool]:
-        return ctx.in_worker_thread(queue_not_empty, ctx.db)
-
-    while (remaining := deadline - time.monotonic()) > 0:
-        if await ctx.bus.wait_for_queued(min(remaining, _POLL_S)):
-            return True
-        if await ctx.fleet.anything_queued(look, ctx.bus.queued_events):
-            return True
-    return False
+    fleet = ctx.fleet
+    deadline, slot = fleet.start_long_poll(min(body.wait_s, ctx.settings.claim_max_wait_s))
+    try:
+        while True:
+            if not fleet.known_empty(ctx.bus.queued_events):
+                claimed = await ctx.in_worker_thread(leases.claim, ctx, worker, body.worker_id)
+                if claimed is not None:
+                    claimed.progress_seconds = fleet.progress_seconds()
+                    return claimed
+            # Woken by a "queued" event of this process, or by the look at the queue once a
+            # second that serves all waiting claims (server/fleet.py).
+            remaining = deadline - fleet.clock()
+            if remaining <= 0 or not await ctx.bus.wait_for_queued(remaining):
+                return Response(status_code=204)
+    finally:
+        fleet.end_long_poll(slot)
 
 
 @router.post("/leases/{lease_id}/heartbeat", responses=_HELD)
