@@ -109,11 +109,15 @@ class Platform:
         return BASELINE_BPB + sum(self.effects[number] for number in changes_in(train_py))
 
     def draw(self, train_py: str) -> float:
-        if self.noise == "gaussian":
-            error = self.rng.standard_normal()
-        else:  # Student's t with 3 degrees of freedom, scaled to unit variance
-            error = self.rng.standard_t(3) / math.sqrt(3.0)
-        return self.true_value(train_py) + SIGMA * error
+        return self.true_value(train_py) + SIGMA * unit_noise(self.noise, self.rng)
+
+
+def unit_noise(kind: str, rng: np.random.Generator) -> float:
+    """One run's error in sigmas: Gaussian, or Student's t with 3 degrees of freedom scaled to unit
+    variance (heavy tails)."""
+    if kind == "gaussian":
+        return float(rng.standard_normal())
+    return float(rng.standard_t(3) / math.sqrt(3.0))
 
 
 @dataclass

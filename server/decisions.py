@@ -37,9 +37,10 @@ from server.crud import noise as noise_crud
 from server.crud.experiments import agent_names
 from server.crud.project import current_best, load_project
 from server.crud.runs import cancel_queued_runs, count_runs, queue_runs
-from server.judge import Action, Comparison, Evidence, Reference, Sample, Snapshot, Verdict, judge
+from server.judge import Action, Comparison, Evidence, Noise, Reference, Sample, Snapshot, Verdict, judge
 from server.judge import Run as JudgedRun
 from server.models import EXPERIMENTS, Experiment, Project, Run, utcnow
+from server.noise_pool import bounded_mean
 from server.patches import PatchError, carry_over
 from server.research_repo import blob_sha
 
@@ -112,8 +113,10 @@ def _snapshot(
     candidate: noise_crud.RunStats,
 ) -> Snapshot:
     is_baseline = experiment.base_commit is None
+    rule = ctx.settings.decision_rule
+    noise = noise_crud.noise(session, project.platform, project.harness_id)
     reference = (
-        _reference(session, experiment.base_commit, project, ctx.settings.decision_rule)
+        _reference(session, experiment.base_commit, project, rule, noise)
         if not is_baseline
         else Reference(Sample(0, None), measured=False)
     )
@@ -135,8 +138,8 @@ def _snapshot(
         reference_measured=reference.measured,
         reference_is_best=reference_commit == project.best_commit,
         is_baseline=is_baseline,
-        earlier=_earlier(session, project, ctx.settings.decision_rule, experiment.rebased_from_id),
-        noise=noise_crud.noise(session, project.platform, project.harness_id),
+        earlier=_earlier(session, project, rule, noise, experiment.rebased_from_id),
+        noise=noise,
     )
 
 
@@ -146,7 +149,11 @@ _EARLIER = select(EXPERIMENTS.c.base_commit, EXPERIMENTS.c.rebased_from_id).wher
 
 
 def _earlier(
-    session: Session, project: Row[Any] | Project, rule: Rule, rebased_from_id: int | None
+    session: Session,
+    project: Row[Any] | Project,
+    rule: Rule,
+    noise: Noise | None,
+    rebased_from_id: int | None,
 ) -> tuple[Evidence, ...]:
     """A re-applied change's confirmation runs on each base it was measured on before, with that
     base's value (the noise-aware rule pools them, judge.compare); nothing under the greedy rule.
@@ -159,20 +166,23 @@ def _earlier(
         row = session.connection().execute(_EARLIER, {"id": rebased_from_id}).one()
         values = noise_crud.confirmation_runs(session, rebased_from_id, project.platform, project.harness_id)
         if values:
-            reference = _reference(session, row.base_commit, project, rule).sample
+            reference = _reference(session, row.base_commit, project, rule, noise).sample
             evidence.append(Evidence(Sample(len(values), sum(values) / len(values)), reference))
         rebased_from_id = row.rebased_from_id
     return tuple(evidence)
 
 
-def _reference(session: Session, commit: str, project: Row[Any] | Project, rule: Rule) -> Reference:
+def _reference(
+    session: Session, commit: str, project: Row[Any] | Project, rule: Rule, noise: Noise | None
+) -> Reference:
     """The sample a candidate on `commit` is compared with.
 
     Under the noise-aware rule, a kept change's own runs do not count: they were selected for being
     good (it was kept because they were), so their mean is too low, and every later candidate
     compared with it would look worse than it is (the winner's curse; docs/api.md, "Decisions").
     Its value is its measuring runs (noise_crud.measuring_runs): its repeats as the best, or all
-    of the baseline's runs.
+    of the baseline's runs; their mean, each run bounded at a few pooled sigmas from their median
+    (noise_pool.bounded_mean: one far run would pin the best's value).
     """
     row = session.connection().execute(_REFERENCE, {"commit": commit}).first()
     if row is None:
@@ -183,7 +193,8 @@ def _reference(session: Session, commit: str, project: Row[Any] | Project, rule:
     values = noise_crud.measuring_runs(
         session, row.id, row.base_commit is None, project.platform, project.harness_id
     )
-    return Reference(Sample(len(values), sum(values) / len(values) if values else None), measured)
+    sigma = None if noise is None else noise.sigma
+    return Reference(Sample(len(values), bounded_mean(values, sigma) if values else None), measured)
 
 
 def _comparison_columns(reference_commit: str, comparison: Comparison | None) -> dict[str, object]:

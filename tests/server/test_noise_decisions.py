@@ -10,11 +10,13 @@ import threading
 from collections import Counter
 
 import mpmath
+import numpy as np
 import pytest
 
 from client import ApiError
 from server.crud.runs import run_seed
 from server.main import create_app
+from server.noise_pool import BOUND
 from tests.server.conftest import serve
 
 NOISE = {"decision_rule": "noise_aware", "noise_runs": 3, "best_repeats": 3, "best_rerun_every": 0}
@@ -188,6 +190,28 @@ def test_screened_out_futile_and_failed_candidates_are_reverted_with_their_reaso
     crashed = worker.run_next(None, status="crash", error_class="out_of_memory")  # its confirmation run
     assert crashed.decision == "revert" and crashed.reason.startswith("run 2 ended crash (out_of_memory)")
     assert agent.best().experiment_id == 1
+
+
+def test_one_far_run_of_the_best_counts_only_a_few_sigmas_from_its_others(
+    live_factory, worker_factory, baseline_source: str
+) -> None:
+    """A best's value is the mean of its runs, each bounded at BOUND pooled sigmas from their
+    median (server/noise_pool.py): a lucky far-low repeat does not pin it."""
+    live = live_factory(**(NOISE | {"noise_runs": 6}))
+    worker = worker_factory(live)
+    runs = (1.0, 1.002, 0.998, 1.001, 0.999, 0.95)
+    measure_noise(worker, runs)
+    agent = live.client("agent")
+    (estimate,) = agent.noise().estimates
+    middle = float(np.median(runs))
+    bounded = float(np.clip(runs, middle - BOUND * estimate.sigma, middle + BOUND * estimate.sigma).mean())
+    assert bounded > float(np.mean(runs)) + 0.0005  # the far run counts, but closer
+    candidate = agent.submit("idea", train_py=baseline_source + "# idea\n")
+    worker.run_next(0.997)
+    view = agent.experiment(candidate.id)
+    assert view.best_before is not None and view.best_before.val_bpb == pytest.approx(bounded, rel=1e-12)
+    assert view.comparison.effect == pytest.approx(0.997 - bounded, rel=1e-9)
+    assert view.comparison.reference_runs == 6
 
 
 def test_cancelling_a_candidate_drops_its_queued_confirmation_run(measured, baseline_source: str) -> None:

@@ -1,5 +1,6 @@
 """The pooled noise estimate alone (server/noise_pool.py): calibrated on Gaussian noise, robust to
-a far-off run, equal to the classical estimate where nothing is far off."""
+a far-off run, equal to the classical estimate where nothing is far off; and a best's value, the
+mean of its runs with each bounded near their median, which one far run cannot pin."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.noise_pool import pool
+from server.noise_pool import BOUND, bounded_mean, pool
 
 SIGMA = 0.0008
 
@@ -93,3 +94,40 @@ def test_runs_that_repeat_exactly_are_not_winsorized_to_nothing() -> None:
     pooled = pool([[1.0, 1.0], [1.0, 1.0], [1.0, 1.002]])
     assert pooled is not None
     assert pooled.sigma == pytest.approx(classical([[1.0, 1.0], [1.0, 1.0], [1.0, 1.002]]))
+
+
+def bounded_by_numpy(values: list[float], sigma: float) -> float:
+    """The same value computed independently, in float64 with numpy."""
+    array = np.asarray(values, dtype=np.float64)
+    middle = np.median(array)
+    return float(np.clip(array, middle - BOUND * sigma, middle + BOUND * sigma).mean())
+
+
+runs = st.lists(st.floats(0.5, 2.0), min_size=1, max_size=12)
+
+
+@given(runs, st.floats(1e-6, 0.1))
+def test_a_best_s_value_is_the_mean_of_its_runs_bounded_at_their_median(
+    values: list[float], sigma: float
+) -> None:
+    assert bounded_mean(values, sigma) == pytest.approx(bounded_by_numpy(values, sigma), rel=1e-12, abs=1e-15)
+
+
+@given(runs)
+def test_without_a_noise_estimate_a_best_s_value_is_the_plain_mean(values: list[float]) -> None:
+    assert bounded_mean(values, None) == pytest.approx(math.fsum(values) / len(values), rel=1e-12)
+
+
+@given(st.integers(0, 2**32 - 1))
+def test_runs_near_their_median_keep_their_plain_mean(seed: int) -> None:
+    values = list(1.0 + SIGMA * np.random.default_rng(seed).uniform(-1.5, 1.5, 4))
+    assert bounded_mean(values, SIGMA) == pytest.approx(float(np.mean(values)), rel=1e-12)
+
+
+@given(st.integers(0, 2**32 - 1), st.floats(5.0, 1e6))
+def test_one_far_run_moves_a_best_s_value_no_further_than_the_bound(seed: int, far: float) -> None:
+    """However far one of four runs lies (in sigmas), it counts as BOUND sigmas from the median."""
+    values = list(1.0 + SIGMA * np.random.default_rng(seed).uniform(-1.0, 1.0, 4))
+    near = bounded_mean([*values[:3], values[3] - 5 * SIGMA], SIGMA)
+    assert bounded_mean([*values[:3], values[3] - far * SIGMA], SIGMA) == pytest.approx(near, rel=1e-12)
+    assert bounded_mean([*values[:3], values[3] - far * SIGMA], SIGMA) > np.mean(values) - (1 + BOUND) * SIGMA
