@@ -19,19 +19,16 @@ to claim (a thousand idle workers made a thousand claims a second), later to rea
 with a timer, a future and an O(n) removal each, that still took 24-27 ms of the event loop a
 second for 1000 idle claims, 9 ms with one timer a long poll (measured without HTTP).
 
-The larger cost was timing. A fleet that starts together (a server restart, bench/fleet.py)
-long-polls in step, each worker polling again as soon as its 204 comes: a thousand deadlines fell
-in the same 10 ms, the last answers of the thousand came 150-310 ms late (p99), and GET /healthz
-waited behind them. Now each long poll ends in the last tenth of its wait, never after it, in the
-10 ms slot where the fewest other long polls end: a thousand from one instant end 20 to each
-slot, their next ones spread over a second, the next over a second and a half, and once the
-fleet is spread out each poll ends near its full wait. A random moment of that tenth was not
-enough: the fleet drifts apart only as fast as a sum of random draws spreads, and a thousand
-answers and the requests that follow them, about a millisecond of the event loop each, still
-came within half a second, so the loop fell up to 300 ms behind (p99 late by 677 ms). On a shared
-machine at load average 6, one run after the other: p99 late by 1828 ms before, 625 ms with the
-slots, and the server's CPU 33 % of a core before, 20 % now (the rest of the lateness there is the
-machine, and garbage collections of the objects a thousand open requests hold).
+The larger cost was timing. A fleet that starts together (a server restart, a Slurm job array,
+bench/fleet.py) long-polls in step, each worker polling again as soon as its 204 comes: a
+thousand deadlines fell in the same 10 ms, and the answers, about a millisecond of the event loop
+each with the request that follows, came up to 300 ms late while GET /healthz waited behind
+them. Now each long poll ends in the last tenth of its wait, never after it, in the 10 ms slot
+where the fewest other long polls end: a thousand from one instant end 20 to each slot, their
+next ones spread over a second, the next over a second and a half, and once the fleet is spread
+out each poll ends near its full wait. A random moment of that tenth was not enough: the fleet
+drifts apart only as fast as a sum of random draws spreads, so a thousand answers still came
+within half a second. docs/benchmarks.md, "Fleet", has the figures before and after.
 """
 
 from __future__ import annotations
