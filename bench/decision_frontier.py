@@ -84,8 +84,9 @@ def simulate(settings: ServerSettings, noise: str, submissions: int, seed: int, 
             tally.runs["repeat"] += 1
             pooled = pool(measured)
         against = [platform.draw(best_true) for _ in best_runs] if fresh else best_runs
-        reference = Sample(len(against), bounded_mean(against, None if pooled is None else pooled.sigma))
-        tally.best_errors.append((statistics.fmean(against) - best_true) / SIGMA)
+        value = bounded_mean(against, None if pooled is None else pooled.sigma)
+        reference = Sample(len(against), value)
+        tally.best_errors.append((value - best_true) / SIGMA)
         true = best_true - effect * SIGMA
         values: list[float] = []
         while True:
