@@ -54,8 +54,12 @@ class Tally:
         return self.ended[effect][how] / max(1, self.ended[effect].total())
 
     @property
+    def submitted(self) -> int:
+        return sum(c.total() for c in self.ended.values())
+
+    @property
     def runs_per_submission(self) -> float:
-        return self.runs.total() / max(1, sum(c.total() for c in self.ended.values()))
+        return self.runs.total() / max(1, self.submitted)
 
 
 @dataclass
@@ -138,9 +142,8 @@ def report(name: str, tallies: list[Tally], max_runs: int) -> None:
             for how in ["kept"] + [f"after {n}" for n in range(1, max_runs + 1)]
         )
         print(f"    {effect:.0f} sigma: {cells}")
-    submitted = sum(c.total() for c in tallies[0].ended.values())
     kinds = "  ".join(
-        f"{kind} {span([t.runs[kind] / submitted for t in tallies], '.2f')}"
+        f"{kind} {span([t.runs[kind] / max(1, t.submitted) for t in tallies], '.2f')}"
         for kind in ("first", "confirmation", "repeat")
     )
     errors = [e for t in tallies for e in t.best_errors]

@@ -11,15 +11,10 @@ from client.states import ExperimentStatus, RunKind
 from server.changes import ChangeSummary
 from server.context import AppContext, Tx
 from server.crud.runs import queue_runs
-from server.crud.similar import store_change
-from server.models import NOT_RERUN_STATUSES, Experiment, utcnow
+from server.crud.similar import SAME_TRAIN_PY, store_change
+from server.models import Experiment, utcnow
 
-_SAME_TRAIN_PY = (  # built once: every submission runs it twice
-    select(Experiment.id)
-    .where(Experiment.train_py_blob == bindparam("blob"), Experiment.status.in_(NOT_RERUN_STATUSES))
-    .order_by(Experiment.id)
-    .limit(1)
-)
+_SAME_TRAIN_PY = SAME_TRAIN_PY.order_by(Experiment.id).limit(1)  # built once: every submission runs it
 
 
 def find_same_train_py(session: Session, blob: str) -> int | None:

@@ -102,11 +102,11 @@ class Fleet:
         """The deadline of a long poll of `wait_s` seconds from now, and its slot (`quietest_slot`):
         in the last LONG_POLL_SPREAD of the wait, never after it. Call `end_long_poll` when it ends."""
         now = self.clock()
-        first = math.ceil((now + (1 - LONG_POLL_SPREAD) * wait_s) / SLOT_SECONDS)
-        last = math.floor((now + wait_s) / SLOT_SECONDS) - 1
+        earliest, latest = now + (1 - LONG_POLL_SPREAD) * wait_s, now + wait_s
+        first = math.ceil(earliest / SLOT_SECONDS)
+        last = math.floor(latest / SLOT_SECONDS) - 1
         slot = quietest_slot(self._ends, first, max(first, last), self.draw())
         self._ends[slot] += 1
-        earliest, latest = now + (1 - LONG_POLL_SPREAD) * wait_s, now + wait_s
         return min(latest, max(earliest, (slot + self.draw()) * SLOT_SECONDS)), slot
 
     def end_long_poll(self, slot: int) -> None:

@@ -27,13 +27,12 @@ Degrees of freedom: sum of (runs - 1) over the commits, as for the classical est
 
 A best's value is the mean of its few measuring runs (4 repeats by default), and a best keeps
 whatever luck they had for as long as it stays the best. With heavy-tailed noise one repeat far
-below the truth pins it there: nothing real is kept against it again. In bench/decision_frontier.py
-(Student-t noise, 3 degrees of freedom, 10,000 submissions) one seed of three kept 34 % of
-2-sigma improvements and 39 % of 3-sigma ones, the candidates meeting bests 1.4 sigma too low on
-average. So each run first counts at most BOUND pooled sigmas from the runs' median (the pooled
-sigma rests on hundreds of runs, the median on the best's own): with the bound, 82-86 % and
-96-99 % on the same seeds; on Gaussian noise, where one run in 280 lies that far from the median
-of four, it changes the figures no more than another draw does (docs/benchmarks.md, "Decisions").
+below the truth pins it there: nothing real is kept against it again (bench/decision_frontier.py
+showed it on Student-t noise). So each run first counts at most BOUND pooled sigmas from the
+runs' median (the pooled sigma rests on hundreds of runs, the median on the best's own). On
+Gaussian noise a run seldom lies that far from the median of four, and the bound changes the
+decisions no more than another draw of the noise does (docs/benchmarks.md, "Decisions", has
+the figures with and without it).
 """
 
 from __future__ import annotations

@@ -122,12 +122,9 @@ def runs_of(
     places: dict[int, int] = {}
     if not experiment_ids:
         return found, places
-    if not with_places:
-        for run in session.scalars(_RUNS_OF, {"ids": experiment_ids}):
-            found[run.experiment_id].append(run)
-        return found, places
-    for run, place in session.execute(_RUNS_AND_PLACES_OF, {"ids": experiment_ids}):
+    statement = _RUNS_AND_PLACES_OF if with_places else _RUNS_OF
+    for run, *place in session.execute(statement, {"ids": experiment_ids}):
         found[run.experiment_id].append(run)
-        if place is not None:
-            places[run.id] = place
+        if place and place[0] is not None:
+            places[run.id] = place[0]
     return found, places

@@ -179,11 +179,13 @@ def _candidates(session: Session, change: Change, exclude: set[int], before_id: 
     return rank(change, earlier)
 
 
-# Built once (building one costs about what running it does): every submit runs one.
-_IDENTICAL = select(Experiment.id).where(
+# The experiments with this exact train.py that were run or will be (not cancelled or
+# infra-failed): built once (building one costs about what running it does), every submit runs
+# it; server/candidates.py takes the first of them.
+SAME_TRAIN_PY = select(Experiment.id).where(
     Experiment.train_py_blob == bindparam("blob"), Experiment.status.in_(NOT_RERUN_STATUSES)
 )
-_IDENTICAL_BEFORE = _IDENTICAL.where(Experiment.id < bindparam("before_id"))
+_SAME_TRAIN_PY_BEFORE = SAME_TRAIN_PY.where(Experiment.id < bindparam("before_id"))
 
 
 def find_similar(
@@ -201,9 +203,9 @@ def find_similar(
     identical: list[Match] = []
     if blob is not None:
         found = (
-            session.scalars(_IDENTICAL, {"blob": blob})
+            session.scalars(SAME_TRAIN_PY, {"blob": blob})
             if before_id is None
-            else session.scalars(_IDENTICAL_BEFORE, {"blob": blob, "before_id": before_id})
+            else session.scalars(_SAME_TRAIN_PY_BEFORE, {"blob": blob, "before_id": before_id})
         )
         same = Similarity(SimilarityKind.IDENTICAL, 0.0, "the same train.py")
         identical = [Match(i, same) for i in found if i not in excluded]
