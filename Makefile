@@ -29,9 +29,10 @@ test-packages:
 	@python3 -m cli.system_packages test
 
 # Two test processes (pytest-xdist), a file each at a time: most tests wait on servers, sandboxes
-# and subprocesses rather than compute, so the suite fits CI's 30 minutes on 2 cores.
+# and subprocesses rather than compute, so the suite fits CI's 30 minutes on 2 cores. The slowest
+# tests are listed at the end, so that CI's log says where that time goes.
 test: test-packages $(STAMP) lint
-	$(VENV)/bin/pytest -q -n 2 --dist loadfile
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile --durations=25
 
 bench: $(STAMP)
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
