@@ -8,10 +8,8 @@ import json
 from cli import views
 from cli.connection import add_connection_args, connect, reporting
 from client import ApiError, Client
-from client.schemas import BestOut
+from client.schemas import PAGE_LIMIT, BestOut
 from client.states import ExperimentStatus
-
-PAGE_LIMIT = 200  # the API's largest page
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

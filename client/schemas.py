@@ -48,6 +48,7 @@ def storable_log(value: str) -> str:
 
 
 SHA_PATTERN = r"^[0-9a-fA-F]{4,40}$"  # a full or abbreviated commit id
+PAGE_LIMIT = 200  # the most items one page of a list answers
 Sha = Annotated[str, Field(pattern=SHA_PATTERN)]
 
 

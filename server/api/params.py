@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import Query
 from pydantic import BaseModel, Field
 
-from client.schemas import SHA_PATTERN
+from client.schemas import PAGE_LIMIT, SHA_PATTERN
 from client.states import ExperimentStatus, Part
 from server.core.problems import Problem
 from server.near_misses import DEFAULT_SIGMAS, MAX_SIGMAS
@@ -59,7 +59,7 @@ class ExperimentsQuery(BaseModel):
             description="text one of the changed lines contains (case-sensitive, whitespace collapsed)",
         ),
     ] = None
-    limit: Annotated[int, Field(ge=1, le=200)] = 50
+    limit: Annotated[int, Field(ge=1, le=PAGE_LIMIT)] = 50
     cursor: PageCursor = None
 
 
@@ -72,7 +72,7 @@ class NotesQuery(BaseModel):
     ] = None
     author: Annotated[str | None, Field(max_length=100, description="an agent's name")] = None
     since: Since = None
-    limit: Annotated[int, Field(ge=1, le=200)] = 50
+    limit: Annotated[int, Field(ge=1, le=PAGE_LIMIT)] = 50
     cursor: PageCursor = None
 
 
