@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import re
+import threading
 from bisect import bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
@@ -25,6 +26,17 @@ from client.constants import NEWLINE, constants_in
 
 Number = int | float
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")  # a line and its end (client.constants.NEWLINE)
+_PARSING = threading.Lock()
+
+
+def _parse(source: str) -> ast.Module:
+    """ast.parse, one thread at a time. In CPython 3.11 the ast module counts its recursion depth
+    in state shared by all threads: when a garbage collection inside a parse runs Python code (a
+    finalizer, a weakref callback) and another thread parses meanwhile, both parses fail with
+    "SystemError: AST constructor recursion depth mismatch" (a submission and a rebase under
+    bench/api_load.py answered 500; tests/server/test_outline.py reproduces it)."""
+    with _PARSING:
+        return ast.parse(source)
 
 
 @dataclass(frozen=True)
@@ -43,7 +55,7 @@ class Outline:
 def outline(source: str) -> Outline | None:
     """Of the whole source: None when it does not parse."""
     try:
-        tree = ast.parse(source)
+        tree = _parse(source)
     except (SyntaxError, ValueError):  # ValueError: a NUL byte in the source
         return None
     return _of_tree(tree, source, 0)
@@ -84,7 +96,7 @@ def outline_after(edit: Edit, base_of: Outline) -> Outline | None:
     shift = len(new_lines) - len(base_lines)
     window = "".join(new_lines[first - 1 : after - 1 + shift])
     try:
-        tree = ast.parse(window)
+        tree = _parse(window)
     except (SyntaxError, ValueError):
         return outline("".join(new_lines))
     if first > 1 and any(isinstance(s, ast.ImportFrom) and s.module == "__future__" for s in tree.body):

@@ -4,6 +4,7 @@ lines and of lines that continue, open or close statements)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -68,3 +69,36 @@ def test_a_constant_set_in_a_function_is_no_change_of_the_module_s_constants() -
     after = outline_after(Edit.of(base, new), base_of)
     assert after is not None and after.constant_values() == {"LR": 0.1}
     assert after.owners[4] == after.owners[5] == "train"
+
+
+class _Finalized:
+    """Garbage in a reference cycle whose finalizer is Python code, run by a garbage collection."""
+
+    def __init__(self) -> None:
+        self.cycle = self
+
+    def __del__(self) -> None:
+        pass
+
+
+def test_threads_parse_at_the_same_time() -> None:
+    """Submissions and rebases summarise changes in several threads at once. CPython 3.11's ast
+    module fails ("SystemError: AST constructor recursion depth mismatch") when a collection in
+    one thread's parse runs Python code while another thread parses; without the lock in
+    server/outline.py this test failed in 3 runs of 3."""
+    failures: list[BaseException] = []
+
+    def parse_repeatedly() -> None:
+        for _ in range(50):
+            _Finalized()
+            try:
+                outline(BASELINE)
+            except SystemError as exc:
+                failures.append(exc)
+
+    threads = [threading.Thread(target=parse_repeatedly) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
