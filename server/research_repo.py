@@ -8,8 +8,11 @@ The repo is bare, so there is no working tree that could be left dirty: candidat
 built object by object (blob, tree, commit) and refs are written directly. Objects are read and
 written in Python (gitdb's loose object store), falling back to GitPython's `git cat-file` only
 for objects that are not loose (after a `git gc`): GitPython's defaults start a `git` process
-round trip per object, which dominated the cost of a submission. All access goes through one
-lock, because GitPython's objects are not thread-safe; one server process per repo.
+round trip per object, which dominated the cost of a submission. GitPython's objects are not
+thread-safe, so refs and the caches go through one lock; one server process per repo. New objects
+are written without it: gitdb writes each to a temporary file and renames it into place, so
+writers cannot collide, and a write that stalls on the disk (one took 0.7 s under
+bench/api_load.py) no longer holds up every submission's cached reads of train.py behind it.
 """
 
 from __future__ import annotations
@@ -146,10 +149,10 @@ class ResearchRepo:
 
     def train_py(self, commit_sha: str) -> bytes:
         """The train.py of a commit (cached: commits never change)."""
+        cached = self._train_py.get(commit_sha)  # one dict lookup, atomic: a hit needs no lock
+        if cached is not None:
+            return cached
         with self.lock:
-            cached = self._train_py.get(commit_sha)
-            if cached is not None:
-                return cached
             blob = next((binsha for binsha, _mode, name in self._tree(commit_sha) if name == TRAIN_PY), None)
             if blob is None:
                 raise UnknownCommit(commit_sha)
@@ -166,14 +169,13 @@ class ResearchRepo:
     def commit_candidate(self, base_sha: str, train_py: bytes, message: str, agent: str) -> str:
         """Write a commit on top of `base_sha` that replaces train.py; no ref points at it yet."""
         with self.lock:
-            new_blob = self._write_blob(train_py)
-            entries = [
-                (new_blob if name == TRAIN_PY else binsha, mode, name)
-                for binsha, mode, name in self._tree(base_sha)
-            ]
-            commit = self._write_commit(self._store_tree(entries), [base_sha], message, _agent_actor(agent))
+            base_entries = self._tree(base_sha)
+        new_blob = self._write_blob(train_py)
+        entries = [(new_blob if name == TRAIN_PY else sha, mode, name) for sha, mode, name in base_entries]
+        commit = self._write_commit(self._store_tree(entries), [base_sha], message, _agent_actor(agent))
+        with self.lock:
             _remember(self._train_py, commit, train_py, self._cache_size)
-            return commit
+        return commit
 
     def _write_ref(self, path: str, commit_sha: str) -> None:
         # A Commit made from its id is not looked up, so writing the ref starts no git process.
