@@ -55,6 +55,9 @@ from server.standings_cache import TotalsCache
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
+# At the mixed phase's write rate (about 1-2 MB of WAL a second) a checkpoint a second copies a
+# few hundred pages; SQLite's own default is one every 1000 pages (4 MB).
+WAL_CHECKPOINT_SECONDS = 1.0
 
 
 class StartupError(RuntimeError):
@@ -67,7 +70,7 @@ def build_context(settings: ServerSettings) -> AppContext:
     if not (repo_path / "HEAD").is_file():
         raise StartupError(f"no research repo at {repo_path}: run `autoresearch init` first (RESEARCH_REPO)")
     upgrade(url)
-    db = Database(create_db_engine(url, settings.sqlite_busy_timeout_ms))
+    db = Database(create_db_engine(url, settings.sqlite_busy_timeout_ms, checkpoint_in_background=True))
     repo = ResearchRepo(repo_path)
     harness_id = configured_harness_id(settings)
     with db.write() as session:
@@ -142,6 +145,17 @@ async def _sweep_leases(ctx: AppContext) -> None:
             log.exception("expiring leases failed")
 
 
+async def _checkpoint_wal(ctx: AppContext) -> None:
+    """SQLite's WAL into the database file every WAL_CHECKPOINT_SECONDS, by a thread that holds no
+    lock (server/core/db.py)."""
+    while True:
+        await asyncio.sleep(WAL_CHECKPOINT_SECONDS)
+        try:
+            await run_in_threadpool(ctx.db.checkpoint)
+        except Exception:  # keep checkpointing; the WAL only grows meanwhile
+            log.exception("checkpointing the SQLite WAL failed")
+
+
 def _include_pages(app: FastAPI) -> None:
     """Web pages live in server/pages (another part of the project); include them when present."""
     if importlib.util.find_spec("server.pages") is None:
@@ -173,6 +187,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             ),
             asyncio.create_task(change_kinds.keep_summarised(ctx)),
         ]
+        if ctx.db.sqlite:
+            tasks.append(asyncio.create_task(_checkpoint_wal(ctx)))
         try:
             async with mcp_sessions.run():
                 yield
