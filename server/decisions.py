@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 from client.states import DECIDED_STATUS, Decision, ExperimentStatus, Rule, RunKind, RunState
 from harness.result import RunResult
 from server.candidates import commit_message, find_same_train_py, queue_candidate
-from server.changes import summarize
+from server.carry import Carried, carried
 from server.context import AppContext, Tx
 from server.crud import noise as noise_crud
 from server.crud.experiments import agent_names
@@ -41,8 +41,6 @@ from server.judge import Action, Comparison, Evidence, Noise, Reference, Sample,
 from server.judge import Run as JudgedRun
 from server.models import EXPERIMENTS, Experiment, Project, Run, utcnow
 from server.noise_pool import bounded_mean
-from server.patches import PatchError, carry_over
-from server.research_repo import blob_sha
 
 # The oldest experiment of a commit (by_commit), as the sample a candidate is compared with.
 _REFERENCE = (
@@ -257,26 +255,12 @@ def _rebase(
 ) -> tuple[Decision, str, int | None]:
     assert project.best_commit is not None and experiment.base_commit is not None
     moved = f"{why} (from {experiment.base_commit[:10]} to {project.best_commit[:10]})"
-    base_source = ctx.repo.train_py(experiment.base_commit).decode("utf-8")
-    own_source = ctx.repo.train_py(experiment.commit_sha).decode("utf-8")
-    best_source = ctx.repo.train_py(project.best_commit).decode("utf-8")
-    try:
-        moved_source = carry_over(base_source, own_source, best_source)
-    except PatchError as exc:
-        return Decision.STALE, f"{moved}; its change does not apply to the new best: {exc.detail}", None
-    if moved_source == best_source:
-        return Decision.STALE, f"{moved}; the new best already contains its change", None
-    content = moved_source.encode()
-    blob = blob_sha(content)
-    twin = find_same_train_py(tx.session, blob)
+    carry = carry_onto_best(ctx, tx.session, experiment, project.best_commit)
+    if carry.stale is not None:
+        return Decision.STALE, f"{moved}; {carry.stale}", None
+    twin = find_same_train_py(tx.session, carry.blob)
     if twin is not None:
         return Decision.REBASE, f"{moved}; its change on the new best is experiment {twin}", twin
-    commit = ctx.repo.commit_candidate(
-        project.best_commit,
-        content,
-        commit_message(experiment.description, experiment.hypothesis),
-        _agent_label(tx, experiment),
-    )
     requeued = queue_candidate(
         ctx,
         tx,
@@ -285,9 +269,9 @@ def _rebase(
         description=experiment.description,
         hypothesis=experiment.hypothesis,
         base_commit=project.best_commit,
-        commit_sha=commit,
-        blob=blob,
-        change=summarize(best_source, moved_source),
+        commit_sha=carry.commit,
+        blob=carry.blob,
+        change=carry.change,
         queued_at=experiment.queued_at,
         rebased_from_id=experiment.id,
     )
@@ -295,6 +279,21 @@ def _rebase(
         Decision.REBASE,
         f"{moved}; re-applied onto the new best and queued as experiment {requeued.id}",
         requeued.id,
+    )
+
+
+def carry_onto_best(
+    ctx: AppContext, session: Session, experiment: Row[Any] | Experiment, best_commit: str
+) -> Carried:
+    """The experiment's change carried onto the best (server/carry.py: computed once)."""
+    assert experiment.base_commit is not None
+    return carried(
+        ctx.repo,
+        experiment.base_commit,
+        experiment.commit_sha,
+        best_commit,
+        commit_message(experiment.description, experiment.hypothesis),
+        _agent_label(session, experiment),
     )
 
 
@@ -337,10 +336,10 @@ def reapply_before_running(ctx: AppContext, tx: Tx, experiment_id: int, run_id: 
     return True
 
 
-def _agent_label(tx: Tx, experiment: Row[Any] | Experiment) -> str:
+def _agent_label(session: Session, experiment: Row[Any] | Experiment) -> str:
     if experiment.agent_id is None:
         return "baseline"
-    return agent_names(tx.session, {experiment.agent_id}).get(experiment.agent_id, "agent")
+    return agent_names(session, {experiment.agent_id}).get(experiment.agent_id, "agent")
 
 
 def _advance_best(ctx: AppContext, tx: Tx, project: Project, experiment: Row[Any]) -> None:

@@ -9,6 +9,8 @@ from collections import Counter
 
 import pytest
 
+from server.carry import carried
+
 
 def git(live, *args: str) -> str:
     repo = str(live.settings.resolved_research_repo)
@@ -101,6 +103,37 @@ def test_best_moved_while_it_ran_rebases_or_goes_stale(live, worker_factory, bas
     # The re-applied change keeps its place in the queue: it runs before what was submitted later.
     assert worker.claim().experiment_id == requeued.id
     assert agent.experiment(later.id).queue_position == 0
+
+
+def test_a_claim_carries_a_change_onto_the_new_best_before_it_runs(
+    live_any_db, worker_factory, baseline_source: str
+) -> None:
+    """A first run queued on a former best is not handed out: its change goes onto the new best
+    and the claim hands out the re-applied experiment instead. On SQLite the claim carries it
+    before it takes the write lock, and the rebase under the lock finds it done (server/carry.py);
+    on PostgreSQL the rebase carries it."""
+    live = live_any_db
+    worker, agent = worker_factory(live), live.client("agent")
+    worker.run_next(1.0)
+    deeper = baseline_source.replace("DEPTH = 4", "DEPTH = 6")
+    kept = agent.submit("deeper", train_py=deeper)
+    wider = agent.submit("wider", train_py=baseline_source + "WIDTH = 128\n")
+    assert worker.run_next(0.95).decision == "keep"
+    carried.cache_clear()
+    claim = worker.claim()
+    assert claim is not None and claim.experiment_id not in (kept.id, wider.id)
+    moved = agent.experiment(wider.id)
+    assert (moved.status, moved.runs[0].state) == ("rebased", "cancelled")
+    assert moved.reason.startswith("the best moved before it ran (from ")
+    assert moved.rebased_to == claim.experiment_id
+    assert claim.train_py == deeper + "WIDTH = 128\n"
+    assert agent.experiment(claim.experiment_id).base == agent.experiment(kept.id).commit
+    assert (
+        git(live, "rev-parse", f"refs/experiments/{claim.experiment_id}")
+        == agent.experiment(claim.experiment_id).commit
+    )
+    carries = carried.cache_info()
+    assert (carries.misses, carries.hits) == ((1, 1) if live.ctx.db.sqlite else (1, 0))
 
 
 def _report_together(workers: list, claims: list[dict], values: list[float]) -> list[dict]:
