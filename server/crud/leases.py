@@ -11,6 +11,7 @@ keeps it too, so it runs before everything submitted after its experiment.
 from __future__ import annotations
 
 import hashlib
+import logging
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -40,6 +41,7 @@ from server.models import (
     utcnow,
 )
 
+log = logging.getLogger(__name__)
 ACTIVE, EXPIRED, RELEASED, FINISHED = "active", "expired", "released", "finished"
 
 
@@ -185,7 +187,10 @@ def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | N
         with ctx.db.read() as session:
             following = session.execute(_NEXT_QUEUED).first()
             if following is not None and following.number == 1 and _on_former_best(following):
-                carry_onto_best(ctx, session, following, following.best_commit)
+                try:
+                    carry_onto_best(ctx, session, following, following.best_commit)
+                except Exception:  # only made ahead: a rebase that needs it carries it again
+                    log.exception("carrying a change onto the best ahead of a claim failed")
         if following is None:
             if ctx.presence.seen_write_due(worker_id):
                 with ctx.transaction() as tx:
