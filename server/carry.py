@@ -3,12 +3,13 @@
 Re-applying a change onto the new best (server/decisions.py, `_rebase`) reads three train.py,
 carries the change over, summarises the result and writes its git commit: about 25 ms (11 ms of
 CPU) under bench/api_load.py's mixed phase. A claim does it for a first run queued on a former
-best inside its transaction, which on SQLite holds the one write lock every submission and result
-waits for; after each keep the next claims did it one after another, 9.0 of the 18.8 s the lock
-was held in three 30 s runs (docs/benchmarks.md, issue 13). The result depends on the three
-commits alone, so it is cached: a claim on SQLite carries the next queued run's change before
-it takes the lock (server/crud/leases.py), and the rebase under the lock finds it done. When
-the claim gets another run after all, the rebase computes its own, as it would without the cache.
+best inside its transaction, which holds SQLite's one write lock (PostgreSQL: the project row)
+that every submission and result waits for; after each keep the next claims did it one after
+another, 9.0 of the 18.8 s SQLite's lock was held in three 30 s runs (docs/benchmarks.md,
+issue 13). The result depends on the three commits alone, so it is cached: right after each keep
+the server carries the changes queued on the former best in a thread that holds no lock
+(decisions.carry_ahead, started by server/main.py), and the rebases under the lock find them
+done. A claim that comes before that is done carries its own, as it did before.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from server.changes import ChangeSummary, summarize
 from server.patches import PatchError, carry_over
 from server.research_repo import ResearchRepo, blob_sha
 
-CACHED = 64  # carries kept: more than the first runs a burst of claims meets after a keep
+CACHED = 64  # carries kept, and made ahead after a keep: more than the first runs queued at once
 
 
 @dataclass(frozen=True)

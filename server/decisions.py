@@ -23,6 +23,7 @@ lose a run nor count one twice.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from sqlalchemy import Row, bindparam, func, select
@@ -31,7 +32,7 @@ from sqlalchemy.orm import Session
 from client.states import DECIDED_STATUS, Decision, ExperimentStatus, Rule, RunKind, RunState
 from harness.result import RunResult
 from server.candidates import commit_message, find_same_train_py, queue_candidate
-from server.carry import Carried, carried
+from server.carry import CACHED, Carried, carried
 from server.context import AppContext, Tx
 from server.crud import noise as noise_crud
 from server.crud.experiments import agent_names
@@ -39,8 +40,10 @@ from server.crud.project import current_best, load_project
 from server.crud.runs import cancel_queued_runs, count_runs, queue_runs
 from server.judge import Action, Comparison, Evidence, Noise, Reference, Sample, Snapshot, Verdict, judge
 from server.judge import Run as JudgedRun
-from server.models import EXPERIMENTS, Experiment, Project, Run, utcnow
+from server.models import EXPERIMENTS, RUNS, Experiment, Project, Run, utcnow
 from server.noise_pool import bounded_mean
+
+log = logging.getLogger(__name__)
 
 # The oldest experiment of a commit (by_commit), as the sample a candidate is compared with.
 _REFERENCE = (
@@ -295,6 +298,42 @@ def carry_onto_best(
         commit_message(experiment.description, experiment.hypothesis),
         _agent_label(session, experiment),
     )
+
+
+# First runs queued on a former best: the changes a claim will re-apply (reapply_before_running).
+_QUEUED_ON_FORMER_BEST = (
+    select(
+        EXPERIMENTS.c.agent_id,
+        EXPERIMENTS.c.description,
+        EXPERIMENTS.c.hypothesis,
+        EXPERIMENTS.c.base_commit,
+        EXPERIMENTS.c.commit_sha,
+    )
+    .join(RUNS, RUNS.c.experiment_id == EXPERIMENTS.c.id)
+    .where(
+        RUNS.c.number == 1,
+        RUNS.c.status == RunState.QUEUED,
+        EXPERIMENTS.c.decision.is_(None),
+        EXPERIMENTS.c.base_commit != bindparam("best"),
+    )
+    .order_by(RUNS.c.queued_at, RUNS.c.id)
+    .limit(CACHED)
+)
+
+
+def carry_ahead(ctx: AppContext) -> None:
+    """Carry the changes queued on a former best onto the best, outside any transaction, so that
+    the claims that re-apply them under the lock find them carried (server/carry.py). The server
+    runs it in the background after each keep (server/main.py)."""
+    with ctx.db.read() as session:
+        best = current_best(session).best_commit
+        if best is None:
+            return
+        for experiment in session.execute(_QUEUED_ON_FORMER_BEST, {"best": best}).all():
+            try:
+                carry_onto_best(ctx, session, experiment, best)
+            except Exception:  # only made ahead: the rebase that needs it carries it again
+                log.exception("carrying experiment %s's change onto the best failed", experiment.commit_sha)
 
 
 def reapply_before_running(ctx: AppContext, tx: Tx, experiment_id: int, run_id: int) -> bool:

@@ -73,6 +73,7 @@ class Broadcaster:
     # added, woken and removed in O(1) (server/fleet.py).
     _claim_waiters: OrderedDict[asyncio.Future[bool], None] = field(default_factory=OrderedDict)
     queued_events: int = 0  # "queued" events delivered so far (server/fleet.py)
+    _signals: dict[str, asyncio.Event] = field(default_factory=dict)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Attach to the server's event loop (at startup)."""
@@ -112,6 +113,8 @@ class Broadcaster:
             if event.type == "queued":
                 self.queued_events += 1
                 self.wake_claims(1)
+            if event.type in self._signals:
+                self._signals[event.type].set()
 
     def wake_claims(self, count: int) -> None:
         """Wake the `count` claims that have waited longest (all of them, if fewer wait)."""
@@ -120,6 +123,11 @@ class Broadcaster:
             if not waiter.done():  # else it timed out or its client hung up, and it is leaving
                 waiter.set_result(True)
                 count -= 1
+
+    def signal(self, type_: str) -> asyncio.Event:
+        """Set each time an event of this type is delivered, for a background task of the server
+        to wait on (it clears it). Made on the event loop."""
+        return self._signals.setdefault(type_, asyncio.Event())
 
     @property
     def claims_waiting(self) -> int:

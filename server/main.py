@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
 
-from client.states import RunKind
+from client.states import ExperimentStatus, RunKind
 from server.api.routes import ROUTERS
 from server.context import AppContext
 from server.core.body_limit import BodyLimit
@@ -42,7 +42,7 @@ from server.crud.runs import queue_runs
 from server.crud.similar import backfill as backfill_changes
 from server.crud.tokens import sync_env_admin
 from server.crud.workers import online_count
-from server.decisions import best_repeats_due
+from server.decisions import best_repeats_due, carry_ahead
 from server.events import Broadcaster
 from server.fleet import Fleet, queued_runs
 from server.harness_pin import configured_harness_id, pin
@@ -156,6 +156,20 @@ async def _checkpoint_wal(ctx: AppContext) -> None:
             log.exception("checkpointing the SQLite WAL failed")
 
 
+async def _carry_after_keeps(ctx: AppContext) -> None:
+    """After each keep, the changes queued on the former best are carried onto the new one in a
+    thread that holds no lock, so that the claims re-applying them under the lock find that work
+    done (server/carry.py)."""
+    kept = ctx.bus.signal(ExperimentStatus.KEPT)
+    while True:
+        await kept.wait()
+        kept.clear()
+        try:
+            await run_in_threadpool(carry_ahead, ctx)
+        except Exception:  # keep carrying: a claim carries what was missed, as it would anyway
+            log.exception("carrying queued changes onto the new best failed")
+
+
 def _include_pages(app: FastAPI) -> None:
     """Web pages live in server/pages (another part of the project); include them when present."""
     if importlib.util.find_spec("server.pages") is None:
@@ -186,6 +200,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                 ctx.fleet.keep_looking(lambda n: ctx.in_worker_thread(queued_runs, ctx.db, n), ctx.bus)
             ),
             asyncio.create_task(change_kinds.keep_summarised(ctx)),
+            asyncio.create_task(_carry_after_keeps(ctx)),
         ]
         if ctx.db.sqlite:
             tasks.append(asyncio.create_task(_checkpoint_wal(ctx)))

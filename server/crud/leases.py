@@ -11,7 +11,6 @@ keeps it too, so it runs before everything submitted after its experiment.
 from __future__ import annotations
 
 import hashlib
-import logging
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -27,7 +26,7 @@ from server.crud import noise as noise_crud
 from server.crud.project import load_project
 from server.crud.runs import cancel_queued_runs, live_runs
 from server.crud.tokens import Principal
-from server.decisions import carry_onto_best, reapply_before_running
+from server.decisions import reapply_before_running
 from server.models import (
     EXPERIMENTS,
     LEASES,
@@ -41,7 +40,6 @@ from server.models import (
     utcnow,
 )
 
-log = logging.getLogger(__name__)
 ACTIVE, EXPIRED, RELEASED, FINISHED = "active", "expired", "released", "finished"
 
 
@@ -115,22 +113,6 @@ _START_EXPERIMENT = (
     .returning(EXPERIMENTS.c.commit_sha, EXPERIMENTS.c.description, EXPERIMENTS.c.base_commit)
 )
 _BEST_COMMIT = select(PROJECT.c.best_commit).where(PROJECT.c.id == 1)
-# The next queued run (in _CLAIM's order), what its change needs to be carried, and the best.
-_NEXT_QUEUED = (
-    select(
-        RUNS.c.number,
-        EXPERIMENTS.c.agent_id,
-        EXPERIMENTS.c.description,
-        EXPERIMENTS.c.hypothesis,
-        EXPERIMENTS.c.base_commit,
-        EXPERIMENTS.c.commit_sha,
-        _BEST_COMMIT.scalar_subquery().label("best_commit"),
-    )
-    .join(EXPERIMENTS, EXPERIMENTS.c.id == RUNS.c.experiment_id)
-    .where(RUNS.c.status == RunState.QUEUED)
-    .order_by(RUNS.c.queued_at, RUNS.c.id)
-    .limit(1)
-)
 _INSERT_LEASE = insert(LEASES)
 _LOCK_LEASE = select(LEASES).where(LEASES.c.id == bindparam("lease_id")).with_for_update()
 _UPDATE_LEASE = update(LEASES).where(LEASES.c.id == bindparam("lease_id"))
@@ -171,27 +153,15 @@ def _gate(ctx: AppContext, session: Session) -> int | None:
     return best_id
 
 
-def _on_former_best(experiment: Row[Any]) -> bool:
-    return experiment.base_commit not in (None, experiment.best_commit)
-
-
 def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | None:
     """Lease the next queued run to this worker, or None when nothing can run now."""
     check_worker(ctx, principal, worker_id)
     if ctx.db.sqlite:
         # SQLite has one writer for the whole database: look before taking its write lock, so
-        # that idle long polls do not queue for it, and carry the next run's change onto the
-        # best if it is a first run queued on a former best, so that the rebase under the lock
-        # finds it done (server/carry.py). PostgreSQL's claim below locks one row only, and
-        # claims there run side by side: the run one looked at is seldom the one it gets.
+        # that idle long polls do not queue for it. PostgreSQL's claim below locks one row only.
         with ctx.db.read() as session:
-            following = session.execute(_NEXT_QUEUED).first()
-            if following is not None and following.number == 1 and _on_former_best(following):
-                try:
-                    carry_onto_best(ctx, session, following, following.best_commit)
-                except Exception:  # only made ahead: a rebase that needs it carries it again
-                    log.exception("carrying a change onto the best ahead of a claim failed")
-        if following is None:
+            anything = session.scalar(select(Run.id).where(Run.status == RunState.QUEUED).limit(1))
+        if anything is None:
             if ctx.presence.seen_write_due(worker_id):
                 with ctx.transaction() as tx:
                     _write_seen(tx.session, worker_id)
