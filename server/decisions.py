@@ -333,7 +333,7 @@ def carry_ahead(ctx: AppContext) -> None:
             try:
                 carry_onto_best(ctx, session, experiment, best)
             except Exception:  # only made ahead: the rebase that needs it carries it again
-                log.exception("carrying experiment %s's change onto the best failed", experiment.commit_sha)
+                log.exception("carrying the change of commit %s onto the best failed", experiment.commit_sha)
 
 
 def reapply_before_running(ctx: AppContext, tx: Tx, experiment_id: int, run_id: int) -> bool:
