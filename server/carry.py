@@ -10,18 +10,25 @@ issue 13). The result depends on the three commits alone, so it is cached: right
 the server carries the changes queued on the former best in a thread that holds no lock
 (decisions.carry_ahead, started by server/main.py), and the rebases under the lock find them
 done. A claim that comes before that is done carries its own, as it did before.
+
+A carry's commit has no ref until a rebase uses it, and `git gc` prunes unreachable objects two
+weeks old; so a carry is kept an hour at most, far inside that, and a claim that comes later
+carries the change again.
 """
 
 from __future__ import annotations
 
-import functools
+import threading
 from dataclasses import dataclass
+
+from cachetools import TTLCache, cached
 
 from server.changes import ChangeSummary, summarize
 from server.patches import PatchError, carry_over
 from server.research_repo import ResearchRepo, blob_sha
 
 CACHED = 64  # carries kept, and made ahead after a keep: more than the first runs queued at once
+KEPT_S = 3600.0  # how long a carry is kept (its commit unreachable meanwhile)
 
 
 @dataclass(frozen=True)
@@ -34,10 +41,10 @@ class Carried:
     change: ChangeSummary | None = None
 
 
-@functools.lru_cache(maxsize=CACHED)
+@cached(TTLCache(maxsize=CACHED, ttl=KEPT_S), lock=threading.Lock(), info=True)
 def carried(repo: ResearchRepo, base: str, own: str, best: str, message: str, author: str) -> Carried:
     """The change from `base` to `own`, carried onto `best` and committed there (no ref points at
-    the commit yet: an unused one is an unreachable object, which `git gc` removes)."""
+    the commit yet: an unused one is an unreachable object, which `git gc` removes in time)."""
     base_source = repo.train_py(base).decode("utf-8")
     own_source = repo.train_py(own).decode("utf-8")
     best_source = repo.train_py(best).decode("utf-8")

@@ -121,7 +121,7 @@ def test_a_claim_carries_a_change_onto_the_new_best_before_it_runs(
     carried.cache_clear()
     assert worker.run_next(0.95).decision == "keep"
     deadline = time.monotonic() + 10
-    while carried.cache_info().currsize == 0:  # carried in the background after the keep (stored)
+    while carried.cache_info().currsize == 0:  # carried in the background after the keep
         assert time.monotonic() < deadline, "the change queued on the former best was not carried"
         time.sleep(0.02)
     claim = worker.claim()
