@@ -24,6 +24,7 @@ lose a run nor count one twice.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Row, bindparam, func, select
@@ -258,7 +259,8 @@ def _rebase(
 ) -> tuple[Decision, str, int | None]:
     assert project.best_commit is not None and experiment.base_commit is not None
     moved = f"{why} (from {experiment.base_commit[:10]} to {project.best_commit[:10]})"
-    carry = carry_onto_best(ctx, tx.session, experiment, project.best_commit)
+    (author,) = _agent_labels(tx.session, [experiment])
+    carry = _carry_onto_best(ctx, experiment, project.best_commit, author)
     if carry.stale is not None:
         return Decision.STALE, f"{moved}; {carry.stale}", None
     twin = find_same_train_py(tx.session, carry.blob)
@@ -285,19 +287,13 @@ def _rebase(
     )
 
 
-def carry_onto_best(
-    ctx: AppContext, session: Session, experiment: Row[Any] | Experiment, best_commit: str
+def _carry_onto_best(
+    ctx: AppContext, experiment: Row[Any] | Experiment, best_commit: str, author: str
 ) -> Carried:
     """The experiment's change carried onto the best (server/carry.py: computed once)."""
     assert experiment.base_commit is not None
-    return carried(
-        ctx.repo,
-        experiment.base_commit,
-        experiment.commit_sha,
-        best_commit,
-        commit_message(experiment.description, experiment.hypothesis),
-        _agent_label(session, experiment),
-    )
+    message = commit_message(experiment.description, experiment.hypothesis)
+    return carried(ctx.repo, experiment.base_commit, experiment.commit_sha, best_commit, message, author)
 
 
 # First runs queued on a former best: the changes a claim will re-apply (reapply_before_running).
@@ -325,15 +321,17 @@ def carry_ahead(ctx: AppContext) -> None:
     """Carry the changes queued on a former best onto the best, outside any transaction, so that
     the claims that re-apply them under the lock find them carried (server/carry.py). The server
     runs it in the background after each keep (server/main.py)."""
-    with ctx.db.read() as session:
+    with ctx.db.read() as session:  # closed before the carrying: git writes can wait for the disk
         best = current_best(session).best_commit
         if best is None:
             return
-        for experiment in session.execute(_QUEUED_ON_FORMER_BEST, {"best": best}).all():
-            try:
-                carry_onto_best(ctx, session, experiment, best)
-            except Exception:  # only made ahead: the rebase that needs it carries it again
-                log.exception("carrying the change of commit %s onto the best failed", experiment.commit_sha)
+        queued = session.execute(_QUEUED_ON_FORMER_BEST, {"best": best}).all()
+        authors = _agent_labels(session, queued)
+    for experiment, author in zip(queued, authors, strict=True):
+        try:
+            _carry_onto_best(ctx, experiment, best, author)
+        except Exception:  # only made ahead: the rebase that needs it carries it again
+            log.exception("carrying the change of commit %s onto the best failed", experiment.commit_sha)
 
 
 def reapply_before_running(ctx: AppContext, tx: Tx, experiment_id: int, run_id: int) -> bool:
@@ -375,10 +373,10 @@ def reapply_before_running(ctx: AppContext, tx: Tx, experiment_id: int, run_id: 
     return True
 
 
-def _agent_label(session: Session, experiment: Row[Any] | Experiment) -> str:
-    if experiment.agent_id is None:
-        return "baseline"
-    return agent_names(session, {experiment.agent_id}).get(experiment.agent_id, "agent")
+def _agent_labels(session: Session, experiments: Sequence[Row[Any] | Experiment]) -> list[str]:
+    """Who each change's commit is by (one query for all of them)."""
+    names = agent_names(session, {e.agent_id for e in experiments if e.agent_id is not None})
+    return ["baseline" if e.agent_id is None else names.get(e.agent_id, "agent") for e in experiments]
 
 
 def _advance_best(ctx: AppContext, tx: Tx, project: Project, experiment: Row[Any]) -> None:

@@ -14,8 +14,9 @@ import gc
 import importlib
 import importlib.util
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 
 from cachetools import TTLCache
 from fastapi import FastAPI
@@ -136,38 +137,33 @@ def queue_what_the_best_is_due(ctx: AppContext) -> None:
             queue_runs(tx.session, best.id, RunKind.REPEAT, best.queued_at, due)
 
 
-async def _sweep_leases(ctx: AppContext) -> None:
+async def _in_background(
+    wait: Callable[[], Awaitable[object]], work: Callable[[], object], what: str
+) -> None:
+    """`work` in a thread each time `wait()` returns, for as long as the server runs. A failure is
+    logged and the next round goes on: a database hiccup must not stop lease expiry, the WAL's
+    checkpoints or the carrying of queued changes for good."""
     while True:
-        await asyncio.sleep(ctx.settings.lease_sweep_seconds)
+        await wait()
         try:
-            await run_in_threadpool(expire_leases, ctx)
-        except Exception:  # keep sweeping; a database hiccup must not stop lease expiry for good
-            log.exception("expiring leases failed")
+            await run_in_threadpool(work)
+        except Exception:
+            log.exception("%s failed", what)
 
 
-async def _checkpoint_wal(ctx: AppContext) -> None:
-    """SQLite's WAL into the database file every WAL_CHECKPOINT_SECONDS, by a thread that holds no
-    lock (server/core/db.py)."""
-    while True:
-        await asyncio.sleep(WAL_CHECKPOINT_SECONDS)
-        try:
-            await run_in_threadpool(ctx.db.checkpoint)
-        except Exception:  # keep checkpointing; the WAL only grows meanwhile
-            log.exception("checkpointing the SQLite WAL failed")
+def _every(seconds: float) -> Callable[[], Awaitable[None]]:
+    return lambda: asyncio.sleep(seconds)
 
 
-async def _carry_after_keeps(ctx: AppContext) -> None:
-    """After each keep, the changes queued on the former best are carried onto the new one in a
-    thread that holds no lock, so that the claims re-applying them under the lock find that work
-    done (server/carry.py)."""
+def _each_keep(ctx: AppContext) -> Callable[[], Awaitable[None]]:
+    """Returns after each keep (at once for those since the last return)."""
     kept = ctx.bus.signal(ExperimentStatus.KEPT)
-    while True:
+
+    async def wait() -> None:
         await kept.wait()
         kept.clear()
-        try:
-            await run_in_threadpool(carry_ahead, ctx)
-        except Exception:  # keep carrying: a claim carries what was missed, as it would anyway
-            log.exception("carrying queued changes onto the new best failed")
+
+    return wait
 
 
 def _include_pages(app: FastAPI) -> None:
@@ -193,17 +189,29 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         gc.collect()
         gc.freeze()
         tasks = [
-            asyncio.create_task(_sweep_leases(ctx)),
+            asyncio.create_task(
+                _in_background(
+                    _every(ctx.settings.lease_sweep_seconds), partial(expire_leases, ctx), "expiring leases"
+                )
+            ),
             asyncio.create_task(ctx.totals.keep_fresh(ctx)),
             asyncio.create_task(ctx.fleet.keep_counted(lambda: online_count(ctx))),
             asyncio.create_task(
                 ctx.fleet.keep_looking(lambda n: ctx.in_worker_thread(queued_runs, ctx.db, n), ctx.bus)
             ),
             asyncio.create_task(change_kinds.keep_summarised(ctx)),
-            asyncio.create_task(_carry_after_keeps(ctx)),
+            # After each keep, the changes queued on the former best are carried onto the new one
+            # with no lock held, so that the claims re-applying them find it done (server/carry.py).
+            asyncio.create_task(
+                _in_background(_each_keep(ctx), partial(carry_ahead, ctx), "carrying queued changes")
+            ),
         ]
-        if ctx.db.sqlite:
-            tasks.append(asyncio.create_task(_checkpoint_wal(ctx)))
+        if ctx.db.sqlite:  # the WAL into the database file by a thread that holds no lock (core/db.py)
+            tasks.append(
+                asyncio.create_task(
+                    _in_background(_every(WAL_CHECKPOINT_SECONDS), ctx.db.checkpoint, "checkpointing the WAL")
+                )
+            )
         try:
             async with mcp_sessions.run():
                 yield
