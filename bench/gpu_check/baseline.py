@@ -45,6 +45,11 @@ DEVICE_SETTINGS["cpu"] = dataclasses.replace(
     DEVICE_SETTINGS["cpu"], depth=1, width=64, head_dim=32, device_batch=1, total_batch_tokens={seq_len}
 )
 """
+# On the CPU there is no compile or CUDA start to leave out, and on busy cores the dry run may
+# train for one step only (the check is of the path, not of the CPU's speed): every step counts.
+CPU_TIMING = """
+GPU_CHECK_WARMUP_STEPS = 0
+"""
 PROBE_ROWS = 16  # the scorer's causality probe (docs/runner.md)
 
 
@@ -55,6 +60,8 @@ def candidate_source(device: str, seq_len: int, timed: bool) -> str:
         source += "\n\n" + Path(loader_timer.__file__).read_text() + GLUE
     if device == "cpu":
         source += CPU_SIZING.format(seq_len=seq_len)
+    if timed and device == "cpu":
+        source += CPU_TIMING
     return source
 
 

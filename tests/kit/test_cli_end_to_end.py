@@ -32,7 +32,8 @@ def patch_of(old: str, new: str) -> str:
 
 @pytest.fixture(scope="module")
 def submitted(project: Project, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A patch submitted with --wait (the baseline runs first), then an edited train.py with -q."""
+    """A patch submitted with --wait (the baseline runs first), then an edited train.py with -q,
+    then the same train.py again at once (later, it could be the best by then: an empty change)."""
     tmp = tmp_path_factory.mktemp("submissions")
     patch = write(tmp / "lr.patch", patch_of(bigram(BASELINE_LR), bigram(0.03)))
     waited = cli(
@@ -45,8 +46,17 @@ def submitted(project: Project, tmp_path_factory: pytest.TempPathFactory) -> dic
     edited = write(tmp / "train.py", bigram(0.08))
     quiet = cli("submit", str(edited), "-m", "lr 0.08", "-q", server=project.url, token=project.agent_token)
     assert quiet.returncode == 0, quiet.stderr
+    again = cli(
+        "submit", "-", "-m", "same again", stdin=bigram(0.08), server=project.url, token=project.agent_token
+    )
     patch_id = int(re.match(r"experiment (\d+) ", waited.stdout)[1])  # type: ignore[index]
-    return {"patch_id": patch_id, "waited": waited, "edited_id": int(quiet.stdout), "quiet": quiet}
+    return {
+        "patch_id": patch_id,
+        "waited": waited,
+        "edited_id": int(quiet.stdout),
+        "quiet": quiet,
+        "again": again,
+    }
 
 
 def test_submit_prints_the_experiment_id(
@@ -73,10 +83,8 @@ def test_submit_wait_follows_the_experiment_to_its_decision(
     assert submitted["waited"].returncode == (0 if final.status == "kept" else 3)
 
 
-def test_an_identical_train_py_is_not_queued_again(project: Project, submitted: dict[str, Any]) -> None:
-    again = cli(
-        "submit", "-", "-m", "same again", stdin=bigram(0.08), server=project.url, token=project.agent_token
-    )
+def test_an_identical_train_py_is_not_queued_again(submitted: dict[str, Any]) -> None:
+    again = submitted["again"]
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith(f"experiment {submitted['edited_id']}: this train.py was already")
 
