@@ -1,0 +1,35 @@
+"""The server's background work (server/main.py `_in_background`): lease expiry, the WAL's
+checkpoints and the carrying of queued changes after keeps all run in this one loop, so a failure
+in one round must be logged and the next round must still come."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from server.main import _every, _in_background
+
+
+def test_a_failed_round_is_logged_and_the_next_one_runs(caplog: pytest.LogCaptureFixture) -> None:
+    rounds: list[int] = []
+
+    def work() -> None:
+        rounds.append(len(rounds) + 1)
+        if len(rounds) == 2:
+            raise OSError("no space left on device")
+
+    async def scenario() -> None:
+        task = asyncio.create_task(_in_background(_every(0.001), work, "checkpointing the WAL"))
+        async with asyncio.timeout(10):
+            while len(rounds) < 4:
+                await asyncio.sleep(0.001)
+        task.cancel()
+
+    with caplog.at_level(logging.ERROR, logger="server.main"):
+        asyncio.run(scenario())
+    assert rounds[:4] == [1, 2, 3, 4]
+    failures = [r for r in caplog.records if r.getMessage() == "checkpointing the WAL failed"]
+    assert len(failures) == 1 and failures[0].exc_info is not None
+    assert str(failures[0].exc_info[1]) == "no space left on device"
