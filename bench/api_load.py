@@ -667,8 +667,22 @@ class Bench:
         return self.train_py.read_text()
 
 
+async def health_cost(server: ServerProcess, count: int = 500) -> float:
+    """Server CPU seconds per GET /healthz, sent one at a time on one connection: how fast this
+    machine runs the server right now (the same code cost 30 % more on some days than others)."""
+    http = LeanClient(server.url)
+    try:
+        cpu = server.cpu()
+        for _ in range(count):
+            await http.get("/api/v1/healthz")
+        return (server.cpu() - cpu) / count
+    finally:
+        await http.aclose()
+
+
 def mixed_report(bench: Bench) -> Outcome:
     args, server, url = bench.args, bench.server, bench.server.url
+    health = asyncio.run(health_cost(server))
     print(
         f"mixed load: {args.agents} agents (submit every 10 s, poll every 1 s), {args.workers} workers "
         f"(claim with a 2 s long poll, heartbeat, progress, 0.5 s run, result), {args.duration:.0f} s",
@@ -693,7 +707,9 @@ def mixed_report(bench: Bench) -> Outcome:
     print("  (*claim includes the long-poll wait for work)")
     print(
         f"  server CPU: {cpu / args.duration * 100:.0f}% of one core, load generator "
-        f"{own / args.duration * 100:.0f}%; errors: {len(mixed.errors)}; {machine_load()}"
+        f"{own / args.duration * 100:.0f}%; errors: {len(mixed.errors)}; {machine_load()}\n"
+        f"  this machine now: GET /healthz alone costs {health * 1000:.2f} ms of server CPU "
+        f"(the mixed load: {cpu / health / args.duration:.0f} health checks' worth a second)"
     )
     targets = [
         Target("p99 submit ms", percentile(mixed.latencies["submit"], 0.99), 150),
