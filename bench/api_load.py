@@ -669,7 +669,8 @@ class Bench:
 
 async def health_cost(server: ServerProcess, count: int = 500) -> float:
     """Server CPU seconds per GET /healthz, sent one at a time on one connection: how fast this
-    machine runs the server right now (the same code cost 30 % more on some days than others)."""
+    machine runs the server right now: the same code costs it more CPU on some hours than on
+    others (docs/benchmarks.md)."""
     http = LeanClient(server.url)
     try:
         cpu = server.cpu()

@@ -54,7 +54,8 @@ PROBE_ROWS = 16  # the scorer's causality probe (docs/runner.md)
 
 
 def candidate_source(device: str, seq_len: int, timed: bool) -> str:
-    """The baseline, with the loader timer when `timed`, and sized for a CPU on `cpu`."""
+    """The baseline, with the loader timer when `timed`, and sized (and timed from its first step)
+    for a CPU on `cpu`."""
     source = BASELINE.read_text()
     if timed:
         source += "\n\n" + Path(loader_timer.__file__).read_text() + GLUE
