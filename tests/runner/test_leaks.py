@@ -134,7 +134,9 @@ def training_hashes(paths: PreparedPaths) -> np.ndarray:
     return np.unique(np.concatenate(training))
 
 
-def walker_args(patterns: list[Patterns], trained: np.ndarray, skip: list[str]) -> dict[str, Any]:
+def walker_args(
+    patterns: list[Patterns], trained: np.ndarray, skip: list[str], system: list[str]
+) -> dict[str, Any]:
     """HOSTILE_ARGS of the walker: hashes and labels only, no text."""
     words = [[part for pattern in patterns for part in pattern[label]] for label in range(3)]
     parts = (
@@ -153,6 +155,7 @@ def walker_args(patterns: list[Patterns], trained: np.ndarray, skip: list[str]) 
         "label_names": list(LABELS),
         "min_run": MIN_RUN,
         "skip": skip,
+        "system": system,
     }
 
 
@@ -237,14 +240,15 @@ def test_no_sandbox_can_read_validation_text(
     searched = [planted[name] for name in (SOURCES if whole_tree else (source,))]
     patterns = [source_patterns(found[1], found[2], found[3]) for found in searched]
     trained = np.unique(np.concatenate([training_hashes(found[1]) for found in searched]))
-    skip = [] if whole_tree else sorted({str(root) for root in system_roots()} | {"/usr"})
+    system = sorted({str(root) for root in system_roots()} | {"/usr"})
+    skip = [] if whole_tree else system
     candidate = compose(
         tmp_path,
         "hostile/walks_sandbox.py",
         include=(LEAK_HASH,),
         comment=train_canary,  # the walk must find this file, and the canary in it
         train_steps=3,
-        **walker_args(patterns, trained, skip),
+        **walker_args(patterns, trained, skip, system if whole_tree else []),
     )
     assert all(found[2] not in candidate.read_text() for found in planted.values())
     # The walk reads everything a sandbox can see, far longer than a model takes to rebuild, and the
@@ -266,8 +270,16 @@ def test_no_sandbox_can_read_validation_text(
             assert "/dev/shm/batch.bin" in found_in, report
         else:  # the tree it was given: its own source among the rest
             assert "/sandbox/candidate/train.py" in found_in, report
-            if whole_tree:
+            if whole_tree and report["walk"] == "train":
                 assert report["files"] > 10_000 and report["bytes"] > 1e9, report
+    if whole_tree:
+        # The system folders are the same read-only binds of the same host files in every sandbox
+        # (harness/runner/sandbox.py: nothing a phase binds lands under them), so the train walk
+        # reads them and the score walks only list them: the same files there, unchanged.
+        listings = {
+            tuple(report["system_listing"]) for report in reports if report["walk"] != "train-after-data"
+        }
+        assert len(listings) == 1 and next(iter(listings))[1] > 10_000, listings
 
 
 @pytest.mark.parametrize("setting", ["data_dir", "local_data_dir"])

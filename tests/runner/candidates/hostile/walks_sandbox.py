@@ -5,16 +5,19 @@
 
 In build_model, before any batch of validation inputs can have reached the process, it walks the
 whole visible file tree (or, when HOSTILE_ARGS["skip"] names the system and Python folders, the
-rest of it), the memory and open files of every process of its sandbox (/proc/PID/mem,
-/proc/PID/fd) and the rest of /proc/PID, and checks every 32-byte window at 16-byte steps against
-the hashes (no text) of the test's patterns (HOSTILE_ARGS): the validation text, the evaluation rows as text
-and as token ids (int64, int32, uint16), and a canary planted in the training text, which the
-test also wrote into this file as a comment so that the walk must find it. In the train sandbox
-it then takes a few batches, copies one into /dev/shm, and walks memory, /dev/shm and /tmp again:
-the training canary's tokens must turn up there. Each walk prints one LEAKWALK line of JSON.
+rest of it; the system folders of HOSTILE_ARGS["system"] are read in the train sandbox and only
+listed in the others), the memory and open files of every process of its sandbox
+(/proc/PID/mem, /proc/PID/fd) and the rest of /proc/PID, and checks every 32-byte window at
+16-byte steps against the hashes (no text) of the test's patterns (HOSTILE_ARGS): the validation
+text, the evaluation rows as text and as token ids (int64, int32, uint16), and a canary planted
+in the training text, which the test also wrote into this file as a comment so that the walk must
+find it. In the train sandbox it then takes a few batches, copies one into /dev/shm, and walks
+memory, /dev/shm and /tmp again: the training canary's tokens must turn up there. Each walk prints
+one LEAKWALK line of JSON.
 """
 
 import base64
+import hashlib
 import json
 import mmap
 import os
@@ -176,9 +179,10 @@ class Walker:
                     if name not in SKIPPED_IN_PROC:
                         self.scan_file(os.path.join(root, name))
 
-    def report(self, phase, started):
+    def report(self, phase, started, **extra):
         self.flush()
         summary = {
+            **extra,
             "walk": phase,
             "seconds": round(time.monotonic() - started, 1),
             "files": self.files,
@@ -189,13 +193,37 @@ class Walker:
         print("LEAKWALK", json.dumps(summary), flush=True)
 
 
+def listing(roots):
+    """sha256 of the path, inode, size and modification time of every regular file under `roots`,
+    and their count: sandboxes with the same listing there show the same bytes (the same host
+    files, bound read-only)."""
+    digest, count = hashlib.sha256(), 0
+    for top in roots:
+        for root, dirs, names in os.walk(top, onerror=lambda error: None):
+            dirs.sort()
+            for name in sorted(names):
+                path = os.path.join(root, name)
+                try:
+                    info = os.lstat(path)
+                except OSError:
+                    continue
+                if stat.S_ISREG(info.st_mode):
+                    digest.update(f"{path}\0{info.st_ino}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
+                    count += 1
+    return [digest.hexdigest(), count]
+
+
 def walk_everything(phase):
     started = time.monotonic()
     walker = Walker()
+    # The system folders (HOSTILE_ARGS["system"]) are read in the train sandbox only; the others
+    # list them, and the test checks that every sandbox lists the same files there.
+    system = HOSTILE_ARGS["system"]
+    unread = [] if phase == "train" else system
     # /sys is bound only on CUDA machines (read-only kernel attributes); /proc is walked per process.
-    walker.walk_tree("/", skip=("/proc", "/sys", *HOSTILE_ARGS["skip"]))
+    walker.walk_tree("/", skip=("/proc", "/sys", *HOSTILE_ARGS["skip"], *unread))
     walker.walk_processes()
-    walker.report(phase, started)
+    walker.report(phase, started, system_listing=listing(system))
 
 
 def build_model(ctx):
