@@ -212,8 +212,10 @@ def test_idle_long_polls_skip_the_claim_while_the_queue_is_known_empty(
         thread.start()
     for thread in threads:
         thread.join()
-    # 30 long polls: the first ten claim (nobody has looked yet), the later ones mostly not.
-    assert 10 <= claims < 20, claims
+    # 30 long polls, each of which claims at least once unless the queue is known empty: the first
+    # ones claim unless the server's own look (once a second) has found it empty before them, the
+    # later ones mostly not. (A bound of 10 from below raced that look: 9 in one CI run.)
+    assert claims < 20, claims
 
 
 def test_waiting_claims_see_work_queued_without_an_event(live, worker_factory) -> None:
