@@ -29,6 +29,7 @@ from sqlalchemy import insert, select, update
 
 from agent.mutation import mutate_constants
 from bench.pages import new_project, p95, seed_experiments, timings
+from server.changes import summarize
 from server.core.db import Database, create_db_engine
 from server.crud import change_kinds, history
 from server.main import create_app
@@ -51,7 +52,7 @@ def give_real_changes(db: Database, repo: ResearchRepo, commits: int, seed: int 
             new, description = mutate_constants(source, rng)
             commit = repo.commit_candidate(baseline.commit_sha, new.encode(), description, "bench")
             started = time.perf_counter()
-            summary = change_kinds.summary_of(repo, baseline.commit_sha, commit)
+            summary = summarize(source, new)
             changes.append((commit, summary, (time.perf_counter() - started) * 1000))
         rows = []
         decided = session.scalars(select(Experiment).where(Experiment.base_commit.is_not(None))).all()

@@ -2,11 +2,11 @@
 by a background task, and at start for experiments decided before change_kinds existed; read for
 keep rates and near misses.
 
-Summarising a change diffs and parses two train.py files (server/changes.py): tens of
-milliseconds each (docs/benchmarks.md, "Keep rates and near misses"), far too slow to do for
-every experiment on every request, and too slow for a result's transaction (on SQLite every
-other writer would wait on it). So each change is summarised once, outside any transaction, and
-stored as rows of kinds; the experiment's `changes_parsed` says that it was.
+Each change was summarised once, when it was queued (its experiment_changes row,
+server/crud/similar.py; experiments older than that table are summarised when the server starts,
+before this). A decided experiment's summary becomes rows of kinds here, outside the result's
+transaction (on SQLite every other writer would wait on it); the experiment's `changes_parsed`
+says that it was done.
 
 Only what counts is read: decided experiments (kept, reverted or stale; a `rebased` one's change
 goes on as its copy) with a base, at least one of whose runs reported on the project's platform
@@ -26,11 +26,11 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from client.states import Decision, Direction, Part
-from server.changes import ChangeSummary, summarize
+from server.changes import ChangeSummary
 from server.context import AppContext
+from server.crud.similar import stored_summary
 from server.keep_rates import Kind, Outcome, kinds_of
-from server.models import CHANGE_KINDS, EXPERIMENTS, RESULTS
-from server.research_repo import ResearchRepo, UnknownCommit
+from server.models import CHANGE_KINDS, EXPERIMENTS, RESULTS, Experiment, ExperimentChange
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +42,6 @@ NAME_CHARS = 200
 BATCH = 200  # experiments summarised per write transaction
 SWEEP_SECONDS = 1.0  # how soon after its decision an experiment's change is summarised
 COUNTED_DECISIONS = (Decision.KEEP, Decision.REVERT, Decision.STALE)
-
-
-def summary_of(repo: ResearchRepo, base_commit: str, commit: str) -> ChangeSummary:
-    return summarize(
-        repo.train_py(base_commit).decode("utf-8", "replace"),
-        repo.train_py(commit).decode("utf-8", "replace"),
-    )
 
 
 def rows_of(experiment_id: int, summary: ChangeSummary) -> list[dict[str, Any]]:
@@ -82,13 +75,14 @@ def _finite(value: float | None) -> float | None:
 
 
 _PENDING = (
-    select(EXPERIMENTS.c.id, EXPERIMENTS.c.base_commit, EXPERIMENTS.c.commit_sha)
+    select(ExperimentChange)
+    .join(Experiment, Experiment.id == ExperimentChange.experiment_id)
     .where(
-        EXPERIMENTS.c.changes_parsed.is_(None),  # ix_experiments_changes_parsed
-        EXPERIMENTS.c.decision.is_not(None),
-        EXPERIMENTS.c.base_commit.is_not(None),
+        Experiment.changes_parsed.is_(None),  # ix_experiments_changes_parsed
+        Experiment.decision.is_not(None),
+        Experiment.base_commit.is_not(None),
     )
-    .order_by(EXPERIMENTS.c.id)
+    .order_by(Experiment.id)
     .limit(bindparam("n"))
 )
 _MARK = (
@@ -99,19 +93,18 @@ _MARK = (
 
 
 def summarise_pending(ctx: AppContext, batch: int = BATCH) -> int:
-    """Store what every decided experiment without a summary changed; how many.
+    """Store the kinds of what every decided experiment not yet counted changed; how many.
 
-    A batch at a time: the summaries are made outside any transaction (tens of milliseconds each,
-    so the database's writers never wait on them), then written in one short transaction that
-    announces each experiment with a `summarised` event.
+    A batch at a time: the stored summaries are read, then written as kinds in one short
+    transaction that announces each experiment with a `summarised` event.
     """
     done = 0
     while True:
         with ctx.db.read() as session:
-            pending = session.execute(_PENDING, {"n": batch}).all()
+            pending = session.scalars(_PENDING, {"n": batch}).all()
+            summaries = {row.experiment_id: stored_summary(row) for row in pending}
         if not pending:
             return done
-        summaries = {row.id: _summary(ctx.repo, row.base_commit, row.commit_sha) for row in pending}
         rows = [kind for id_, summary in summaries.items() for kind in rows_of(id_, summary)]
         with ctx.transaction() as tx:
             connection = tx.session.connection()
@@ -123,14 +116,6 @@ def summarise_pending(ctx: AppContext, batch: int = BATCH) -> int:
             for id_ in summaries:
                 tx.emit("summarised", experiment_id=id_)
         done += len(pending)
-
-
-def _summary(repo: ResearchRepo, base: str, commit: str) -> ChangeSummary:
-    try:
-        return summary_of(repo, base, commit)
-    except UnknownCommit:  # the research repo lost a commit: nothing is known, and never asked again
-        log.warning("no train.py at %s or %s: its change is not summarised", base, commit)
-        return ChangeSummary(constants=(), regions=(), removed=(), added=(), parsed=False)
 
 
 async def keep_summarised(ctx: AppContext) -> None:
