@@ -155,6 +155,21 @@ def _every(seconds: float) -> Callable[[], Awaitable[None]]:
     return lambda: asyncio.sleep(seconds)
 
 
+def _each_event(ctx: AppContext, seconds: float) -> Callable[[], Awaitable[None]]:
+    """Returns every `seconds` once an event was published since the last return (a decision is
+    an event)."""
+    seen = -1
+
+    async def wait() -> None:
+        nonlocal seen
+        await asyncio.sleep(seconds)
+        while ctx.bus.last_event_id == seen:
+            await asyncio.sleep(seconds)
+        seen = ctx.bus.last_event_id
+
+    return wait
+
+
 def _each_keep(ctx: AppContext) -> Callable[[], Awaitable[None]]:
     """Returns after each keep (at once for those since the last return)."""
     kept = ctx.bus.signal(ExperimentStatus.KEPT)
@@ -199,7 +214,13 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             asyncio.create_task(
                 ctx.fleet.keep_looking(lambda n: ctx.in_worker_thread(queued_runs, ctx.db, n), ctx.bus)
             ),
-            asyncio.create_task(change_kinds.keep_summarised(ctx)),
+            asyncio.create_task(
+                _in_background(
+                    _each_event(ctx, change_kinds.SWEEP_SECONDS),
+                    partial(change_kinds.summarise_pending, ctx),
+                    "summarising the changes of decided experiments",
+                )
+            ),
             # After each keep, the changes queued on the former best are carried onto the new one
             # with no lock held, so that the claims re-applying them find it done (server/carry.py).
             asyncio.create_task(

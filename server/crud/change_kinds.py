@@ -15,15 +15,12 @@ and harness.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Sequence
 from itertools import groupby
 from typing import Any
 
 from sqlalchemy import bindparam, delete, exists, insert, select, update
 from sqlalchemy.orm import Session
-from starlette.concurrency import run_in_threadpool
 
 from client.states import Decision, Direction, Part
 from server.changes import ChangeSummary
@@ -31,8 +28,6 @@ from server.context import AppContext
 from server.crud.similar import stored_summary
 from server.keep_rates import Kind, Outcome, kinds_of
 from server.models import CHANGE_KINDS, EXPERIMENTS, RESULTS, Experiment, ExperimentChange
-
-log = logging.getLogger(__name__)
 
 # A change that sets more constants (or touches more regions) than this is a rewrite, not a kind
 # of change: it counts under its first ones only, so that one submission cannot write thousands
@@ -116,21 +111,6 @@ def summarise_pending(ctx: AppContext, batch: int = BATCH) -> int:
             for id_ in summaries:
                 tx.emit("summarised", experiment_id=id_)
         done += len(pending)
-
-
-async def keep_summarised(ctx: AppContext) -> None:
-    """Summarise newly decided experiments in the background: every SWEEP_SECONDS when an event
-    was published since the last sweep (a decision is an event)."""
-    seen = -1
-    while True:
-        await asyncio.sleep(SWEEP_SECONDS)
-        if ctx.bus.last_event_id == seen:
-            continue
-        seen = ctx.bus.last_event_id
-        try:
-            await run_in_threadpool(summarise_pending, ctx)
-        except Exception:  # keep sweeping; the next sweep takes the batch up again
-            log.exception("summarising the changes of decided experiments failed")
 
 
 def _counted(platform: str | None, harness_id: str | None) -> Any:
