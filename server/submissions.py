@@ -24,7 +24,7 @@ from server.changes import summarize
 from server.context import AppContext, Tx
 from server.core.problems import Problem
 from server.crud.experiments import get_view, resolve_commit
-from server.crud.project import load_project
+from server.crud.project import current_best, load_project
 from server.crud.runs import queue_runs
 from server.crud.similar import find_similar, similar_to_experiment
 from server.crud.tokens import Principal
@@ -108,7 +108,7 @@ def _replayed(session: Session, principal: Principal, key: str, request_sha: str
 
 def _resolve_base(session: Session, base: str | None) -> str:
     if base is None:
-        best = load_project(session).best_commit
+        best = current_best(session).best_commit
         if best is None:
             raise Problem(409, "not-initialised", "the project has no baseline yet; run `autoresearch init`")
         return best
