@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import threading
 import time
 from collections import Counter
 
 import pytest
+from sqlalchemy import update
 
 from server.carry import carried
+from server.models import Experiment
 
 
 def git(live, *args: str) -> str:
@@ -138,6 +141,32 @@ def test_a_claim_carries_a_change_onto_the_new_best_before_it_runs(
     )
     carries = carried.cache_info()
     assert (carries.misses, carries.hits) == (1, 1)  # made once, in the background; used by the claim
+
+
+def test_carrying_ahead_goes_on_past_a_change_it_cannot_carry(
+    live, worker_factory, baseline_source: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a keep the server carries every change queued on the former best (decisions.carry_ahead).
+    One it cannot carry, here because its base commit is gone from the research repo, is logged,
+    and the changes queued after it are carried all the same."""
+    worker, agent = worker_factory(live), live.client("agent")
+    worker.run_next(1.0)
+    agent.submit("deeper", train_py=baseline_source.replace("DEPTH = 4", "DEPTH = 6"))
+    lost = agent.submit("lost base", train_py=baseline_source + "LOST = 1\n")
+    wider = agent.submit("wider", train_py=baseline_source + "WIDTH = 128\n")
+    with live.ctx.db.write() as session:  # queued first, so it is carried first
+        session.execute(update(Experiment).where(Experiment.id == lost.id).values(base_commit="0" * 40))
+    carried.cache_clear()
+    with caplog.at_level(logging.ERROR, logger="server.decisions"):
+        assert worker.run_next(0.95).decision == "keep"
+        deadline = time.monotonic() + 10
+        while carried.cache_info().currsize == 0:
+            assert time.monotonic() < deadline, "the change queued after the lost one was not carried"
+            time.sleep(0.02)
+    lost_commit, wider_commit = agent.experiment(lost.id).commit, agent.experiment(wider.id).commit
+    failures = [r for r in caplog.records if lost_commit in r.getMessage()]
+    assert len(failures) == 1 and failures[0].exc_info is not None
+    assert [key for key in carried.cache if wider_commit in key] and len(carried.cache) == 1
 
 
 def _report_together(workers: list, claims: list[dict], values: list[float]) -> list[dict]:
