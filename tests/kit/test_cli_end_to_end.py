@@ -33,7 +33,7 @@ def patch_of(old: str, new: str) -> str:
 @pytest.fixture(scope="module")
 def submitted(project: Project, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A patch submitted with --wait (the baseline runs first), then an edited train.py with -q,
-    then the same train.py again at once (later, it could be the best by then: an empty change)."""
+    then the same train.py again."""
     tmp = tmp_path_factory.mktemp("submissions")
     patch = write(tmp / "lr.patch", patch_of(bigram(BASELINE_LR), bigram(0.03)))
     waited = cli(
@@ -46,8 +46,14 @@ def submitted(project: Project, tmp_path_factory: pytest.TempPathFactory) -> dic
     edited = write(tmp / "train.py", bigram(0.08))
     quiet = cli("submit", str(edited), "-m", "lr 0.08", "-q", server=project.url, token=project.agent_token)
     assert quiet.returncode == 0, quiet.stderr
+    # On the base it was submitted on: with the best as its base, it would be an empty change once
+    # the worker has kept it, which it can before this second submission is in.
+    base = project.experiment(int(quiet.stdout)).base
     again = cli(
-        "submit", "-", "-m", "same again", stdin=bigram(0.08), server=project.url, token=project.agent_token
+        *("submit", "-", "-m", "same again", "--base", base),
+        stdin=bigram(0.08),
+        server=project.url,
+        token=project.agent_token,
     )
     patch_id = int(re.match(r"experiment (\d+) ", waited.stdout)[1])  # type: ignore[index]
     return {
