@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from types import SimpleNamespace
 
 import pytest
 
-from server.main import _every, _in_background
+from server.main import _each_event, _every, _in_background
 
 
 def test_a_failed_round_is_logged_and_the_next_one_runs(caplog: pytest.LogCaptureFixture) -> None:
@@ -33,3 +34,19 @@ def test_a_failed_round_is_logged_and_the_next_one_runs(caplog: pytest.LogCaptur
     failures = [r for r in caplog.records if r.getMessage() == "checkpointing the WAL failed"]
     assert len(failures) == 1 and failures[0].exc_info is not None
     assert str(failures[0].exc_info[1]) == "no space left on device"
+
+
+def test_the_keep_rate_sweep_waits_for_an_event_between_rounds() -> None:
+    """`_each_event` wakes the sweep only once something was published since its last round (a
+    decision is an event): an idle server does not read the database every second."""
+    ctx = SimpleNamespace(bus=SimpleNamespace(last_event_id=5))  # the one attribute it reads
+    wait = _each_event(ctx, 0.001)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        await asyncio.wait_for(wait(), 1)  # events were published before the first round
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(wait(), 0.1)  # none since
+        ctx.bus.last_event_id = 6
+        await asyncio.wait_for(wait(), 1)
+
+    asyncio.run(scenario())
