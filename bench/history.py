@@ -40,8 +40,8 @@ from server.serving import served_in_thread
 
 def give_real_changes(db: Database, repo: ResearchRepo, commits: int, seed: int = 0) -> list[float]:
     """Point every seeded experiment at one of `commits` real changes of the baseline, store their
-    summaries as a decision does (each change summarised once: the milliseconds each took are
-    returned), and give the reverted ones a standard error (as two runs against two of the best's
+    kinds as the server's keep-rate sweep does (each change summarised once: the milliseconds each
+    took are returned), and give the reverted ones a standard error (as two runs against two of the best's
     would have, sigma 0.002)."""
     rng = random.Random(seed)
     with db.write() as session:

@@ -141,8 +141,8 @@ async def _in_background(
     wait: Callable[[], Awaitable[object]], work: Callable[[], object], what: str
 ) -> None:
     """`work` in a thread each time `wait()` returns, for as long as the server runs. A failure is
-    logged and the next round goes on: a database hiccup must not stop lease expiry, the WAL's
-    checkpoints or the carrying of queued changes for good."""
+    logged and the next round goes on: a database hiccup must not stop any of the server's
+    background work for good."""
     while True:
         await wait()
         try:
@@ -155,7 +155,7 @@ def _every(seconds: float) -> Callable[[], Awaitable[None]]:
     return lambda: asyncio.sleep(seconds)
 
 
-def _each_event(ctx: AppContext, seconds: float) -> Callable[[], Awaitable[None]]:
+def _each_event(bus: Broadcaster, seconds: float) -> Callable[[], Awaitable[None]]:
     """Returns every `seconds` once an event was published since the last return (a decision is
     an event)."""
     seen = -1
@@ -163,9 +163,9 @@ def _each_event(ctx: AppContext, seconds: float) -> Callable[[], Awaitable[None]
     async def wait() -> None:
         nonlocal seen
         await asyncio.sleep(seconds)
-        while ctx.bus.last_event_id == seen:
+        while bus.last_event_id == seen:
             await asyncio.sleep(seconds)
-        seen = ctx.bus.last_event_id
+        seen = bus.last_event_id
 
     return wait
 
@@ -209,14 +209,20 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                     _every(ctx.settings.lease_sweep_seconds), partial(expire_leases, ctx), "expiring leases"
                 )
             ),
-            asyncio.create_task(ctx.totals.keep_fresh(ctx)),
+            asyncio.create_task(
+                _in_background(
+                    _each_event(ctx.bus, ctx.settings.standings_refresh_seconds),
+                    partial(ctx.totals.refresh, ctx),
+                    "recomputing the agent standings",
+                )
+            ),
             asyncio.create_task(ctx.fleet.keep_counted(lambda: online_count(ctx))),
             asyncio.create_task(
                 ctx.fleet.keep_looking(lambda n: ctx.in_worker_thread(queued_runs, ctx.db, n), ctx.bus)
             ),
             asyncio.create_task(
                 _in_background(
-                    _each_event(ctx, change_kinds.SWEEP_SECONDS),
+                    _each_event(ctx.bus, change_kinds.SWEEP_SECONDS),
                     partial(change_kinds.summarise_pending, ctx),
                     "summarising the changes of decided experiments",
                 )

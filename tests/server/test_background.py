@@ -39,14 +39,14 @@ def test_a_failed_round_is_logged_and_the_next_one_runs(caplog: pytest.LogCaptur
 def test_the_keep_rate_sweep_waits_for_an_event_between_rounds() -> None:
     """`_each_event` wakes the sweep only once something was published since its last round (a
     decision is an event): an idle server does not read the database every second."""
-    ctx = SimpleNamespace(bus=SimpleNamespace(last_event_id=5))  # the one attribute it reads
-    wait = _each_event(ctx, 0.001)  # type: ignore[arg-type]
+    bus = SimpleNamespace(last_event_id=5)  # the one attribute it reads
+    wait = _each_event(bus, 0.001)  # type: ignore[arg-type]
 
     async def scenario() -> None:
         await asyncio.wait_for(wait(), 1)  # events were published before the first round
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(wait(), 0.1)  # none since
-        ctx.bus.last_event_id = 6
+        bus.last_event_id = 6
         await asyncio.wait_for(wait(), 1)
 
     asyncio.run(scenario())
