@@ -109,5 +109,15 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
             run=run.number,
             decision=changes.get("decision", experiment.decision),  # type: ignore[arg-type]
             status=changes.get("status", experiment.status),  # type: ignore[arg-type]
-            reason=str(changes.get("decision_reason", experiment.decision_reason) or ""),
+            reason=_reason(run.number, changes),
         )
+
+
+def _reason(number: int, changes: dict[str, object]) -> str:
+    """What this run's result decided, in words: the decision's reason, or, for a run of an
+    experiment decided before it (a repeat of the best, a measuring run of the baseline), that it
+    only measured: the old reason would read as if this run had decided it again."""
+    if "decision_reason" in changes:
+        return str(changes["decision_reason"] or "")
+    runs = changes["valid_runs"]
+    return f"run {number} measured it again ({runs} valid runs); decided before, nothing to decide"
