@@ -116,8 +116,8 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
 def _reason(number: int, changes: dict[str, object]) -> str:
     """What this run's result decided, in words: the decision's reason, or, for a run of an
     experiment decided before it (a repeat of the best, a measuring run of the baseline), that it
-    only measured: the old reason would read as if this run had decided it again."""
+    decided nothing: the old reason would read as if this run had decided it again."""
     if "decision_reason" in changes:
         return str(changes["decision_reason"] or "")
     runs = changes["valid_runs"]
-    return f"run {number} measured it again ({runs} valid runs); decided before, nothing to decide"
+    return f"run {number} of an experiment decided before it: {runs} valid runs now, nothing to decide"
