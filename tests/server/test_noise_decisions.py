@@ -68,7 +68,7 @@ def test_the_noise_is_measured_first_with_a_new_seed_for_every_run(
     assert len(seeds) == 3 and seeds == {run_seed(1, n) for n in (1, 2, 3)}
     assert worker_factory(live, "gpu2").claim() is None  # still measuring: the queue waits
     measured = [first.report(repeats[0], 1.002, seed=repeats[0].seed), second.report(repeats[1], 0.998)]
-    # The baseline was decided by its first run: a repeat's answer says it only measured, not the old reason.
+    # The baseline was decided by its first run: a repeat's answer says it decided nothing, not its reason.
     again = "run {0} of an experiment decided before it: {0} valid runs now, nothing to decide"
     assert [(m.decision, m.reason) for m in measured] == [("keep", again.format(n)) for n in (2, 3)]
     noise = agent.noise()
