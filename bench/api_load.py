@@ -7,8 +7,8 @@ Phases, for each database:
 
 1. mixed: `--agents` agents each submit a patch every 10 s and poll their latest experiment every
    second, while `--workers` simulated workers claim (long poll), heartbeat, send progress, "run"
-   for 0.5 s and report a result (the baseline 1.0, about one other in ten better: see
-   `simulated_bpb`). Targets: p99 submit < 150 ms, p99 poll < 50 ms, no errors.
+   for 0.5 s and report a result (about one in ten better than the best: see
+   `SimulatedResults`). Targets: p99 submit < 150 ms, p99 poll < 50 ms, no errors.
 2. submit rate: 16 agents submit back to back for 15 s: the highest sustained submit rate.
 3. claim-and-report: 5000 queued experiments (bulk-inserted), `--workers` workers claim and
    report as fast as they can for 15 s. Target: >= 100 cycles/s on PostgreSQL. The reference,
@@ -54,6 +54,7 @@ from lean_http import LeanClient
 from pg_scratch import free_port, new_database, scratch_cluster
 from sqlalchemy import func, insert, select
 
+from client.states import Decision
 from harness.runner.phases import cpu_seconds
 from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
@@ -295,17 +296,34 @@ def result_body(val_bpb: float) -> dict:
     }
 
 
-def simulated_bpb(experiment_id: int) -> float:
-    """The baseline measures 1.0; about one other experiment in ten beats it by more than MIN_DELTA.
+@dataclass
+class SimulatedResults:
+    """The val_bpb the simulated runs report: about one experiment in ten beats the best by more
+    than MIN_DELTA, all along, as in a swarm that keeps finding small gains. Most ideas fail, as in
+    a real swarm.
 
-    Most ideas fail, as in a real swarm. The mix is fixed because it sets the load: a keep moves
-    the best, and each change queued on the former best is carried onto the new one when a worker
-    claims it, with a git commit under the project lock, a write several times the cost of a
-    revert. The value is drawn from the experiment's id, so that an experiment's runs agree (a
-    confirmation confirms) and every run of the bench meets about the same keeps: drawn afresh
-    for each result, a run met 0 to 130 of those carries in 30 s, and its server CPU 33-59 %.
+    The keeps set the load: each one moves the best, and every change queued on the former best
+    is carried onto the new one when a worker claims it (a git commit under the project lock, a
+    write several times the cost of a revert). So an experiment's value is drawn once, from its
+    id, around the best as it is when the experiment first reports (its later runs report the
+    same: a confirmation confirms), and the best follows the keeps the server answers. Drawn
+    around the fixed baseline instead, the best stopped moving after the first run's keeps: the
+    first run of a set met about 100 carries and the next two none, so a set's worst was its first.
     """
-    return 1.0 if experiment_id == 1 else random.Random(experiment_id).uniform(0.9895, 1.0895)
+
+    best: float = 1.0  # the baseline's value (experiment 1) until something is kept
+    drawn: dict[int, float] = field(default_factory=dict)
+
+    def value(self, experiment_id: int) -> float:
+        if experiment_id not in self.drawn:
+            spread = 0.0 if experiment_id == 1 else random.Random(experiment_id).uniform(-0.0105, 0.0895)
+            self.drawn[experiment_id] = self.best + spread
+        return self.drawn[experiment_id]
+
+    def answered(self, outcome: dict) -> None:
+        """The server's answer to a result: a keep moves the best."""
+        if outcome.get("decision") == Decision.KEEP:
+            self.best = self.drawn[outcome["experiment_id"]]
 
 
 async def worker_loop(
@@ -316,7 +334,10 @@ async def worker_loop(
     stats: Stats,
     run_s: float,
     long_poll: float,
+    results: SimulatedResults | None,
 ) -> int:
+    """Claim, run for `run_s` and report until `stop`: the values of `results`, or 2.0 for every run
+    (worse than any best: nothing is kept) when it is None. The cycles reported."""
     headers = {"Authorization": f"Bearer {token}"}
     worker_id = await register(http, token, name)
     cycles = 0
@@ -349,19 +370,23 @@ async def worker_loop(
                     stats.error(f"heartbeat {beat.status_code} / progress {progress.status_code}")
                 await asyncio.sleep(run_s)
             started = time.perf_counter()
-            val_bpb = simulated_bpb(claimed["experiment_id"]) if run_s else 2.0
+            val_bpb = 2.0 if results is None else results.value(claimed["experiment_id"])
             answer = await http.post(f"{base}/result", json=result_body(val_bpb), headers=headers)
             stats.timed("result", time.perf_counter() - started)
             if answer.status_code != 200:
                 stats.error(f"result {answer.status_code} {answer.text[:200]}")
             else:
                 cycles += 1
+                if results is not None:
+                    results.answered(answer.json())
         except httpx.HTTPError as exc:
             stats.transport("run", exc)
     return cycles
 
 
-async def mixed_phase(url: str, tokens: dict, agents: int, workers: int, duration: float) -> Stats:
+async def mixed_phase(
+    url: str, tokens: dict, agents: int, workers: int, duration: float, results: SimulatedResults
+) -> Stats:
     """Each agent and worker on a keep-alive connection of its own (bench/lean_http.py: with httpx
     the load generator took 24-30 % of a core of the two the server runs on, and its own event loop
     added about 5 ms to the median poll it measured; with lean_http 4-5 %)."""
@@ -371,7 +396,7 @@ async def mixed_phase(url: str, tokens: dict, agents: int, workers: int, duratio
     try:
         tasks = [agent_loop(clients[i], tokens["agents"][i], stop, stats) for i in range(agents)]
         tasks += [
-            worker_loop(clients[agents + i], tokens["worker"], f"gpu{i}", stop, stats, 0.5, 2.0)
+            worker_loop(clients[agents + i], tokens["worker"], f"gpu{i}", stop, stats, 0.5, 2.0, results)
             for i in range(workers)
         ]
         await asyncio.gather(*tasks)
@@ -476,7 +501,10 @@ async def cycles_phase(server: ServerProcess, token: str, workers: int, duration
         began, cpu = time.monotonic(), server.cpu()
         own, postgres = time.process_time(), postgres_cpu_seconds()
         counts = await asyncio.gather(
-            *(worker_loop(http, token, f"fast{i}", stop, stats, 0.0, 0.0) for i, http in enumerate(clients))
+            *(
+                worker_loop(http, token, f"fast{i}", stop, stats, 0.0, 0.0, None)
+                for i, http in enumerate(clients)
+            )
         )
         cycles = max(sum(counts), 1)
         cycles_per_s = sum(counts) / (time.monotonic() - began)
@@ -689,6 +717,7 @@ class Bench:
     baseline: str
     train_py: Path
     agent_ids: list[int]
+    results: SimulatedResults = field(default_factory=SimulatedResults)  # the mixed runs, one after another
 
     @property
     def source(self) -> str:
@@ -709,6 +738,20 @@ async def health_cost(server: ServerProcess, count: int = 500) -> float:
         await http.aclose()
 
 
+def decided_since(db: Database, when: datetime) -> str:
+    """How many experiments the server decided since `when`, by decision: keeps set the load (each
+    change queued on the former best is carried onto the new one), so runs are compared by them."""
+    with db.read() as session:
+        counts = dict(
+            session.execute(
+                select(Experiment.decision, func.count())
+                .where(Experiment.finished_at >= when, Experiment.decision.is_not(None))
+                .group_by(Experiment.decision)
+            ).all()
+        )
+    return ", ".join(f"{decision} {counts.get(decision, 0)}" for decision in Decision)
+
+
 def mixed_report(bench: Bench) -> Outcome:
     args, server, url = bench.args, bench.server, bench.server.url
     health = asyncio.run(health_cost(server))
@@ -717,8 +760,10 @@ def mixed_report(bench: Bench) -> Outcome:
         f"(claim with a 2 s long poll, heartbeat, progress, 0.5 s run, result), {args.duration:.0f} s",
         flush=True,
     )
-    cpu, own, inside = server.cpu(), time.process_time(), server_times(url)
-    mixed = asyncio.run(mixed_phase(url, bench.tokens, args.agents, args.workers, args.duration))
+    cpu, own, inside, started = server.cpu(), time.process_time(), server_times(url), datetime.now(UTC)
+    mixed = asyncio.run(
+        mixed_phase(url, bench.tokens, args.agents, args.workers, args.duration, bench.results)
+    )
     cpu, own, inside_after = server.cpu() - cpu, time.process_time() - own, server_times(url)
     submit_key, poll_key = ("POST", "/api/v1/experiments"), ("GET", "/api/v1/experiments/{experiment_id}")
     print(
@@ -732,6 +777,7 @@ def mixed_report(bench: Bench) -> Outcome:
         label = "claim*" if name == "claim" else name
         print(f"  {label:8s} {describe(mixed.latencies[name])}")
     print("  (*claim includes the long-poll wait for work)")
+    print(f"  decided: {decided_since(bench.db, started)} (rebase: carried onto a new best before it ran)")
     print(
         f"  server CPU: {cpu / args.duration * 100:.0f}% of one core, load generator "
         f"{own / args.duration * 100:.0f}%; errors: {len(mixed.errors)}; {machine_load()}\n"

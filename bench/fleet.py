@@ -53,6 +53,7 @@ from api_load import (
     HARNESS_ID,
     PLATFORM,
     ServerProcess,
+    SimulatedResults,
     baseline_source,
     describe,
     machine_load,
@@ -63,7 +64,6 @@ from api_load import (
     running_server,
     seed_queue,
     server_env,
-    simulated_bpb,
 )
 from lean_http import LeanClient
 from pg_scratch import free_port, new_database, scratch_cluster
@@ -122,6 +122,7 @@ class FleetRun:
     token: str
     run_s: float
     record: Record
+    results: SimulatedResults = field(default_factory=SimulatedResults)
     queue_filled: asyncio.Event = field(default_factory=asyncio.Event)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -193,8 +194,10 @@ class FleetRun:
                 if beat is not None and "progress_seconds" in beat:
                     worker.progress_s = float(beat["progress_seconds"])
                 next_beat = now + worker.heartbeat_s
-        body = result_body(simulated_bpb(claimed["experiment_id"]))
-        await self.call(worker, "result", f"{base}/result", body, 200)
+        body = result_body(self.results.value(claimed["experiment_id"]))
+        outcome = await self.call(worker, "result", f"{base}/result", body, 200)
+        if outcome is not None:
+            self.results.answered(outcome)
 
     async def probe(self) -> None:
         """The reference: GET /healthz every 100 ms on a connection of its own."""
