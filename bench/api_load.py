@@ -705,6 +705,19 @@ def machine_load() -> str:
     return f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} cores"
 
 
+def machine_ticks() -> tuple[int, int]:
+    """The machine's CPU time so far, stolen by the hypervisor and in all (/proc/stat, in ticks)."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return fields[7], sum(fields[:8])  # user nice system idle iowait irq softirq steal
+
+
+def stolen(before: tuple[int, int], after: tuple[int, int]) -> str:
+    """The share of the machine's CPU time the hypervisor gave to others in between: on a shared
+    host the same code can cost the server more CPU on some hours than on others."""
+    steal, total = after[0] - before[0], after[1] - before[1]
+    return f"stolen by the host: {100 * steal / max(total, 1):.1f}% of the CPU time"
+
+
 @dataclass
 class Bench:
     """One database's server and what the phases share."""
@@ -761,6 +774,7 @@ def mixed_report(bench: Bench) -> Outcome:
         flush=True,
     )
     cpu, own, inside, started = server.cpu(), time.process_time(), server_times(url), datetime.now(UTC)
+    ticks = machine_ticks()
     mixed = asyncio.run(
         mixed_phase(url, bench.tokens, args.agents, args.workers, args.duration, bench.results)
     )
@@ -782,7 +796,8 @@ def mixed_report(bench: Bench) -> Outcome:
         f"  server CPU: {cpu / args.duration * 100:.0f}% of one core, load generator "
         f"{own / args.duration * 100:.0f}%; errors: {len(mixed.errors)}; {machine_load()}\n"
         f"  this machine now: GET /healthz alone costs {health * 1000:.2f} ms of server CPU "
-        f"(the mixed load: {cpu / health / args.duration:.0f} health checks' worth a second)"
+        f"(the mixed load: {cpu / health / args.duration:.0f} health checks' worth a second); "
+        f"{stolen(ticks, machine_ticks())}"
     )
     targets = [
         Target("p99 submit ms", percentile(mixed.latencies["submit"], 0.99), 150),
