@@ -43,14 +43,14 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
-from lean_http import LeanClient
+from lean_http import Answer, LeanClient
 from pg_scratch import free_port, new_database, scratch_cluster
 from sqlalchemy import func, insert, select
 
@@ -89,6 +89,20 @@ class Stats:
         """A request that got no answer (an error of the bench, never retried)."""
         self.dropped += isinstance(exc, httpx.TransportError)
         self.error(f"{what} {type(exc).__name__}: {exc}")
+
+    async def request(self, name: str, sent: Awaitable[Answer], ok: int) -> Answer | None:
+        """The answer to a request timed as `name`, or None (counted) when it has none or not `ok`."""
+        started = time.perf_counter()
+        try:
+            answer = await sent
+        except httpx.HTTPError as exc:
+            self.transport(name, exc)
+            return None
+        self.timed(name, time.perf_counter() - started)
+        if answer.status_code != ok:
+            self.error(f"{name} {answer.status_code} {answer.text[:200]}")
+            return None
+        return answer
 
 
 def server_times(url: str) -> dict[tuple[str, str], list[float]]:
@@ -210,17 +224,10 @@ def unique_change(source: str, tag: str) -> str:
 
 async def best_now(http: LeanClient, headers: dict[str, str], stats: Stats) -> tuple[str, str] | None:
     """The best's commit and train.py, where an agent starts its next idea (None: not answered)."""
-    started = time.perf_counter()
-    try:
-        response = await http.get("/api/v1/best", headers=headers)
-    except httpx.HTTPError as exc:
-        stats.transport("best", exc)
+    answer = await stats.request("best", http.get("/api/v1/best", headers=headers), 200)
+    if answer is None:
         return None
-    stats.timed("best", time.perf_counter() - started)
-    if response.status_code != 200:
-        stats.error(f"best {response.status_code}")
-        return None
-    best = response.json()
+    best = answer.json()
     return best["commit"], best["train_py"]
 
 
@@ -242,27 +249,13 @@ async def agent_loop(http: LeanClient, token: str, stop: float, stats: Stats) ->
         if now >= next_submit:
             patch = make_patch(source, unique_change(source, uuid.uuid4().hex))
             body = {"description": "bench change", "patch": patch, "base": base}
-            started = time.perf_counter()
-            try:
-                response = await http.post("/api/v1/experiments", json=body, headers=headers)
-                stats.timed("submit", time.perf_counter() - started)
-                if response.status_code != 201:
-                    stats.error(f"submit {response.status_code} {response.text[:200]}")
-                else:
-                    latest = response.json()["id"]
-            except httpx.HTTPError as exc:
-                stats.transport("submit", exc)
+            sent = http.post("/api/v1/experiments", json=body, headers=headers)
+            if (answer := await stats.request("submit", sent, 201)) is not None:
+                latest = answer.json()["id"]
             next_submit += 10
             start = await best_now(http, headers, stats)
         if latest is not None:
-            started = time.perf_counter()
-            try:
-                response = await http.get(f"/api/v1/experiments/{latest}")
-                stats.timed("poll", time.perf_counter() - started)
-                if response.status_code != 200:
-                    stats.error(f"poll {response.status_code}")
-            except httpx.HTTPError as exc:
-                stats.transport("poll", exc)
+            await stats.request("poll", http.get(f"/api/v1/experiments/{latest}"), 200)
         await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
 
 
@@ -791,7 +784,7 @@ def mixed_report(bench: Bench) -> Outcome:
         label = "claim*" if name == "claim" else name
         print(f"  {label:8s} {describe(mixed.latencies[name])}")
     print("  (*claim includes the long-poll wait for work)")
-    print(f"  decided: {decided_since(bench.db, started)} (rebase: carried onto a new best before it ran)")
+    print(f"  decided: {decided_since(bench.db, started)} (rebase: re-applied onto a new best)")
     print(
         f"  server CPU: {cpu / args.duration * 100:.0f}% of one core, load generator "
         f"{own / args.duration * 100:.0f}%; errors: {len(mixed.errors)}; {machine_load()}\n"
