@@ -95,14 +95,6 @@ def hashes_of(words: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([hash_words(part) for part in words] or [np.empty(0, dtype=np.uint64)])
 
 
-def first_table(words: list[np.ndarray]) -> str:
-    """The walker's table of first words (a bitmap of buckets, no text), base64."""
-    table = np.zeros(1 << FIRST_BITS, dtype=bool)
-    for part in words:
-        table[first_buckets(part[:-3])] = True
-    return base64.b64encode(np.packbits(table).tobytes()).decode()
-
-
 def eval_rows(paths: PreparedPaths) -> np.ndarray:
     """The evaluation rows, [N, T + 1] tokens, as the scorer holds them."""
     inputs = np.load(paths.val_dir / "inputs.npy")
@@ -127,21 +119,43 @@ def source_patterns(paths: PreparedPaths, val_canary: str, train_canary: str) ->
     return text, tokens, text_words(train_canary.encode()) + token_words(canary_tokens)
 
 
-def training_hashes(paths: PreparedPaths) -> np.ndarray:
-    """Every window of the training text and tokens: legitimately visible, never a finding."""
-    training = [hashes_of(text_words(doc.encode())) for doc in iter_texts(train_shards(paths.raw_dir))]
-    training.append(hashes_of(token_words(open_token_dir(paths.train_dir).tokens)))
-    return np.unique(np.concatenate(training))
+def in_training(hashes: np.ndarray, heads: np.ndarray, paths: list[PreparedPaths]) -> np.ndarray:
+    """Those of the sorted `hashes` whose windows also occur in the training text or tokens: they
+    are legitimately visible, never a finding. `heads` is the table of the patterns' first words.
+
+    The training text is checked as one buffer, its documents apart by 32 bytes of 0xFF (never in
+    UTF-8 text, nor in the bytes of token ids), so that no window spans two documents. As in the
+    walker, only the windows whose first word is in `heads` are hashed (a few in a thousand)."""
+    found = [np.empty(0, dtype=np.uint64)]
+    for prepared in paths:
+        text = (b"\xff" * 32).join(doc.encode() for doc in iter_texts(train_shards(prepared.raw_dir)))
+        for words in [*text_words(text), *token_words(open_token_dir(prepared.train_dir).tokens)]:
+            at = np.flatnonzero(heads[first_buckets(words[:-3])])
+            windows = np.stack([words[at], words[at + 1], words[at + 2], words[at + 3]], axis=1)
+            mine = hash_words(windows.reshape(-1), 4)
+            index = np.minimum(np.searchsorted(hashes, mine), len(hashes) - 1)
+            found.append(mine[hashes[index] == mine])
+    return np.unique(np.concatenate(found))
+
+
+def first_words(words: list[np.ndarray]) -> np.ndarray:
+    """The table of the first words of every window of `words` (a bitmap of buckets, no text)."""
+    table = np.zeros(1 << FIRST_BITS, dtype=bool)
+    for part in words:
+        table[first_buckets(part[:-3])] = True
+    return table
 
 
 def walker_args(
-    patterns: list[Patterns], trained: np.ndarray, skip: list[str], system: list[str]
+    patterns: list[Patterns], paths: list[PreparedPaths], skip: list[str], system: list[str]
 ) -> dict[str, Any]:
     """HOSTILE_ARGS of the walker: hashes and labels only, no text."""
     words = [[part for pattern in patterns for part in pattern[label]] for label in range(3)]
+    searched = (np.unique(hashes_of(words[0])), np.unique(hashes_of(words[1])))
+    trained = in_training(np.union1d(*searched), first_words(words[0] + words[1]), paths)
     parts = (
-        np.setdiff1d(hashes_of(words[0]), trained),
-        np.setdiff1d(hashes_of(words[1]), trained),
+        np.setdiff1d(searched[0], trained),
+        np.setdiff1d(searched[1], trained),
         np.unique(hashes_of(words[2])),
     )
     assert len(parts[0]) > 1000 and len(parts[1]) > 1000 and len(parts[2]) > 50
@@ -151,7 +165,7 @@ def walker_args(
     return {
         "hashes": base64.b64encode(hashes[order].tobytes()).decode(),
         "labels": base64.b64encode(labels[order].tobytes()).decode(),
-        "first_table": first_table(words[0] + words[1] + words[2]),
+        "first_table": base64.b64encode(np.packbits(first_words(words[0] + words[1] + words[2]))).decode(),
         "label_names": list(LABELS),
         "min_run": MIN_RUN,
         "skip": skip,
@@ -239,7 +253,6 @@ def test_no_sandbox_can_read_validation_text(
     whole_tree = source == "builtin"  # then against every source's validation text
     searched = [planted[name] for name in (SOURCES if whole_tree else (source,))]
     patterns = [source_patterns(found[1], found[2], found[3]) for found in searched]
-    trained = np.unique(np.concatenate([training_hashes(found[1]) for found in searched]))
     system = sorted({str(root) for root in system_roots()} | {"/usr"})
     skip = [] if whole_tree else system
     candidate = compose(
@@ -248,7 +261,7 @@ def test_no_sandbox_can_read_validation_text(
         include=(LEAK_HASH,),
         comment=train_canary,  # the walk must find this file, and the canary in it
         train_steps=3,
-        **walker_args(patterns, trained, skip, system if whole_tree else []),
+        **walker_args(patterns, [found[1] for found in searched], skip, system if whole_tree else []),
     )
     assert all(found[2] not in candidate.read_text() for found in planted.values())
     # The walk reads everything a sandbox can see, far longer than a model takes to rebuild, and the
