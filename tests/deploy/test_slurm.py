@@ -27,6 +27,8 @@ from tests.proc_scan import processes_mentioning
 from tests.worker.candidates import bigram
 from tests.worker.processes import InitialisedProject, Project, init_project, serve, wait_until
 
+pytestmark = pytest.mark.heavy
+
 SCRIPT = REPO / "deploy" / "slurm" / "workers.sbatch"
 # Long enough that a signal surely lands while a run goes on (startup, training or scoring).
 TIME_BUDGET = 10.0

@@ -26,6 +26,8 @@ from bench.gpu_check.baseline import loader_figures
 from bench.gpu_check.layout import REPO, kit_env
 from harness.context import TrainContext
 
+pytestmark = pytest.mark.heavy
+
 
 @pytest.mark.timeout(1500)  # a few minutes on an idle 2-core machine; far more on a busy one
 def test_the_cpu_dry_run_passes_every_step(built_kit: dict[str, object], tmp_path: Path) -> None:

@@ -22,6 +22,8 @@ from tests.kit.cli_process import BASELINE_LR, cli, in_process, write
 from tests.worker.candidates import bigram
 from tests.worker.processes import Project
 
+pytestmark = pytest.mark.heavy
+
 FINAL = {"kept", "reverted", "rebased", "stale", "cancelled", "infra_failed"}
 
 

@@ -20,6 +20,8 @@ from harness.config import HarnessSettings
 from harness.prepared import PreparedPaths
 from tests.worker.processes import REPO_ROOT
 
+pytestmark = pytest.mark.heavy
+
 
 def _free_port() -> int:
     with socket.socket() as sock:

@@ -13,7 +13,7 @@ from playwright.sync_api import Page, expect
 from tests.pages.live_server import live_server
 from tests.pages.protocol import Research
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.heavy]
 Shoot = Callable[[Page, str], Path]
 
 

@@ -10,6 +10,8 @@ from harness.config import HarnessSettings
 from harness.runner import timing
 from tests.runner.candidates import compose
 
+pytestmark = pytest.mark.heavy
+
 # (candidate part, status, error class, text the message must contain)
 CASES = [
     ("broken/build_model_raises.py", "crash", "build_model_error", "n_layer must be positive"),

@@ -21,6 +21,8 @@ from harness.prepared import PreparedPaths
 from tests.proc_scan import processes_left
 from tests.runner.candidates import FOLDER, compose
 
+pytestmark = pytest.mark.heavy
+
 HARNESS_DIR = Path(harness.__file__).resolve().parent
 # A model that learned anything scores well under this; one that sees the targets scores ~0.
 CHEAT_BPB = 1.0

@@ -51,6 +51,8 @@ from tests.harness.test_climbmix_download import Behaviour, ShardServer
 from tests.runner.candidates import compose
 from tests.runner.leak_hash import FIRST_BITS, first_buckets, hash_words, window_words
 
+pytestmark = pytest.mark.heavy
+
 LEAK_HASH = Path(__file__).resolve().parent / "leak_hash.py"
 LABELS = ("validation text", "validation tokens", "training canary")
 TOKEN_DTYPES = (np.int64, np.int32, np.uint16)

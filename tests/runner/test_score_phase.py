@@ -11,6 +11,8 @@ import pytest
 from harness.runner.agreement import LEAN_FRACTION, TOLERANCE_NATS
 from tests.runner.candidates import compose
 
+pytestmark = pytest.mark.heavy
+
 CARRIED = "hostile/carried_rows.py"
 # Far more training than any bound of the test preset allows, on any machine: one step of the
 # carried bigram takes about a millisecond, the bound is a few seconds.

@@ -19,6 +19,8 @@ from harness.prepared import PreparedPaths
 from harness.runner import timing
 from tests.runner.candidates import compose
 
+pytestmark = pytest.mark.heavy
+
 BUDGET_S = 3.0
 ALLOWANCE_S = 30.0
 # The feeder notes the first request when its thread reads it: a little after the candidate

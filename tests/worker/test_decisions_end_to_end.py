@@ -26,6 +26,8 @@ from tests.fixtures_data import test_data  # noqa: F401  (session fixture)
 from tests.worker.candidates import bigram_fixed_steps
 from tests.worker.processes import Project, init_project, serve
 
+pytestmark = pytest.mark.heavy
+
 STEPS = 25
 
 

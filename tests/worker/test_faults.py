@@ -11,6 +11,8 @@ from tests.proc_scan import processes_mentioning
 from tests.worker.candidates import bigram
 from tests.worker.processes import Project, wait_until
 
+pytestmark = pytest.mark.heavy
+
 
 def results_of(project: Project, experiment_id: int) -> list[tuple[str, str]]:
     return project.query("SELECT id, worker_id FROM results WHERE experiment_id = ?", experiment_id)

@@ -24,6 +24,8 @@ from cli.connection import SERVER_ENV, TOKEN_ENV
 from tests.worker.candidates import bigram
 from tests.worker.processes import REPO_ROOT, Project
 
+pytestmark = pytest.mark.heavy
+
 TOOLS = {
     "best",
     "submit",

@@ -7,10 +7,14 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
+
 from harness.config import HarnessSettings
 from harness.prepared import PreparedPaths
 from tests.worker.candidates import bigram
 from tests.worker.processes import Project
+
+pytestmark = pytest.mark.heavy
 
 # A candidate that fakes the harness's own "the sandbox could not start" report (the error class
 # `sandbox_error`, which may be the worker's fault) from inside train(), through the events pipe

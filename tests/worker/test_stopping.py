@@ -12,6 +12,8 @@ from harness.runner.limits import descendants
 from tests.worker.candidates import bigram
 from tests.worker.processes import Project, WorkerProcess, wait_until
 
+pytestmark = pytest.mark.heavy
+
 
 @pytest.mark.parametrize("project", [{"time_budget": 10}], indirect=True)
 def test_sigterm_finishes_current_experiment_and_takes_no_other(project: Project) -> None:
