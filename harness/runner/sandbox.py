@@ -112,9 +112,11 @@ def python_roots() -> list[Path]:
 
 def system_roots() -> list[Path]:
     """The host folders every sandbox sees whole: /usr, root folders that are not links to it,
-    the GPU driver folders, the Python installation, the virtualenv and the harness package."""
-    roots = [Path("/usr"), *(Path("/") / name for name in ROOT_LINKS), *map(Path, CUDA_DIRS)]
-    return [root for root in roots if root.is_dir() and not root.is_symlink()] + python_roots()
+    the GPU driver folders (by their real paths), the Python installation, the virtualenv and the
+    harness package."""
+    roots = [Path("/usr"), *(Path("/") / name for name in ROOT_LINKS)]
+    shown = [root for root in roots if root.is_dir() and not root.is_symlink()]
+    return shown + [Path(folder).resolve() for folder in CUDA_DIRS if os.path.isdir(folder)] + python_roots()
 
 
 def other_standard_libraries(roots: Sequence[Path], own: Path) -> list[Path]:
@@ -177,14 +179,45 @@ def system_args() -> list[str]:
     return args
 
 
+def bound_roots() -> list[Path]:
+    """The host folders that system_args() and the Python binds show whole, by their real paths."""
+    roots = [Path("/usr"), *(Path("/") / name for name in ROOT_LINKS), *python_roots()]
+    return sorted({root.resolve() for root in roots if root.is_dir()})
+
+
+def visible_args(paths: Sequence[str], roots: Sequence[Path]) -> list[str]:
+    """bwrap arguments that show each of `paths` read-only at its own path, where `roots` (real
+    paths) are already bound whole. No bind may land on a path inside a root, which is read-only
+    there: bwrap fails to start when it tries (on most CUDA images /usr/local/cuda is a link to
+    /usr/local/cuda-13.0 inside the bound /usr). So each path is taken by its real path:
+
+    - a path missing, or a link to nothing: skipped;
+    - its real path inside a root: already visible; a link outside every root is recreated;
+    - its real path outside every root: that real path is bound, and a link is recreated unless
+      the link itself lies in a root (then it is visible and now resolves).
+    """
+
+    def inside(path: Path) -> bool:
+        return any(path == root or root in path.parents for root in roots)
+
+    args: list[str] = []
+    for given in map(Path, paths):
+        real = given.resolve()
+        if not real.exists():
+            continue
+        if not inside(real):
+            args += ["--ro-bind", str(real), str(real)]
+        if real != given and not inside(given.parent.resolve()):
+            args += ["--symlink", str(real), str(given)]
+    return args
+
+
 def cuda_args() -> list[str]:
     """GPU device nodes and driver files, for sandboxes on a CUDA device."""
     args: list[str] = []
     for node in sorted(Path("/dev").glob("nvidia*")):
         args += ["--dev-bind", str(node), str(node)]
-    for folder in CUDA_DIRS:
-        if os.path.isdir(folder):
-            args += ["--ro-bind", folder, folder]
+    args += visible_args(CUDA_DIRS, bound_roots())
     # NVML and the CUDA driver read PCI topology from /sys.
     return [*args, "--ro-bind", "/sys", "/sys"]
 
