@@ -155,18 +155,23 @@ def root_distributions() -> set[str]:
     return {canonicalize_name(name) for name in roots} - set(NOT_NEEDED)
 
 
-def needed(requirement: Requirement) -> bool:
-    """Whether a requirement applies on the GPU machine, without extras."""
-    return requirement.marker is None or requirement.marker.evaluate(TARGET_ENV)
+def needed(requirement: Requirement, extras: frozenset[str] = frozenset()) -> bool:
+    """Whether a requirement applies on the GPU machine to a distribution installed with `extras`
+    (a requirement such as `pyjwt[crypto]` asks for the lines marked `extra == "crypto"`)."""
+    if requirement.marker is None:
+        return True
+    return any(requirement.marker.evaluate({**TARGET_ENV, "extra": extra}) for extra in ("", *sorted(extras)))
 
 
 def wheel_set(pins: dict[str, str]) -> dict[str, str]:
-    """name -> version of every distribution to carry: the roots' requirement closure, pinned."""
+    """name -> version of every distribution to carry: the roots' requirement closure with the
+    extras each requirement asks for, pinned."""
     chosen: dict[str, str] = {}
-    pending = sorted(root_distributions())
+    extras: dict[str, frozenset[str]] = {}  # the extras asked of each chosen distribution so far
+    pending: list[tuple[str, frozenset[str]]] = [(name, frozenset()) for name in sorted(root_distributions())]
     while pending:
-        name = pending.pop()
-        if name in chosen or name in IMAGE_PROVIDED:
+        name, asked = pending.pop()
+        if name in IMAGE_PROVIDED or (name in chosen and asked <= extras[name]):
             continue
         if name not in pins:
             raise KitError(f"{name} is needed at runtime but not pinned in requirements.txt; pin it")
@@ -174,10 +179,11 @@ def wheel_set(pins: dict[str, str]) -> dict[str, str]:
         if installed != pins[name]:
             raise KitError(f"{name} {installed} is installed, requirements.txt pins {pins[name]}: reinstall")
         chosen[name] = pins[name]
+        extras[name] = extras.get(name, frozenset()) | asked
         for line in importlib.metadata.requires(name) or []:
             requirement = Requirement(line)
-            if needed(requirement):
-                pending.append(canonicalize_name(requirement.name))
+            if needed(requirement, extras[name]):
+                pending.append((canonicalize_name(requirement.name), frozenset(requirement.extras)))
     return dict(sorted(chosen.items()))
 
 
@@ -219,22 +225,43 @@ def check_wheels(wanted: dict[str, str], folder: Path = WHEELS) -> list[str]:
     problems = []
     have = {wheel_name_version(p): p for p in folder.glob("*.whl")}
     versions = {name: version for name, version in have}
+    requires = {
+        name: [Requirement(line) for line in wheel_metadata(path).get_all("Requires-Dist") or []]
+        for (name, _), path in have.items()
+    }
     for name, version in wanted.items():
         if versions.get(name) != version:
             problems.append(f"{name}=={version}: no wheel")
     for (name, version), path in have.items():
         if wanted.get(name) != version:
             problems.append(f"{path.name}: not in the wanted set")
-        for line in wheel_metadata(path).get_all("Requires-Dist") or []:
-            requirement = Requirement(line)
+    asked = asked_extras(requires)
+    for name, requirements in requires.items():
+        for requirement in requirements:
             dependency = canonicalize_name(requirement.name)
-            if not needed(requirement) or dependency in IMAGE_PROVIDED:
+            if not needed(requirement, asked.get(name, frozenset())) or dependency in IMAGE_PROVIDED:
                 continue
             if dependency not in versions:
                 problems.append(f"{name} needs {requirement}, which has no wheel")
             elif not requirement.specifier.contains(versions[dependency], prereleases=True):
                 problems.append(f"{name} needs {requirement}, the kit has {versions[dependency]}")
     return problems
+
+
+def asked_extras(requires: dict[str, list[Requirement]]) -> dict[str, frozenset[str]]:
+    """The extras that the applicable requirements of the distributions in `requires` ask of each
+    other (to a fixed point: an extra's own requirements may ask for more)."""
+    asked: dict[str, frozenset[str]] = {}
+    changed = True
+    while changed:
+        changed = False
+        for name, requirements in requires.items():
+            for requirement in requirements:
+                dependency = canonicalize_name(requirement.name)
+                more = asked.get(dependency, frozenset()) | frozenset(requirement.extras)
+                if needed(requirement, asked.get(name, frozenset())) and more != asked.get(dependency):
+                    asked[dependency], changed = more, True
+    return asked
 
 
 # ---------------------------------------------------------------------------------------------
