@@ -96,6 +96,21 @@ def new_database(server_url: str) -> str:
     """A fresh, empty database on the server at `server_url`; its URL."""
     url = make_url(server_url)
     name = f"t_{uuid.uuid4().hex[:12]}"
+    _administer(server_url, f'CREATE DATABASE "{name}"')
+    return url.set(database=name).render_as_string(hide_password=False)
+
+
+def copy_database(template_url: str, database_url: str) -> None:
+    """Replace the database at `database_url` by a copy of the one at `template_url` (same server;
+    nobody may be connected to either): PostgreSQL copies its files, far quicker than migrating."""
+    template, target = make_url(template_url).database, make_url(database_url).database
+    maintenance = make_url(database_url).set(database="postgres").render_as_string(hide_password=False)
+    _administer(maintenance, f'DROP DATABASE "{target}"', f'CREATE DATABASE "{target}" TEMPLATE "{template}"')
+
+
+def _administer(connect_url: str, *statements: str) -> None:
+    """Run `statements` outside a transaction, connected to the database of `connect_url`."""
+    url = make_url(connect_url)
     with psycopg.connect(
         host=url.host,
         port=url.port,
@@ -104,5 +119,5 @@ def new_database(server_url: str) -> str:
         dbname=url.database,
         autocommit=True,
     ) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
-    return url.set(database=name).render_as_string(hide_password=False)
+        for statement in statements:
+            connection.execute(statement)

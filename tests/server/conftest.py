@@ -8,6 +8,7 @@ and removes it at the end of the session. Each test gets its own database on it.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack
@@ -16,8 +17,9 @@ from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
+from sqlalchemy.engine import make_url
 
-from bench.pg_scratch import new_database, scratch_cluster
+from bench.pg_scratch import copy_database, new_database, scratch_cluster
 from client import Client
 from client.schemas import ClaimOut, ResultOutcome
 from server.context import AppContext
@@ -119,17 +121,48 @@ def serve(app: FastAPI, port: int | None = None) -> AbstractContextManager[str]:
 LiveFactory = Callable[..., Live]
 
 
+class InitialisedProjects:
+    """`autoresearch init` once per baseline and database server in a test process, then copied:
+    a project's data folder (the SQLite database, the research repo) and, on PostgreSQL, its
+    database as a template. Init runs git init and every migration and queues the baseline; a
+    copy is the same state (to its timestamps), at a fraction of the cost (docs/benchmarks.md)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.made: dict[tuple[str, str | None], ServerSettings] = {}
+
+    def copy_into(self, settings: ServerSettings, baseline: str) -> None:
+        """Give `settings` (a fresh data folder; an empty database, or SQLite) an initialised project."""
+        server = None
+        if settings.database_url:
+            server = make_url(settings.database_url).set(database="postgres").render_as_string(False)
+        key = (baseline, server)
+        if key not in self.made:
+            folder = self.root / f"template-{len(self.made)}"
+            folder.mkdir()
+            template = make_settings(folder, new_database(server) if server else None)
+            init_with_small_baseline(template, folder, baseline)
+            self.made[key] = template
+        template = self.made[key]
+        shutil.copytree(template.data_dir, settings.data_dir)
+        if server:
+            copy_database(template.database_url, settings.database_url)
+
+
+@pytest.fixture(scope="session")
+def initialised_projects(tmp_path_factory: pytest.TempPathFactory) -> InitialisedProjects:
+    return InitialisedProjects(tmp_path_factory.mktemp("initialised"))
+
+
 @pytest.fixture
-def live_factory(tmp_path: Path) -> Iterator[LiveFactory]:
+def live_factory(tmp_path: Path, initialised_projects: InitialisedProjects) -> Iterator[LiveFactory]:
     """Start initialised servers: live_factory(database_url=None, baseline=BASELINE, **settings)."""
     with ExitStack() as stack:
         started: list[Live] = []
 
         def start(database_url: str | None = None, baseline: str = BASELINE, **overrides: object) -> Live:
-            folder = tmp_path / f"project-{len(started)}"
-            folder.mkdir()
-            settings = make_settings(folder, database_url, **overrides)
-            init_with_small_baseline(settings, folder, baseline)
+            settings = make_settings(tmp_path / f"project-{len(started)}", database_url, **overrides)
+            initialised_projects.copy_into(settings, baseline)
             app = create_app(settings)
             started.append(Live(stack.enter_context(serve(app)), app, settings))
             return started[-1]
