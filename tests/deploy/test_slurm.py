@@ -173,6 +173,10 @@ def script_signal() -> str:
 def test_a_job_measures_submissions_survives_a_requeue_and_gives_its_run_back_on_scancel(
     fleet: Fleet,
 ) -> None:
+    """Slow (60 to 100 s) because it is one job's whole life on a real Slurm: two workers start,
+    measure the baseline, are requeued mid-run (each run must be underway, TIME_BUDGET 10 s),
+    start again and measure both, then are cancelled mid-run. Each stage waits on Slurm and on
+    real sandboxed runs; splitting it would start the cluster and the workers again per stage."""
     slurm, project, node = fleet.slurm, fleet.project, fleet.slurm.node
     job = fleet.sbatch()
     with project.agent() as agent:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack
@@ -132,21 +133,24 @@ class InitialisedProjects:
         self.made: dict[tuple[str, str | None], ServerSettings] = {}
 
     def copy_into(self, settings: ServerSettings, baseline: str) -> None:
-        """Give `settings` (a fresh data folder; an empty database, or SQLite) an initialised project."""
+        """Give `settings` (a fresh data folder; SQLite, or an empty PostgreSQL database) an
+        initialised project."""
+        url = make_url(settings.resolved_database_url)
         server = None
-        if settings.database_url:
-            server = make_url(settings.database_url).set(database="postgres").render_as_string(False)
+        if url.get_backend_name() == "postgresql":
+            server = url.set(database="postgres").render_as_string(hide_password=False)
         key = (baseline, server)
         if key not in self.made:
-            folder = self.root / f"template-{len(self.made)}"
-            folder.mkdir()
+            folder = Path(tempfile.mkdtemp(dir=self.root))
             template = make_settings(folder, new_database(server) if server else None)
             init_with_small_baseline(template, folder, baseline)
             self.made[key] = template
         template = self.made[key]
         shutil.copytree(template.data_dir, settings.data_dir)
         if server:
-            copy_database(template.database_url, settings.database_url)
+            copy_database(template.resolved_database_url, settings.resolved_database_url)
+        elif settings.database_url:  # a SQLite file elsewhere than the data folder
+            shutil.copyfile(make_url(template.resolved_database_url).database, url.database)
 
 
 @pytest.fixture(scope="session")

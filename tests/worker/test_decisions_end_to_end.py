@@ -58,6 +58,10 @@ def project(tmp_path: Path, test_data: tuple[HarnessSettings, PreparedPaths]) ->
 
 
 def test_noise_is_measured_seed_changes_are_never_kept_and_a_real_improvement_is(project: Project) -> None:
+    """Slow (about 60 s) because the decisions rest on real runs: three of the baseline to measure
+    the noise, then one to four of each of four candidates, on two workers. The statistics
+    themselves are tested alone (test_judge.py, bench/decisions.py); this is the one test that
+    they hold for real sandboxed scores."""
     project.worker("gpu0")
     project.worker("gpu1")
     with project.agent() as agent:

@@ -30,6 +30,8 @@ def leases_of(project: Project, experiment_id: int) -> list[tuple[str, str, str]
 # Long enough that the kill surely lands while the first worker trains; the second runs it whole.
 @pytest.mark.parametrize("project", [{"time_budget": 10}], indirect=True)
 def test_sigkilled_worker_experiment_runs_again_elsewhere_and_is_recorded_once(project: Project) -> None:
+    """Slow (30 to 60 s): the kill must land during training (TIME_BUDGET 10 s), then a second
+    worker waits for the lease to expire and runs the experiment whole."""
     first = project.worker("first")
     project.wait_training(1, first)
     first.signal(signal.SIGKILL)
