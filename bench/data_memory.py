@@ -60,16 +60,16 @@ def child(mode: str, data_dir: Path, corpus: Path) -> None:
         num_proc=2,
     )
     if mode == "prepare":
+        from harness.data_layout import read_manifest
         from harness.prepare import prepare
-        from harness.prepared import read_manifest
 
         prepare(settings, progress=False)
         done = {"train_tokens": read_manifest(settings)["train_tokens"]}
     else:
         import torch
 
+        from harness.data_layout import prepared_paths, read_manifest
         from harness.loader import packed_batches
-        from harness.prepared import prepared_paths, read_manifest
 
         torch.set_num_threads(1)
         paths = prepared_paths(settings)

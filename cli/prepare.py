@@ -9,7 +9,7 @@ from typing import get_args
 
 from harness.config import PRESETS, DataSource, load_settings
 from harness.data.errors import DataError
-from harness.prepared import read_manifest
+from harness.data_layout import read_manifest
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

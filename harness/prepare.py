@@ -35,8 +35,8 @@ from harness.data.packing import best_fit_batches
 from harness.data.shards import count_texts, iter_text_batches, iter_texts
 from harness.data.sources import fetch_raw, train_shards, val_shards
 from harness.data.tokens import TOKENS_FILE, open_token_dir, read_meta, replace_dir, write_token_dir
+from harness.data_layout import PreparedPaths, prepared_paths
 from harness.manifest import compute_harness_id, files_sha256, harness_source_sha256, module_sha256
-from harness.prepared import PreparedPaths, prepared_paths
 from harness.tokenizer import (
     TOKEN_BYTES_FILE,
     TOKENIZER_FILE,

@@ -24,7 +24,7 @@ def configured_harness_id(settings: ServerSettings) -> str | None:
         return settings.harness_id
     from harness.config import load_settings
     from harness.data.errors import DataError
-    from harness.prepared import read_manifest
+    from harness.data_layout import read_manifest
 
     try:
         return str(read_manifest(load_settings(data_dir=settings.data_dir))["harness_id"])

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from harness.config import HarnessSettings, load_settings
+from harness.data_layout import PreparedPaths
 from harness.prepare import prepare
-from harness.prepared import PreparedPaths
 
 CACHE_DIR = Path(__file__).resolve().parents[1] / "var" / "test-data"
 

@@ -12,8 +12,8 @@ import logging
 
 from harness.config import HarnessSettings
 from harness.data.errors import DataError
+from harness.data_layout import read_manifest
 from harness.prepare import prepare
-from harness.prepared import read_manifest
 
 
 class DataCacheError(Exception):

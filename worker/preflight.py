@@ -16,7 +16,7 @@ import sys
 
 from harness.config import HarnessSettings
 from harness.data.errors import DataError
-from harness.prepared import prepared_paths, read_manifest
+from harness.data_layout import prepared_paths, read_manifest
 from harness.runner.run import check_eval_files
 from harness.runner.sandbox import SandboxSpec, SandboxUnavailableError, bwrap_argv, check_bwrap
 

@@ -59,8 +59,8 @@ from bench.gpu_check.layout import (
 )
 from harness.config import HarnessSettings, load_settings
 from harness.data.builtin import fetch_builtin
+from harness.data_layout import prepared_paths, read_manifest
 from harness.prepare import prepare
-from harness.prepared import prepared_paths, read_manifest
 
 # A device call carries the working tree and the carried folders, at most this much in all.
 CARRY_LIMIT_BYTES = 64 << 20

@@ -83,7 +83,7 @@ def import_errors() -> dict[str, str]:
 
 def harness_facts() -> dict[str, Any]:
     from harness.config import PRESETS, load_settings
-    from harness.prepared import read_manifest
+    from harness.data_layout import read_manifest
     from harness.runner import SandboxUnavailableError
     from harness.runner.sandbox import check_bwrap
 

@@ -30,8 +30,8 @@ from bench.gpu_check.baseline import candidate_source
 from bench.gpu_check.results import Results, run_step
 from bench.worker_idle import H100_BUDGET, TARGET_IDLE, TARGET_PICKUP_S, Cycle, submit_when_idle, timings
 from harness.config import HarnessSettings, load_settings
+from harness.data_layout import prepared_paths, read_manifest
 from harness.prepare import prepare
-from harness.prepared import prepared_paths, read_manifest
 from tests.worker.processes import Project, WorkerProcess, init_project, serve, wait_until
 
 SECTION = "2_server_and_worker"

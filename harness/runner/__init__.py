@@ -21,7 +21,7 @@ def __getattr__(name: str) -> Any:
 
         return warm_up
     if name == "close_warm_sandbox":
-        from harness.runner.prepared_run import close_warm_sandbox
+        from harness.runner.run_setup import close_warm_sandbox
 
         return close_warm_sandbox
     if name == "SandboxUnavailableError":
@@ -29,7 +29,7 @@ def __getattr__(name: str) -> Any:
 
         return SandboxUnavailableError
     if name == "ScorerError":
-        from harness.runner.scoring import ScorerError
+        from harness.runner.score_phase import ScorerError
 
         return ScorerError
     raise AttributeError(name)

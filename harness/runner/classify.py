@@ -9,7 +9,7 @@ from harness.runner import timing
 from harness.runner.limits import FILE_SIZE_LIMIT
 from harness.runner.train_phase import TrainOutcome
 
-Verdict = tuple[str, str, str]  # status, error class, message
+Ending = tuple[str, str, str]  # how a run ended: status, error class, message
 
 # Where the train entry reported an exception: the error class it earns.
 ERROR_CLASS_BY_WHERE = {
@@ -39,8 +39,8 @@ def memory_limit(settings: HarnessSettings) -> str:
     return f" (limit {settings.memory_limit_gb:g} GB)" if settings.memory_limit_gb else ""
 
 
-def train_failure(outcome: TrainOutcome, settings: HarnessSettings) -> Verdict | None:
-    """The verdict on a train phase that failed, or None when its weights can be scored."""
+def train_failure(outcome: TrainOutcome, settings: HarnessSettings) -> Ending | None:
+    """The ending of a train phase that failed, or None when its weights can be scored."""
     error = outcome.error
     detail = error.get("traceback") or error.get("message") or ""
     if outcome.cancelled:
@@ -96,7 +96,7 @@ def train_failure(outcome: TrainOutcome, settings: HarnessSettings) -> Verdict |
     return None
 
 
-def over_budget(outcome: TrainOutcome, settings: HarnessSettings) -> Verdict | None:
+def over_budget(outcome: TrainOutcome, settings: HarnessSettings) -> Ending | None:
     budget = settings.time_budget
     if not timing.is_over_budget(outcome.training_seconds, budget):
         return None

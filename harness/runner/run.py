@@ -15,17 +15,17 @@ from typing import Any
 from harness.config import HarnessSettings
 from harness.data.errors import DataError
 from harness.data.rows import open_training_tokens
-from harness.prepared import prepared_paths, read_manifest
+from harness.data_layout import prepared_paths, read_manifest
 from harness.result import ProgressEvent, RunResult
 from harness.runner import timing
-from harness.runner.classify import Verdict, over_budget, train_failure
+from harness.runner.classify import Ending, over_budget, train_failure
 from harness.runner.devices import device_name, mfu_percent, peak_flops, resolve_device
 from harness.runner.limits import Cgroup, Limits, default_limits, tree_memory_bytes
 from harness.runner.output import ProgressPacer
 from harness.runner.phases import Phases
-from harness.runner.prepared_run import discard, keep_spare, prepare_run, take_spare
+from harness.runner.run_setup import discard, keep_spare, prepare_run, take_spare
 from harness.runner.sandbox import check_bwrap, system_roots
-from harness.runner.scoring import ScoreJob, Scorer
+from harness.runner.score_phase import ScoreJob, Scorer
 from harness.runner.train_phase import CANDIDATE_FILE, WEIGHTS_FILE, TrainJob, TrainOutcome, run_train_phase
 
 LOG_TAIL_CHARS = 24_000
@@ -54,7 +54,7 @@ def run_experiment(
     SandboxUnavailableError without a working bubblewrap (unless `unsafe_no_sandbox`),
     ScorerError when the trusted scorer itself fails. `cancel`, when set, stops the run at once
     (status crash, error class cancelled). `keep_warm` starts the next run's train sandbox once
-    this one has trained (see harness.runner.prepared_run; end it with close_warm_sandbox()).
+    this one has trained (see harness.runner.run_setup; end it with close_warm_sandbox()).
     `phases`, when given, gets the wall and CPU seconds of each step (harness.runner.phases).
     Safe to call repeatedly; apart from that spare it leaves no process, file or cgroup.
     """
@@ -113,7 +113,7 @@ def run_experiment(
             if keep_warm:
                 with phases("keep warm: next train sandbox started"):
                     keep_spare(prepare_run(key, job, work_root, idle=True))
-            verdict, scored = score_if_trained(
+            ending, scored = score_if_trained(
                 outcome, settings, run.run_dir, scorer, pacer, cancel, started, phases
             )
         finally:
@@ -126,7 +126,7 @@ def run_experiment(
             discard(run)
     phases.extend(scored.get("phases", []), "score/")
     return build_result(
-        verdict or over_budget(outcome, settings),
+        ending or over_budget(outcome, settings),
         outcome,
         scored,
         device,
@@ -207,12 +207,12 @@ def score_if_trained(
     cancel: threading.Event,
     started: float,
     phases: Phases,
-) -> tuple[Verdict | None, dict[str, Any]]:
-    """The train phase's failure, or the score phase's verdict (None when ok) and its result."""
+) -> tuple[Ending | None, dict[str, Any]]:
+    """How the run ended if the train or score phase failed (None when ok), and the score phase's result."""
     with phases("weights handed over"):
-        verdict = train_failure(outcome, settings) or hand_over_weights(run_dir)
-    if verdict is not None:
-        return verdict, {}
+        ending = train_failure(outcome, settings) or hand_over_weights(run_dir)
+    if ending is not None:
+        return ending, {}
     elapsed = time.monotonic() - started
     pacer.offer(ProgressEvent(step=outcome.step or 0, fraction=1.0, phase="score", elapsed_s=elapsed))
     with phases("score: go to verdict (scorer process)"):
@@ -222,7 +222,7 @@ def score_if_trained(
     return (scored["status"], scored.get("error_class", ""), scored.get("error_message", "")), scored
 
 
-def hand_over_weights(run_dir: Path) -> Verdict | None:
+def hand_over_weights(run_dir: Path) -> Ending | None:
     """Move the saved weights where the score sandboxes see them, if they are a plain file.
 
     The train sandbox wrote into work/; a symlink or hard link there could point the trusted side
@@ -287,7 +287,7 @@ def rounded(seconds: float | None) -> float | None:
 
 
 def build_result(
-    verdict: Verdict | None,
+    ending: Ending | None,
     outcome: TrainOutcome,
     scored: dict[str, Any],
     device: str,
@@ -299,7 +299,7 @@ def build_result(
     notes: str,
     total: float,
 ) -> RunResult:
-    status, error_class, message = verdict or ("ok", None, None)
+    status, error_class, message = ending or ("ok", None, None)
     if device.startswith("cuda") and outcome.cuda_peak_bytes:
         peak = outcome.cuda_peak_bytes
     else:

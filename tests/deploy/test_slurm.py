@@ -20,7 +20,7 @@ import pytest
 
 from client.schemas import ExperimentOut, ResultOut
 from harness.config import HarnessSettings
-from harness.prepared import PreparedPaths
+from harness.data_layout import PreparedPaths
 from tests.deploy.slurm_cluster import GPUS, SlurmCluster
 from tests.kit.settings_catalog import REPO
 from tests.proc_scan import processes_mentioning

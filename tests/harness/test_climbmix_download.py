@@ -18,8 +18,8 @@ from harness.config import CLIMBMIX_VAL_SHARD, load_settings
 from harness.data.builtin import corpus_documents, stdlib_root
 from harness.data.climbmix import fetch_climbmix, shard_name
 from harness.data.errors import DataError
+from harness.data_layout import read_manifest
 from harness.prepare import prepare
-from harness.prepared import read_manifest
 
 
 @dataclass

@@ -11,8 +11,8 @@ import torch
 
 from harness.config import HarnessSettings
 from harness.data.errors import DataError
+from harness.data_layout import PreparedPaths, read_manifest
 from harness.evaluate import bpb, evaluate_bpb, load_eval_rows, sum_nats_and_bytes
-from harness.prepared import PreparedPaths, read_manifest
 from harness.tokenizer import load_token_bytes
 
 

@@ -14,7 +14,7 @@ from cli.main import main
 from harness.config import load_settings
 from harness.data.builtin import corpus_documents, stdlib_root
 from harness.data.shards import iter_texts
-from harness.prepared import prepared_paths, read_manifest
+from harness.data_layout import prepared_paths, read_manifest
 
 
 @pytest.fixture(scope="module")

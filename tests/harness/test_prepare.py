@@ -10,9 +10,9 @@ import pytest
 
 from harness.config import HarnessSettings, load_settings
 from harness.data.errors import DataError
+from harness.data_layout import PreparedPaths, read_manifest
 from harness.manifest import HARNESS_DIR, harness_source_sha256
 from harness.prepare import prepare
-from harness.prepared import PreparedPaths, read_manifest
 
 Prepared = tuple[HarnessSettings, PreparedPaths]
 

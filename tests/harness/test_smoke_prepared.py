@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from harness.config import HarnessSettings
+from harness.data_layout import PreparedPaths, read_manifest
 from harness.evaluate import load_eval_rows
 from harness.loader import packed_batches
-from harness.prepared import PreparedPaths, read_manifest
 
 
 def test_prepared_data_feeds_loader_and_eval(test_data: tuple[HarnessSettings, PreparedPaths]) -> None:

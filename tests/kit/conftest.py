@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from harness.config import HarnessSettings
-from harness.prepared import PreparedPaths
+from harness.data_layout import PreparedPaths
 from tests.fixtures_data import test_data  # noqa: F401  (session fixture)
 from tests.kit.cli_process import BASELINE_LR
 from tests.worker.candidates import bigram

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from harness.config import HarnessSettings
-from harness.prepared import PreparedPaths
+from harness.data_layout import PreparedPaths
 from tests.worker.processes import REPO_ROOT
 
 pytestmark = pytest.mark.heavy

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from harness.config import HarnessSettings
-from harness.prepared import PreparedPaths
+from harness.data_layout import PreparedPaths
 from harness.result import ProgressEvent, RunResult
 from harness.runner import run_experiment
 from tests.fixtures_data import test_data  # noqa: F401  (session fixture, re-exported for these tests)

@@ -13,7 +13,7 @@ import pytest
 
 from cli.main import main
 from harness.data.errors import DataError
-from harness.prepared import read_manifest
+from harness.data_layout import read_manifest
 from harness.result import ProgressEvent
 from harness.runner import run_experiment, sandbox
 from tests.fixtures_data import CACHE_DIR

@@ -16,8 +16,8 @@ from torch import nn
 
 import harness
 from harness.config import HarnessSettings
+from harness.data_layout import PreparedPaths
 from harness.evaluate import evaluate_bpb
-from harness.prepared import PreparedPaths
 from tests.proc_scan import processes_left
 from tests.runner.candidates import FOLDER, compose
 

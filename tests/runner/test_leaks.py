@@ -42,8 +42,8 @@ from harness.data.errors import DataError
 from harness.data.shards import iter_texts
 from harness.data.sources import train_shards
 from harness.data.tokens import open_token_dir
+from harness.data_layout import PreparedPaths
 from harness.prepare import prepare
-from harness.prepared import PreparedPaths
 from harness.runner import run as runner
 from harness.runner.sandbox import system_roots
 from harness.tokenizer import load_tokenizer

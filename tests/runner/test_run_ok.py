@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from harness.config import HarnessSettings
+from harness.data_layout import prepared_paths, read_manifest
 from harness.evaluate import evaluate_bpb
-from harness.prepared import prepared_paths, read_manifest
 from harness.result import ProgressEvent
 from harness.runner import timing
 from tests.runner.candidates import FOLDER, GOOD

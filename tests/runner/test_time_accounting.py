@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import HarnessSettings
-from harness.prepared import PreparedPaths
+from harness.data_layout import PreparedPaths
 from harness.runner import timing
 from tests.runner.candidates import compose
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from harness.config import HarnessSettings
 from harness.result import ProgressEvent
 from harness.runner import close_warm_sandbox, run_experiment, warm_up
-from harness.runner.prepared_run import take_spare
+from harness.runner.run_setup import take_spare
 from tests.proc_scan import processes_left, processes_mentioning
 from tests.runner.candidates import FOLDER
 from tests.runner.conftest import STARTUP_ROOM_S

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from harness.config import HarnessSettings
-from harness.prepared import PreparedPaths
+from harness.data_layout import PreparedPaths
 from server.pages.templating import duration
 from tests.fixtures_data import test_data  # noqa: F401  (session fixture)
 from tests.worker.candidates import bigram_fixed_steps

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import HarnessSettings
-from harness.prepared import PreparedPaths
+from harness.data_layout import PreparedPaths
 from tests.worker.candidates import bigram
 from tests.worker.processes import Project, wait_until
 
