@@ -110,13 +110,17 @@ def python_roots() -> list[Path]:
     return sorted(roots | {root.resolve() for root in roots})
 
 
-def system_roots() -> list[Path]:
-    """The host folders every sandbox sees whole: /usr, root folders that are not links to it,
-    the GPU driver folders (by their real paths), the Python installation, the virtualenv and the
-    harness package."""
+def whole_roots() -> list[Path]:
+    """The host folders system_args() and the Python binds show whole: /usr, root folders that
+    are not links to it, the Python installation, the virtualenv and the harness package."""
     roots = [Path("/usr"), *(Path("/") / name for name in ROOT_LINKS)]
-    shown = [root for root in roots if root.is_dir() and not root.is_symlink()]
-    return shown + [Path(folder).resolve() for folder in CUDA_DIRS if os.path.isdir(folder)] + python_roots()
+    return [root for root in roots if root.is_dir() and not root.is_symlink()] + python_roots()
+
+
+def system_roots() -> list[Path]:
+    """The host folders every sandbox sees whole: whole_roots() and the GPU driver folders (by
+    their real paths)."""
+    return whole_roots() + [Path(folder).resolve() for folder in CUDA_DIRS if os.path.isdir(folder)]
 
 
 def other_standard_libraries(roots: Sequence[Path], own: Path) -> list[Path]:
@@ -179,12 +183,6 @@ def system_args() -> list[str]:
     return args
 
 
-def bound_roots() -> list[Path]:
-    """The host folders that system_args() and the Python binds show whole, by their real paths."""
-    roots = [Path("/usr"), *(Path("/") / name for name in ROOT_LINKS), *python_roots()]
-    return sorted({root.resolve() for root in roots if root.is_dir()})
-
-
 def visible_args(paths: Sequence[str], roots: Sequence[Path]) -> list[str]:
     """bwrap arguments that show each of `paths` read-only at its own path, where `roots` (real
     paths) are already bound whole. No bind may land on a path inside a root, which is read-only
@@ -217,7 +215,7 @@ def cuda_args() -> list[str]:
     args: list[str] = []
     for node in sorted(Path("/dev").glob("nvidia*")):
         args += ["--dev-bind", str(node), str(node)]
-    args += visible_args(CUDA_DIRS, bound_roots())
+    args += visible_args(CUDA_DIRS, [root.resolve() for root in whole_roots()])
     # NVML and the CUDA driver read PCI topology from /sys.
     return [*args, "--ro-bind", "/sys", "/sys"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from harness.runner.sandbox import bound_roots, check_bwrap, system_args, visible_args
+from harness.runner.sandbox import check_bwrap, system_args, visible_args, whole_roots
 
 
 def layout(tmp: Path) -> tuple[Path, dict[str, Path]]:
@@ -50,7 +50,8 @@ def test_the_layout_reproduces_the_failure_of_binding_each_folder_at_its_path(tm
 
 def test_every_folder_is_visible_at_its_path_whatever_the_layout(tmp_path: Path) -> None:
     usr, paths = layout(tmp_path)
-    binds = visible_args([str(path) for path in paths.values()], [usr.resolve(), *bound_roots()])
+    roots = [usr.resolve(), *(root.resolve() for root in whole_roots())]
+    binds = visible_args([str(path) for path in paths.values()], roots)
     # Only what is not visible yet is bound: never a folder inside the tree.
     bound = [binds[i + 1] for i, arg in enumerate(binds) if arg == "--ro-bind"]
     assert bound == [str(tmp_path / "opt" / "nvidia"), str(tmp_path / "opt" / "ext-13")]
