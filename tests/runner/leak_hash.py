@@ -51,6 +51,23 @@ def hash_words(words, step=1, out=None, scratch=None):
     return out
 
 
+def matching_windows(words, step, table, hashes, out=None):
+    """The windows of uint64 `words`, one every `step` words, whose first word is in `table` (a
+    bool array of first_buckets) and whose hash is among the sorted `hashes`: their numbers (in
+    windows) and the index of each one's hash. Only the few that pass the table are hashed."""
+    count = (len(words) - 4) // step + 1
+    if count <= 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    heads = words[0 : (count - 1) * step + 1 : step]
+    maybe = np.flatnonzero(table.take(first_buckets(heads, out)))
+    at = maybe * step
+    windows = np.stack([words[at], words[at + 1], words[at + 2], words[at + 3]], axis=1)
+    found = hash_words(windows.reshape(-1), 4)
+    index = np.minimum(np.searchsorted(hashes, found), len(hashes) - 1)
+    exact = hashes[index] == found
+    return maybe[exact], index[exact]
+
+
 def window_words(data):
     """uint64 words of `data` at each of its 8 byte offsets: every window lies in one of them."""
     for offset in range(8):

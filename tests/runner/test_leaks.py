@@ -49,7 +49,7 @@ from harness.runner.sandbox import system_roots
 from harness.tokenizer import load_tokenizer
 from tests.harness.test_climbmix_download import Behaviour, ShardServer
 from tests.runner.candidates import compose
-from tests.runner.leak_hash import FIRST_BITS, first_buckets, hash_words, window_words
+from tests.runner.leak_hash import FIRST_BITS, first_buckets, hash_words, matching_windows, window_words
 
 pytestmark = pytest.mark.heavy
 
@@ -132,11 +132,8 @@ def in_training(hashes: np.ndarray, heads: np.ndarray, paths: list[PreparedPaths
     for prepared in paths:
         text = (b"\xff" * 32).join(doc.encode() for doc in iter_texts(train_shards(prepared.raw_dir)))
         for words in [*text_words(text), *token_words(open_token_dir(prepared.train_dir).tokens)]:
-            at = np.flatnonzero(heads[first_buckets(words[:-3])])
-            windows = np.stack([words[at], words[at + 1], words[at + 2], words[at + 3]], axis=1)
-            mine = hash_words(windows.reshape(-1), 4)
-            index = np.minimum(np.searchsorted(hashes, mine), len(hashes) - 1)
-            found.append(mine[hashes[index] == mine])
+            _, index = matching_windows(words, 1, heads, hashes)
+            found.append(hashes[index])
     return np.unique(np.concatenate(found))
 
 

@@ -50,17 +50,8 @@ class Walker:
     def hits(self, words):
         """(window index, label) of the windows of uint64 `words`, every STEP words, that match:
         only windows whose first word is in the patterns' table are hashed."""
-        count = (len(words) - 4) // STEP + 1
-        if count <= 0:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.uint8)
-        heads = words[0 : (count - 1) * STEP + 1 : STEP]
-        maybe = np.flatnonzero(self.first_table.take(first_buckets(heads, self.out)))
-        at = maybe * STEP
-        windows = np.stack([words[at], words[at + 1], words[at + 2], words[at + 3]], axis=1)
-        hashes = hash_words(windows.reshape(-1), 4)
-        index = np.minimum(np.searchsorted(self.hashes, hashes), len(self.hashes) - 1)
-        exact = self.hashes[index] == hashes
-        return maybe[exact], self.labels[index[exact]]
+        found, index = matching_windows(words, STEP, self.first_table, self.hashes, self.out)
+        return found, self.labels[index]
 
     def scan(self, name, chunks):
         """Check the uint64 words of one file or memory region, given as (first window, words)
