@@ -33,6 +33,7 @@ from server.models import Experiment, IdempotencyKey, Project
 from server.patches import PatchError, apply_patch, parse_patch
 from server.research_repo import blob_sha
 from server.similarity import Change
+from server.train_py_data import measure
 
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 
@@ -146,9 +147,24 @@ def _new_train_py(ctx: AppContext, body: SubmitIn | SimilarIn, base_source: str)
             "train-py-too-large",
             f"the new train.py is {size} bytes; the limit is {settings.train_py_max_bytes}",
         )
+    _refuse_carried_data(new, settings.train_py_max_data_bytes)
     if new == base_source:
         raise Problem(422, "empty-change", "the change leaves train.py exactly as it is in the base")
     return new
+
+
+def _refuse_carried_data(source: str, limit: int) -> None:
+    """A train.py is code: Problem 422 naming its largest block when literals and comments pass `limit`."""
+    share = measure(source)
+    if share.total > limit and share.largest is not None:
+        block = share.largest
+        raise Problem(
+            422,
+            "train-py-carries-data",
+            f"the new train.py has {share.total} bytes of literals and comments; the limit is {limit}"
+            f" (TRAIN_PY_MAX_DATA_BYTES). The largest block is lines {block.line}-{block.end_line}"
+            f" ({block.size} bytes). train.py is code: compute tables while training, not before.",
+        )
 
 
 def _rerun_best_when_due(ctx: AppContext, session: Session, project: Project, last_id: int) -> None:

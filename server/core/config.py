@@ -51,7 +51,10 @@ class ServerSettings(BaseSettings):
     max_queued_per_agent: int = Field(20, ge=1)
     notes_per_minute: int = Field(10, ge=1, le=10_000, description="notes one agent may post per minute")
     patch_max_bytes: int = Field(200_000, ge=1)
-    train_py_max_bytes: int = Field(500_000, ge=1)
+    train_py_max_bytes: int = Field(64_000, ge=1, description="largest accepted train.py: code, not data")
+    train_py_max_data_bytes: int = Field(
+        16_000, ge=0, description="most bytes of literals and comments in a train.py"
+    )
     max_request_bytes: int = Field(25_000_000, ge=1024)
     max_progress_events: int = Field(512, ge=8)
     claim_max_wait_s: float = Field(30.0, ge=0.0)

@@ -100,6 +100,8 @@ def refused(live, baseline_source: str) -> Callable[..., ApiError]:
 
 def test_precise_refusals(live, refused: Callable[..., ApiError], baseline_source: str) -> None:
     good = make_patch(baseline_source, _edit(baseline_source, "DEPTH = 4", "DEPTH = 8"))
+    # What a candidate computed offline, carried as data (issue 32): refused under the size limit.
+    carried_table = "\nBIGRAMS = [" + ", ".join(str(i * 7919 % 4096) for i in range(4000)) + "]\n"
     cases = [
         (dict(patch=good.replace("train.py", "model.py")), 422, "patch-path", "only train.py"),
         (
@@ -130,6 +132,7 @@ def test_precise_refusals(live, refused: Callable[..., ApiError], baseline_sourc
         (dict(patch=good + "#" * 300_000), 413, "patch-too-large", "limit"),
         (dict(train_py="x = 1\n" * 100_000), 413, "train-py-too-large", "limit"),
         (dict(train_py="x = '\0'\n"), 422, "validation-error", "NUL"),
+        (dict(train_py=baseline_source + carried_table), 422, "train-py-carries-data", "lines"),
     ]
     for body, status, kind, words in cases:
         error = refused(**body)

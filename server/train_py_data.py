@@ -1,0 +1,85 @@
+"""How much of a train.py is data rather than code: its literals and comments, in blocks.
+
+A train.py is code. Under a size limit alone a candidate can carry what it computed offline (a
+bigram table in a list literal or a base64 string) and score with it instead of training
+(issue 32). Code needs few literals, so the literals and comments together are bounded
+(TRAIN_PY_MAX_DATA_BYTES) well below the size limit, and a refusal names the largest block.
+
+A block is a run of literal and comment tokens joined only by brackets, separators, signs and
+line breaks: a list of numbers, a dict of strings, a docstring or a paragraph of comments is one
+block, measured as the source it spans (commas and brackets included). A name or a keyword ends a
+block. A file Python cannot tokenize has no blocks here: it cannot run either, and its run says
+where its syntax breaks.
+"""
+
+from __future__ import annotations
+
+import io
+import token
+import tokenize
+from dataclasses import dataclass
+
+# What a literal or comment is made of, and what may join two of them inside one block.
+_DATA = {token.STRING, token.NUMBER, token.COMMENT} | (
+    {token.FSTRING_MIDDLE} if hasattr(token, "FSTRING_MIDDLE") else set()
+)
+_JOINS = {token.NL, token.NEWLINE, token.INDENT, token.DEDENT} | (
+    {token.FSTRING_START, token.FSTRING_END} if hasattr(token, "FSTRING_START") else set()
+)
+_JOINING_OPS = {",", "(", ")", "[", "]", "{", "}", ":", "-", "+", ";"}
+
+
+@dataclass(frozen=True)
+class DataBlock:
+    line: int  # where it starts, 1-based
+    end_line: int
+    size: int  # bytes of source from its first literal or comment to the end of its last
+
+
+def data_blocks(source: str) -> list[DataBlock]:
+    """The literal-and-comment blocks of `source`, in order."""
+    lines = io.StringIO(source).readlines()  # split as tokenize reads them
+    line_starts = [0]
+    for line in lines:
+        line_starts.append(line_starts[-1] + len(line.encode()))
+
+    def offset(row: int, col: int) -> int:  # tokenize counts characters; blocks are in bytes
+        if row > len(lines):
+            return line_starts[-1]
+        return line_starts[row - 1] + len(lines[row - 1][:col].encode())
+
+    blocks: list[DataBlock] = []
+    first: tuple[int, int] | None = None  # (line, byte offset) where the open block starts
+    last: tuple[int, int] = (0, 0)  # (line, byte offset) where its last data token ends
+
+    def close() -> None:
+        nonlocal first
+        if first is not None:
+            blocks.append(DataBlock(first[0], last[0], last[1] - first[1]))
+            first = None
+
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type in _DATA:
+                if first is None:
+                    first = (tok.start[0], offset(*tok.start))
+                last = (tok.end[0], offset(*tok.end))
+            elif tok.type in _JOINS or (tok.type == token.OP and tok.string in _JOINING_OPS):
+                continue
+            else:
+                close()
+    except (tokenize.TokenError, SyntaxError):
+        return []
+    close()
+    return blocks
+
+
+@dataclass(frozen=True)
+class DataShare:
+    total: int  # bytes of all blocks
+    largest: DataBlock | None
+
+
+def measure(source: str) -> DataShare:
+    blocks = data_blocks(source)
+    return DataShare(sum(b.size for b in blocks), max(blocks, key=lambda b: b.size, default=None))
