@@ -111,6 +111,9 @@ class Feeder:
         self.job = job
         self.sock = sock
         self.first_request_at: float | None = None  # time.monotonic() of the first message
+        # Rows of training data handed to the sandbox (each `next`): the run's trusted count of
+        # what it trained on, behind the score phase's bound (harness.runner.score_budget).
+        self.rows_served = 0
         self.failure: str | None = None  # the harness could not read the training data
         self.loaders: dict[int, Loader] = {}
         self.next_id = 0
@@ -197,7 +200,9 @@ class Feeder:
             if loader is None:
                 raise RequestError(f"no open loader {request['loader']}")
             if request["op"] == "next":
-                return {"ok": True, "slot": loader.take()}, None
+                slot = loader.take()
+                self.rows_served += loader.slots.shape[1]
+                return {"ok": True, "slot": slot}, None
             loader.close()
             del self.loaders[request["loader"]]
             return {"ok": True}, None

@@ -46,7 +46,7 @@ TRANSFER_SLACK = 2.0
 # Assumed before the scorer has timed its first batch of logits (it then uses its own figure).
 FIRST_TRANSFER_BYTES_PER_S = 1e9
 # The forward term of all evaluation rows together is at most the time budget, whatever
-# throughput the run reported (few tokens reported would otherwise mean a large bound).
+# throughput the run had (few tokens served would otherwise mean a large bound).
 FORWARD_CAP_FRACTION = 1.0
 
 
@@ -84,7 +84,7 @@ def forward_seconds_per_token(
 ) -> float:
     """The bound's forward seconds per token on `device`, slack included.
 
-    0 when the run reported no training tokens: its model trained on nothing, and startup and
+    0 when the feeder served no training tokens: its model trained on nothing, and startup and
     transfer are what it may spend.
     """
     if not train_tokens or training_seconds <= 0:

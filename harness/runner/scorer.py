@@ -312,7 +312,7 @@ def score(
 
 def timing_note(clocks: list[Clock], go: dict[str, Any]) -> str:
     tokens, seconds = go["train_tokens"], go["training_seconds"]
-    rate = f"{tokens / seconds:.0f} tokens/s" if tokens and seconds > 0 else "no tokens reported"
+    rate = f"{tokens / seconds:.0f} tokens/s" if tokens and seconds > 0 else "no tokens served"
     parts = [
         f"{clock.budget.label} ran {clock.used:.2f} s (start {clock.startup:.2f} s, batches "
         f"{clock.used - clock.startup:.2f} s) of {clock.budget.explain(clock.transfer.least)}"

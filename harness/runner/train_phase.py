@@ -65,6 +65,7 @@ class TrainOutcome:
     steps: int | None = None  # (claimed) ctx.log calls
     step: int | None = None  # (claimed) the step number last logged, for progress
     tokens: int | None = None  # (claimed)
+    tokens_served: int = 0  # input tokens of the rows the feeder handed out (trusted)
     cuda_peak_bytes: int | None = None  # (claimed)
     loss: float | None = None  # (claimed) the latest loss, for progress
     tokens_per_s: float | None = None  # (claimed)
@@ -241,6 +242,7 @@ def run_train_phase(
             sandbox.close()
     with phases("train: log"):
         outcome.log = sandbox.output.text()
+    outcome.tokens_served = sandbox.feeder.rows_served * sandbox.job.settings.seq_len
     outcome.training_seconds = timing.training_seconds(
         outcome.started_after, outcome.lifetime, sandbox.job.settings.compile_allowance
     )

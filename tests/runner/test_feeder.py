@@ -66,6 +66,23 @@ def test_batches_through_the_feeder_are_those_of_the_in_process_loader(
     assert feeder.failure is None
 
 
+def test_rows_served_count_what_the_sandbox_was_handed_not_what_was_packed_ahead(
+    feeder_and_socket: tuple[Feeder, socket.socket],
+) -> None:
+    """The run's trusted count of training rows: the score phase's bound follows from it, never
+    from the count the sandbox reports."""
+    feeder, sock = feeder_and_socket
+    opened, fds = ask(sock, b'{"op": "open", "batch_size": 3}')
+    for fd in fds:
+        os.close(fd)
+    time.sleep(0.2)  # the feeder packs its SLOTS batches ahead meanwhile
+    assert feeder.rows_served == 0
+    for _ in range(SLOTS + 2):  # past the packed slots
+        assert ask(sock, json.dumps({"op": "next", "loader": opened["loader"]}).encode())[0]["ok"]
+    ask(sock, b'{"op": "next", "loader": 99}')  # refused: serves nothing
+    assert feeder.rows_served == 3 * (SLOTS + 2)
+
+
 def test_startup_ends_at_the_first_request_not_at_creating_a_loader(
     feeder_and_socket: tuple[Feeder, socket.socket],
 ) -> None:
