@@ -58,17 +58,15 @@ def project(tmp_path: Path, test_data: tuple[HarnessSettings, PreparedPaths]) ->
 
 
 def test_noise_is_measured_seed_changes_are_never_kept_and_a_real_improvement_is(project: Project) -> None:
-    """Slow (about 60 s) because the decisions rest on real runs: three of the baseline to measure
-    the noise, then one to four of each of four candidates, on two workers. The statistics
-    themselves are tested alone (test_judge.py, bench/decisions.py); this is the one test that
-    they hold for real sandboxed scores."""
+    """Slow (about 45 s) because the decisions rest on real runs: three of the baseline to measure
+    the noise, then one to four of each of two candidates, on two workers. The statistics
+    themselves are tested alone (test_judge.py, bench/decisions.py: error rates over thousands of
+    simulated null changes); this is the one test that they hold for real sandboxed scores, so one
+    null change (a seed change) and one real improvement are enough here."""
     project.worker("gpu0")
     project.worker("gpu1")
     with project.agent() as agent:
-        seed_changes = [
-            agent.submit(f"seed + {k}", train_py=candidate(seed_expression=f"ctx.seed + {k}")).id
-            for k in (1, 2, 3)
-        ]
+        seed_changes = [agent.submit("seed + 1", train_py=candidate(seed_expression="ctx.seed + 1")).id]
         better = agent.submit("learning rate 0.02 -> 0.2", train_py=candidate(lr=0.2)).id
         decided = {i: project.final(i, timeout=600) for i in [*seed_changes, better]}
         noise = agent.noise().estimates

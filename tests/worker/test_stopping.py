@@ -70,7 +70,9 @@ def signal_every_process(worker: WorkerProcess, sig: signal.Signals) -> int:
     return len(pids)
 
 
-@pytest.mark.parametrize("project", [{"time_budget": 20}], indirect=True)
+# As long as test_sigterm_finishes_current_experiment_and_takes_no_other's: the signal lands
+# while it trains (wait_training), and it then trains the whole budget.
+@pytest.mark.parametrize("project", [{"time_budget": 10}], indirect=True)
 def test_usr1_to_every_process_finishes_the_run_and_scores_it(project: Project) -> None:
     worker = project.worker("slurm-like", "--stop-now")
     project.wait_training(1, worker)
