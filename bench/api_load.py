@@ -55,7 +55,7 @@ from pg_scratch import free_port, new_database, scratch_cluster
 from sqlalchemy import func, insert, select
 
 from client.states import Decision
-from harness.runner.phases import cpu_seconds
+from harness.runner.limits import cpu_seconds
 from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
 from server.core.request_metrics import BUCKETS

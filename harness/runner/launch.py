@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from harness.runner.limits import Cgroup, Limits, descendants, peak_rss_bytes
+from harness.runner.limits import Cgroup, Limits, descendants, peak_rss_bytes, tree_cpu_seconds
 from harness.runner.sandbox import SandboxSpec, bwrap_argv, sandbox_env
 
 
@@ -28,6 +28,11 @@ class Launched:
 
     def peak_rss_bytes(self) -> int:
         return peak_rss_bytes(self.pids())
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds the whole tree used so far (its cgroup's processes when there is one, which
+        a candidate cannot leave), ended processes included."""
+        return tree_cpu_seconds(self.pids())
 
     def oom_killed(self) -> bool:
         return self.cgroup is not None and self.cgroup.oom_killed()

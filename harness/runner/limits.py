@@ -21,6 +21,7 @@ import resource
 import signal
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,6 +181,31 @@ def descendants(root: int) -> list[int]:
         found.append(pid)
         stack.extend(children.get(pid, []))
     return found
+
+
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int, reaped_children: bool = False) -> float:
+    """User and system CPU seconds process `pid` (all its threads) used so far, from /proc; with
+    `reaped_children`, also those of the children it has waited for (which hold their own waited-for
+    children's in turn). OSError once it is gone."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    if reaped_children:
+        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime (fields 16 and 17)
+    return ticks / TICKS_PER_S
+
+
+def tree_cpu_seconds(pids: Sequence[int]) -> float:
+    """CPU seconds used so far by a process tree: its live processes `pids` and every process of it
+    that has ended and was waited for (inside a sandbox's PID namespace an orphan is waited for by
+    the namespace's first process, which is in the tree). Gone processes count 0."""
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += cpu_seconds(pid, reaped_children=True)
+    return total
 
 
 def peak_rss_bytes(pids: list[int]) -> int:

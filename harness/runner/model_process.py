@@ -13,6 +13,7 @@ import mmap
 import os
 import select
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,10 @@ class ModelJob:
 
 
 # Where the model entry's error reports land: (status, error class).
+# How often a wait on the model calls its `check` (the scorer's CPU-seconds bound): a model past
+# its bound runs at most this much longer.
+CHECK_EVERY_S = 0.1
+
 ERROR_CLASSES = {
     "import": ("crash", "syntax_error"),
     "build_model": ("crash", "build_model_error"),
@@ -135,11 +140,21 @@ class ModelProcess:
         except OSError as exc:  # the process has gone; the next wait reports why
             raise self.failure("the model process exited unexpectedly") from exc
 
-    def wait_for(self, event: str, deadline: float, late: ModelFailure, batch: int | None = None) -> None:
+    def wait_for(
+        self,
+        event: str,
+        deadline: float,
+        late: ModelFailure,
+        batch: int | None = None,
+        check: Callable[[], None] | None = None,
+    ) -> None:
         """Block until the model sends `event` (for `batch`, if given); raise ModelFailure on an
         error report, the process's death, or `late` at the deadline. Stale or forged answers are
-        skipped."""
+        skipped. `check`, if given, is called every CHECK_EVERY_S while waiting and may raise
+        (the scorer's CPU-seconds bound)."""
         while True:
+            if check is not None:
+                check()
             while self.pending:
                 message = self.pending.pop(0)
                 if message["ev"] == "error":
@@ -158,7 +173,8 @@ class ModelProcess:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise late
-            ready, _, _ = select.select([self.events_r, self.pidfd], [], [], remaining)
+            wait = remaining if check is None else min(remaining, CHECK_EVERY_S)
+            ready, _, _ = select.select([self.events_r, self.pidfd], [], [], wait)
             if self.events_r in ready:
                 data = os.read(self.events_r, 65536)
                 self.pending.extend(self.reader.feed(data))
@@ -174,12 +190,12 @@ class ModelProcess:
             return ModelFailure("crash", "out_of_memory", f"score phase ({self.label}): out of memory")
         return ModelFailure("crash", "killed", f"score phase ({self.label}): {what} (exit status {code})")
 
-    def start(self, deadline: float, late: ModelFailure) -> float:
+    def start(self, deadline: float, late: ModelFailure, check: Callable[[], None] | None = None) -> float:
         """Send `go` (import train.py, build_model, load the weights) and wait until the model is
         loaded; the seconds that took. Call once the process is `ready` (wait_for)."""
         started = time.monotonic()
         self.send(cmd="go")
-        self.wait_for("loaded", deadline, late)
+        self.wait_for("loaded", deadline, late, check=check)
         return time.monotonic() - started
 
     def submit(self, rows: np.ndarray) -> None:
@@ -191,12 +207,14 @@ class ModelProcess:
         self.submitted = (rows.shape[0], time.monotonic())
         self.send(cmd="batch", rows=rows.shape[0], batch=self.batches)
 
-    def receive(self, deadline: float, late: ModelFailure) -> tuple[np.ndarray, float]:
+    def receive(
+        self, deadline: float, late: ModelFailure, check: Callable[[], None] | None = None
+    ) -> tuple[np.ndarray, float]:
         """The logits [n, T, V] of the batch submitted last, as a view of the shared buffer (the
         model process can still write to it: copy before use), and the seconds from command to
         answer."""
         count, started = self.submitted
-        self.wait_for("done", deadline, late, self.batches)
+        self.wait_for("done", deadline, late, self.batches, check)
         return self.logits[:count], time.monotonic() - started
 
     def log(self) -> str:

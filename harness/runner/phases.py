@@ -10,14 +10,12 @@ again adds to the same phase (`count` says how often).
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+from harness.runner.limits import tree_cpu_seconds
 
 
 @dataclass
@@ -27,21 +25,6 @@ class Phase:
     cpu: float = 0.0
     sandbox_cpu: float = 0.0
     count: int = 0
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU seconds process `pid` used so far (from /proc; OSError once it is gone)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime, stime (fields 14 and 15)
-
-
-def tree_cpu_seconds(pids: Sequence[int]) -> float:
-    """User and system CPU seconds used so far by the live processes `pids` (0 for gone ones)."""
-    total = 0.0
-    for pid in pids:
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            total += cpu_seconds(pid)
-    return total
 
 
 class Phases:

@@ -216,7 +216,7 @@ def score_if_trained(
     elapsed = time.monotonic() - started
     pacer.offer(ProgressEvent(step=outcome.step or 0, fraction=1.0, phase="score", elapsed_s=elapsed))
     with phases("score: go to verdict (scorer process)"):
-        scored = scorer.score(cancel, pacer, outcome.tokens_served, outcome.training_seconds)
+        scored = scorer.score(cancel, pacer, outcome)
     if scored["status"] == "ok":
         return None, scored
     return (scored["status"], scored.get("error_class", ""), scored.get("error_message", "")), scored

@@ -2,9 +2,10 @@
 
 The model is candidate code, so it runs in the score sandboxes too, and whatever it computes
 there beyond its forward passes (training on rows it carried inside its weights, say) would be
-free. Each model process (eval, probe) is therefore timed from outside, by the scorer: from `go`
-to `loaded` (import train.py, build_model, the harness's weight load) and from each batch command
-to its answer. The sum may not exceed the process's bound:
+free. Each model process (eval, probe) is therefore measured from outside, by the scorer: on a GPU in
+wall seconds, from `go` to `loaded` (import train.py, build_model, the harness's weight load) and
+from each batch command to its answer; on a CPU in the CPU seconds of its whole process tree from
+`go` on (measured_in_cpu_seconds). The sum may not exceed the process's bound:
 
     bound = startup + batches x (forward + TRANSFER_SLACK x transfer)
     startup = max(STARTUP_MIN_S, STARTUP_FRACTION x budget)
@@ -13,9 +14,10 @@ to its answer. The sum may not exceed the process's bound:
 `forward` comes from the run's own training throughput: a forward pass costs about a third of
 a training step (FORWARD_SHARE). `transfer` is the scorer's own time to take one batch of logits
 out of shared memory onto its device, the least it has seen in this run: the model process pays
-a copy of the same size to put them there. Only what happens between the measured points is
-unmeasured: the scorer's copy of a batch's logits, after the model answered and before the
-next batch is commanded (the scorer computes the loss while the model runs the next batch).
+a copy of the same size to put them there. In wall seconds, only what happens between the
+measured points is unmeasured: the scorer's copy of a batch's logits, after the model answered and
+before the next batch is commanded (the scorer computes the loss while the model runs the next
+batch); CPU seconds count that too.
 
 Why the probe's bound is what matters: training that changes the eval's counted outputs must be
 repeated by the probe (a fresh process) before its only batch, or the two disagree (see
@@ -66,13 +68,26 @@ class ProcessBudget:
         transfer = self.logits_bytes / FIRST_TRANSFER_BYTES_PER_S if transfer_s is None else transfer_s
         return self.startup_s + self.batches * (self.forward_s + TRANSFER_SLACK * transfer)
 
-    def explain(self, transfer_s: float | None) -> str:
+    def explain(self, transfer_s: float | None, unit: str = "s") -> str:
         transfer = self.logits_bytes / FIRST_TRANSFER_BYTES_PER_S if transfer_s is None else transfer_s
         batches = f"{self.batches} batch" + ("" if self.batches == 1 else "es")
         return (
-            f"{self.bound(transfer_s):.2f} s = startup {self.startup_s:.2f} s + {batches} x "
-            f"(forward {self.forward_s:.4f} s + logits transfer {TRANSFER_SLACK:g} x {transfer:.4f} s)"
+            f"{self.bound(transfer_s):.2f} {unit} = startup {self.startup_s:.2f} + {batches} x "
+            f"(forward {self.forward_s:.4f} + logits transfer {TRANSFER_SLACK:g} x {transfer:.4f})"
         )
+
+
+def measured_in_cpu_seconds(device: str) -> bool:
+    """Whether the score phase is measured in the model's CPU seconds (else in wall seconds).
+
+    On a CPU the model's work is CPU work, and CPU seconds are what it costs whatever else the
+    machine runs: a busy machine stretches wall seconds, not CPU seconds, so an honest run is not
+    failed for the load, and the slack left for hidden work does not grow with it. They count the
+    model's whole process tree from `go` on, between batches too. The training throughput behind
+    the bound is then in the train sandbox's CPU seconds as well. On a GPU the work is the GPU's,
+    which CPU seconds do not see: wall seconds, on a GPU the run has to itself.
+    """
+    return not device.startswith("cuda")
 
 
 def startup_allowance(time_budget: float) -> float:

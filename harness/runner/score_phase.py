@@ -17,6 +17,7 @@ from typing import Any
 from harness.runner.limits import Limits, descendants, idle_nice, raise_priority
 from harness.runner.messages import MAX_TEXT_CHARS
 from harness.runner.output import ProgressPacer
+from harness.runner.train_phase import TrainOutcome
 
 # Beyond the scorer's own limit: time for it to notice, clean up and answer.
 SCORER_MARGIN_S = 30.0
@@ -83,14 +84,19 @@ class Scorer:
             start_new_session=True,
         )
 
-    def score(
-        self, cancel: threading.Event, pacer: ProgressPacer, train_tokens: int | None, training_seconds: float
-    ) -> dict[str, Any]:
-        """Send `go` with the run's training throughput (the score phase's bound follows from it)
-        and wait for the scorer's verdict (a dict with at least `status`)."""
+    def score(self, cancel: threading.Event, pacer: ProgressPacer, trained: TrainOutcome) -> dict[str, Any]:
+        """Send `go` with the run's training throughput, from the harness's own counts (the score
+        phase's bound follows from it), and wait for the scorer's verdict (a dict with at least
+        `status`)."""
         assert self.popen.stdin is not None
         raise_priority(descendants(self.popen.pid))
-        go = json.dumps({"train_tokens": train_tokens, "training_seconds": training_seconds})
+        go = json.dumps(
+            {
+                "train_tokens": trained.tokens_served,
+                "training_seconds": trained.training_seconds,
+                "training_cpu_seconds": trained.training_cpu_seconds,
+            }
+        )
         with contextlib.suppress(BrokenPipeError):  # a scorer that died early is reported below
             self.popen.stdin.write(go.encode() + b"\n")
             self.popen.stdin.flush()

@@ -28,7 +28,7 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,12 @@ from harness.runner.limits import Limits
 from harness.runner.model_entry import CPU_SPARE_CORES
 from harness.runner.model_process import ModelFailure, ModelJob, ModelProcess
 from harness.runner.phases import Phases
-from harness.runner.score_budget import ProcessBudget, forward_seconds_per_token, process_budget
+from harness.runner.score_budget import (
+    ProcessBudget,
+    forward_seconds_per_token,
+    measured_in_cpu_seconds,
+    process_budget,
+)
 from harness.runner.score_plan import Probe, plan_eval, plan_probes
 from harness.runner.train_phase import WEIGHTS_FILE
 
@@ -60,38 +65,59 @@ class Transfer:
 
 @dataclass
 class Clock:
-    """The time one model process has run, measured here, against its bound."""
+    """What one model process has used, measured here, against its bound: wall seconds of its
+    measured steps, or, with `cpu`, the CPU seconds of its process tree since `go`
+    (harness.runner.score_budget.measured_in_cpu_seconds)."""
 
     budget: ProcessBudget
     transfer: Transfer
     outer_deadline: float  # the whole score phase's limit (a stuck scorer), status timeout
+    cpu: Callable[[], float] | None = None  # the model's tree's CPU seconds so far
     used: float = 0.0
     startup: float = 0.0  # of `used`: from `go` to `loaded`
     running_since: float | None = None  # when the measured step under way began
+    cpu_at_go: float | None = None
+
+    @property
+    def unit(self) -> str:
+        return "s" if self.cpu is None else "CPU s"
 
     def bound(self) -> float:
         return self.budget.bound(self.transfer.least)
 
     def window(self) -> tuple[float, ModelFailure]:
-        """Begin a measured step: its deadline, and the failure it ends in when passed."""
+        """Begin a measured step: its deadline, and the failure it ends in when passed. In CPU
+        seconds the deadline is the outer one, and `check`, called while waiting, enforces the bound."""
         self.running_since = time.monotonic()
+        if self.cpu is not None and self.cpu_at_go is None:
+            self.cpu_at_go = self.cpu()
         over = self.running_since + self.bound() - self.used
-        if over < self.outer_deadline:
+        if self.cpu is None and over < self.outer_deadline:
             return over, self.over_budget(f"was still running at {self.bound():.2f} s")
         label = self.budget.label
         return self.outer_deadline, ModelFailure(
             "timeout", "timeout", f"score phase ({label}) ran past its time limit"
         )
 
+    def check(self) -> None:
+        """While waiting on the model: raise when its CPU seconds pass the bound."""
+        if self.cpu is not None:
+            self.settle()
+            if self.used > self.bound():
+                raise self.over_budget(f"was still running at {self.bound():.2f} CPU s")
+
     def charge(self, seconds: float) -> None:
-        """End the measured step, which took `seconds`."""
+        """End the measured step, which took `seconds` of wall time."""
         self.settle(seconds)
         if self.used > self.bound():
-            raise self.over_budget(f"ran {self.used:.2f} s")
+            raise self.over_budget(f"ran {self.used:.2f} {self.unit}")
 
     def settle(self, seconds: float | None = None) -> None:
-        """End the step under way (if any): `seconds`, or up to now for one cut short."""
-        if self.running_since is not None:
+        """End the step under way (if any): `seconds`, or up to now for one cut short; in CPU seconds,
+        what the tree used so far (never less than before: a tree that is gone reads 0)."""
+        if self.cpu is not None and self.cpu_at_go is not None:
+            self.used = max(self.used, self.cpu() - self.cpu_at_go)
+        elif self.running_since is not None:
             self.used += time.monotonic() - self.running_since if seconds is None else seconds
         self.running_since = None
 
@@ -100,8 +126,8 @@ class Clock:
             "invalid",
             "score_over_budget",
             f"score phase ({self.budget.label}): the model {what}, past its bound of "
-            f"{self.budget.explain(self.transfer.least)}. The bound follows from this run's own "
-            "training throughput (a forward pass costs about a third of a training step); the score "
+            f"{self.budget.explain(self.transfer.least, self.unit)}. The bound follows from this run's "
+            "own training throughput (a forward pass costs about a third of a training step); the score "
             "phase may only rebuild the model, load its weights and run forward passes: no training, "
             "no torch.compile (compile in train())",
         )
@@ -132,7 +158,7 @@ class Scoring:
         model.submit(work[0][0])
         for index, (_, targets) in enumerate(work):
             with self.phases(f"{model.label} waiting for logits", model.pids):
-                view, seconds = model.receive(deadline, late)
+                view, seconds = model.receive(deadline, late, clock.check)
             with self.phases(f"{model.label} logits copy"):
                 started = time.monotonic()
                 logits = self.private_copy(view)
@@ -220,8 +246,9 @@ def start_model(model: ModelProcess, clock: Clock, phases: Phases) -> None:
         model.wait_for("ready", clock.outer_deadline, stuck)
     deadline, late = clock.window()
     with phases(f"{model.label} start", model.pids):
-        clock.startup = model.start(deadline, late)
-    clock.charge(clock.startup)
+        seconds = model.start(deadline, late, clock.check)
+    clock.charge(seconds)
+    clock.startup = clock.used
 
 
 def weights_identity(path: Path) -> tuple[int, ...]:
@@ -231,15 +258,21 @@ def weights_identity(path: Path) -> tuple[int, ...]:
 
 
 def clocks_for(
-    order: np.ndarray, probes: list[Probe], scoring: Scoring, go: dict[str, Any], settings: dict[str, Any]
+    models: list[ModelProcess],
+    order: np.ndarray,
+    probes: list[Probe],
+    scoring: Scoring,
+    go: dict[str, Any],
+    settings: dict[str, Any],
 ) -> list[Clock]:
     """The eval process's clock and, when there are probes, the probe process's."""
     rows, batch_rows = scoring.rows, scoring.batch_rows
     seq_len = int(rows.inputs.shape[1])
+    in_cpu = measured_in_cpu_seconds(settings["device"])
     per_token = forward_seconds_per_token(
         settings["device"],
         settings["time_budget"],
-        go["training_seconds"],
+        go["training_cpu_seconds"] if in_cpu else go["training_seconds"],
         go["train_tokens"],
         rows.num_rows * seq_len,
     )
@@ -257,8 +290,9 @@ def clocks_for(
             ),
             scoring.transfer,
             outer_deadline,
+            cpu=model.launched.cpu_seconds if in_cpu else None,
         )
-        for label, count in batches
+        for (label, count), model in zip(batches, models, strict=False)
     ]
 
 
@@ -275,7 +309,7 @@ def score(
     rng = np.random.default_rng(secrets.randbits(64))
     order = plan_eval(rows.num_rows, scoring.batch_rows, rng)
     probes = plan_probes(rows.inputs.numpy(), scoring.batch_rows, rng)
-    clocks = clocks_for(order, probes, scoring, go, settings)
+    clocks = clocks_for([eval_model, probe_model], order, probes, scoring, go, settings)
     groups = [agreement.Group("repeat"), agreement.Group("probe"), agreement.Group("cut")]
     tolerance = agreement.tolerance_for(str(scoring.device))
     result: dict[str, Any] = {"status": "ok"}
@@ -311,11 +345,13 @@ def score(
 
 
 def timing_note(clocks: list[Clock], go: dict[str, Any]) -> str:
-    tokens, seconds = go["train_tokens"], go["training_seconds"]
+    tokens, seconds, cpu = go["train_tokens"], go["training_seconds"], go["training_cpu_seconds"]
     rate = f"{tokens / seconds:.0f} tokens/s" if tokens and seconds > 0 else "no tokens served"
+    if clocks and clocks[0].cpu is not None:
+        rate += f", {cpu:.2f} CPU s"
     parts = [
-        f"{clock.budget.label} ran {clock.used:.2f} s (start {clock.startup:.2f} s, batches "
-        f"{clock.used - clock.startup:.2f} s) of {clock.budget.explain(clock.transfer.least)}"
+        f"{clock.budget.label} ran {clock.used:.2f} {clock.unit} (start {clock.startup:.2f}, batches "
+        f"{clock.used - clock.startup:.2f}) of {clock.budget.explain(clock.transfer.least, clock.unit)}"
         for clock in clocks
     ]
     return f"[harness] score phase (training {rate}): " + "; ".join(parts) + "\n[harness] "

@@ -55,6 +55,11 @@ class TrainOutcome:
     first_data_after: float | None = None  # the feeder got the first request for training data
     deadline_after: float = 0.0  # when the harness would kill it (seconds after `go`)
     training_seconds: float = 0.0
+    # The sandbox's CPU seconds (harness.runner.limits.tree_cpu_seconds), sampled with the RSS: the
+    # latest sample before training began, and the latest of all. On a CPU the score phase's bound
+    # follows from their difference (harness.runner.score_budget).
+    cpu_before_training: float = 0.0
+    cpu_latest: float = 0.0
     timed_out: bool = False
     cancelled: bool = False
     diverged_loss: float | None = None
@@ -70,6 +75,11 @@ class TrainOutcome:
     loss: float | None = None  # (claimed) the latest loss, for progress
     tokens_per_s: float | None = None  # (claimed)
     log: str = ""
+
+    @property
+    def training_cpu_seconds(self) -> float:
+        """The sandbox's CPU seconds while it trained (0 when it never began), to a sample's step."""
+        return self.cpu_latest - self.cpu_before_training if self.started_after is not None else 0.0
 
     @property
     def started_after(self) -> float | None:
@@ -274,6 +284,9 @@ def watch(
             deadline = spawned_at + outcome.deadline_after
             if now >= next_sample:
                 outcome.peak_rss_bytes = max(outcome.peak_rss_bytes, process.peak_rss_bytes())
+                outcome.cpu_latest = max(outcome.cpu_latest, process.cpu_seconds())
+                if outcome.started_after is None:
+                    outcome.cpu_before_training = outcome.cpu_latest
                 # One process killed at the memory limit is enough: fail fast, not at the deadline.
                 outcome.oom_killed = process.oom_killed()
                 next_sample = now + RSS_SAMPLE_S

@@ -31,10 +31,10 @@ pytestmark = pytest.mark.heavy
 
 @pytest.mark.timeout(1500)  # a few minutes on an idle 2-core machine; far more on a busy one
 def test_the_cpu_dry_run_passes_every_step(built_kit: dict[str, object], tmp_path: Path) -> None:
-    """Slow (100 s on a quiet machine, 2 to 4 minutes in the suite) because it is the whole check:
-    every step is a process of its own and three real sandboxed runs train for TIME_BUDGET (12 s,
-    the least that leaves the score bound room on a loaded machine: driver.CPU_ENV) at the h100
-    shapes the kit's data is prepared for. Shorter would stop covering what the GPU machine runs."""
+    """Slow (over a minute, more in the suite) because it is the whole check: every step is a
+    process of its own, and three real sandboxed runs train for TIME_BUDGET (driver.CPU_ENV) and
+    are scored at the h100 shapes the kit's data is prepared for. Shorter would stop covering
+    what the GPU machine runs."""
     env = {**os.environ, "OUT": str(tmp_path)}
     done = subprocess.run(
         ["bash", "bench/gpu_check.sh", "--cpu"],

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import re
 import time
 
 import pytest
@@ -46,6 +48,12 @@ def test_honest_candidate_is_trained_scored_and_reported(settings: HarnessSettin
     assert result.total_seconds >= result.training_seconds + result.startup_seconds
     assert result.mfu_percent is None  # no known peak FLOP/s for a CPU
     assert result.device.startswith("cpu")
+    # On a CPU the score phase is measured in CPU seconds, its bound from the training's own: the
+    # train sandbox's CPU seconds while it trained (at most every core for the whole time).
+    note = r"score phase \(training \d+ tokens/s, ([\d.]+) CPU s\): eval ran [\d.]+ CPU s"
+    rate = re.search(note, result.log_tail)
+    assert rate is not None, result.log_tail
+    assert 0 < float(rate[1]) <= (result.training_seconds + 0.5) * len(os.sched_getaffinity(0))
     # A bigram model that trained at all beats the uniform distribution by a wide margin.
     uniform = math.log2(settings.vocab_size) / 1.0
     assert 0 < result.val_bpb < uniform
