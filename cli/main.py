@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Each module defines `register(subparsers)`, which adds its command(s) and sets `func`.
@@ -41,7 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at exit, where a broken pipe could no longer be caught
+        return code
+    except BrokenPipeError:
+        # The reader went away (`autoresearch status 8 | head -5`): end quietly, as other tools do.
+        # Python would otherwise complain again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool ended by the broken pipe
 
 
 if __name__ == "__main__":

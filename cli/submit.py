@@ -89,24 +89,22 @@ def run(args: argparse.Namespace) -> int:
     with reporting("submit", client):
         change = {"patch": text} if kind == "patch" else {"train_py": text}
         experiment = client.submit(args.description, base=args.base, hypothesis=args.hypothesis, **change)
-        if args.json and not args.wait:
-            print(views.as_json(experiment))
-        elif args.quiet:
-            print(experiment.id, flush=True)
-        elif experiment.existing:
-            print(f"experiment {experiment.id}: this train.py was already submitted; not queued again")
-            print(views.summary(experiment), flush=True)
-        else:
-            print(views.summary(experiment), flush=True)
-        if experiment.similar and not (args.quiet or args.json):
-            print(
-                "tried before (most alike first):\n" + "\n".join(views.similar(experiment.similar)),
-                flush=True,
-            )
-        if not args.wait:
-            return 0
         # With -q or --json, stdout carries only the id or the JSON; the live report goes to stderr.
         stream = sys.stderr if args.quiet or args.json else sys.stdout
+        if args.quiet:
+            print(experiment.id, flush=True)
+        elif args.json and not args.wait:
+            print(views.as_json(experiment), flush=True)
+        if experiment.existing and not args.quiet:
+            again = f"experiment {experiment.id}: this train.py was already submitted; not queued again"
+            print(again, file=stream)
+        if not (args.quiet or (args.json and not args.wait)):
+            print(views.summary(experiment), file=stream, flush=True)
+        if experiment.similar and not args.quiet:
+            tried = "tried before (most alike first):\n" + "\n".join(views.similar(experiment.similar))
+            print(tried, file=stream, flush=True)
+        if not args.wait:
+            return 0
 
         def say(line: str) -> None:
             print(line, file=stream, flush=True)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cli import views
 from server.crud.tsv import COLUMNS, DECISION_COLUMNS
 from tests.kit.cli_process import BASELINE_LR, cli, in_process, write
 from tests.worker.candidates import bigram
@@ -34,13 +34,13 @@ def patch_of(old: str, new: str) -> str:
 
 @pytest.fixture(scope="module")
 def submitted(project: Project, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A patch submitted with --wait (the baseline runs first), then an edited train.py with -q,
-    then the same train.py again."""
+    """A patch submitted with --wait --json (the baseline runs first), then an edited train.py
+    with -q, then the same train.py again."""
     tmp = tmp_path_factory.mktemp("submissions")
     patch = write(tmp / "lr.patch", patch_of(bigram(BASELINE_LR), bigram(0.03)))
     waited = cli(
         *("submit", str(patch), "-m", "lr 0.03", "--hypothesis", "a smaller step is steadier"),
-        *("--wait", "--timeout", "240"),
+        *("--wait", "--json", "--timeout", "240"),
         server=project.url,
         token=project.agent_token,
     )
@@ -57,7 +57,7 @@ def submitted(project: Project, tmp_path_factory: pytest.TempPathFactory) -> dic
         server=project.url,
         token=project.agent_token,
     )
-    patch_id = int(re.match(r"experiment (\d+) ", waited.stdout)[1])  # type: ignore[index]
+    patch_id = json.loads(waited.stdout)["id"]  # stdout is the final experiment as JSON, and only that
     return {
         "patch_id": patch_id,
         "waited": waited,
@@ -80,15 +80,25 @@ def test_submit_prints_the_experiment_id(
 def test_submit_wait_follows_the_experiment_to_its_decision(
     project: Project, submitted: dict[str, Any]
 ) -> None:
-    out = submitted["waited"].stdout
+    report, printed = submitted["waited"].stderr, json.loads(submitted["waited"].stdout)
     final = project.experiment(submitted["patch_id"])
-    assert final.status in FINAL
-    assert final.hypothesis == "a smaller step is steadier"
-    assert out.startswith(f"experiment {final.id} queued")
-    assert f"experiment {final.id}: started (attempt " in out
-    assert f"experiment {final.id}: finished: {final.result.status}" in out
-    assert out.strip().splitlines()[-1].startswith(f"experiment {final.id} {views.outcome(final)}")
+    assert final.status in FINAL and printed["status"] == final.status
+    assert final.hypothesis == "a smaller step is steadier" == printed["hypothesis"]
+    # With --json the live report goes to stderr, so that stdout parses.
+    assert report.startswith(f"experiment {final.id} queued")
+    assert f"experiment {final.id}: started (attempt " in report
+    assert f"experiment {final.id}: finished: {final.result.status}" in report
     assert submitted["waited"].returncode == (0 if final.status == "kept" else 3)
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(project: Project, capsys) -> None:
+    """`autoresearch status | head -1`: the pipe closes under the command; no traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with os.fdopen(write_end, "w") as closed_pipe, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "stdout", closed_pipe)
+        outcome = in_process(capsys, "status", server=project.url)
+    assert outcome.code == 141 and "Traceback" not in outcome.err, outcome
 
 
 def test_an_identical_train_py_is_not_queued_again(submitted: dict[str, Any]) -> None:
