@@ -7,9 +7,8 @@ tiktoken, no network, and receives the working tree plus carried ignored folders
 The kit (ignored, under var/) holds:
 
 - wheels/: CPython 3.12 manylinux x86-64 wheels of every package the server, worker, runner and
-  CLI need beyond the GPU image's own big ones (IMAGE_PROVIDED), at the versions pinned in
-  requirements.txt: the runtime imports of our code (found by reading it) and their requirements,
-  evaluated for that machine;
+  CLI need beyond the GPU image's own big ones (IMAGE_PROVIDED): pip's resolution of
+  requirements-runtime.txt for that machine, with requirements.txt's pins as constraints;
 - debs/: bubblewrap and git and the libraries they link (for a machine without them), unpacked
   there without installing anything;
 - corpus/ and data/: the built-in corpus of this machine (its Python standard library) as a
@@ -26,16 +25,14 @@ The kit and the tracked working tree must fit in the 64 MiB a device call carrie
 from __future__ import annotations
 
 import argparse
-import ast
-import importlib.metadata
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
-import zipfile
-from email.parser import Parser
 from pathlib import Path
 from typing import Any
 
@@ -65,30 +62,15 @@ from harness.prepare import prepare
 # A device call carries the working tree and the carried folders, at most this much in all.
 CARRY_LIMIT_BYTES = 64 << 20
 
-# The code that runs on the GPU machine; its imports are the roots of the wheel set.
-RUNTIME_PACKAGES = ("harness", "server", "worker", "client", "cli", "agent", "migrations")
-# Already on the GPU image (docs/benchmarks.md): never carried, and their requirements not followed.
+# What the server, worker, CLI and runner need at run time (no test tools), resolved for the GPU
+# machine; requirements.txt pins every version.
+RUNTIME_REQUIREMENTS = REPO / "requirements-runtime.txt"
+PINS = REPO / "requirements.txt"
+# Already on the GPU image (docs/benchmarks.md): never carried; nothing in the runtime list may
+# come to need them through the resolver (it would pick versions the image does not have).
 IMAGE_PROVIDED = frozenset({"torch", "numpy", "pyarrow", "tiktoken"})
-# Imported by runtime code but not needed by the check, with the reason.
-NOT_NEEDED = {"psycopg": "PostgreSQL only; the check's server uses SQLite"}
-# Needed at runtime without an import of ours naming them, and why.
-EXTRA_ROOTS = {
-    "jinja2": "fastapi.templating imports it for the server's pages",
-    "httptools": "uvicorn's fast HTTP parser, used when installed (docs/benchmarks.md)",
-    "uvloop": "uvicorn's fast event loop, used when installed",
-}
-# The GPU machine's interpreter and platform, for wheel tags and requirement markers.
-TARGET_ENV = {
-    "python_version": "3.12",
-    "python_full_version": "3.12.3",
-    "implementation_name": "cpython",
-    "platform_python_implementation": "CPython",
-    "sys_platform": "linux",
-    "platform_system": "Linux",
-    "platform_machine": "x86_64",
-    "os_name": "posix",
-    "extra": "",
-}
+# The GPU machine's interpreter and platforms, for pip's resolution and the wheels' tags.
+PYTHON_VERSION = "3.12"
 PLATFORMS = (
     "manylinux_2_34_x86_64",
     "manylinux_2_31_x86_64",
@@ -131,71 +113,60 @@ def requirement_pins(path: Path = REPO / "requirements.txt") -> dict[str, str]:
     return pins
 
 
-def runtime_imports(root: Path = REPO) -> set[str]:
-    """Top-level names of every module the runtime packages import (standard library left out)."""
-    names: set[str] = set()
-    for package in RUNTIME_PACKAGES:
-        for path in (root / package).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if isinstance(node, ast.Import):
-                    names.update(alias.name.split(".")[0] for alias in node.names)
-                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    names.add(node.module.split(".")[0])
-    return {name for name in names if name not in sys.stdlib_module_names and name not in RUNTIME_PACKAGES}
+def target_args() -> list[str]:
+    """pip's options for wheels of the GPU machine's CPython and platforms."""
+    platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
+    return ["--only-binary=:all:", "--python-version", PYTHON_VERSION, "--implementation", "cp", *platforms]
 
 
-def root_distributions() -> set[str]:
-    """The distributions our runtime code imports, plus uvicorn's optional fast paths."""
-    owners = importlib.metadata.packages_distributions()
-    roots = set(EXTRA_ROOTS)
-    for name in runtime_imports():
-        if name not in owners:
-            raise KitError(f"runtime code imports {name!r}, which no installed distribution provides")
-        roots.update(owners[name])
-    return {canonicalize_name(name) for name in roots} - set(NOT_NEEDED)
+def requirements_sha256() -> str:
+    """What a resolution depends on: the runtime list and the pins."""
+    return hashlib.sha256(RUNTIME_REQUIREMENTS.read_bytes() + PINS.read_bytes()).hexdigest()
 
 
-def needed(requirement: Requirement, extras: frozenset[str] = frozenset()) -> bool:
-    """Whether a requirement applies on the GPU machine to a distribution installed with `extras`
-    (a requirement such as `pyjwt[crypto]` asks for the lines marked `extra == "crypto"`)."""
-    if requirement.marker is None:
-        return True
-    return any(requirement.marker.evaluate({**TARGET_ENV, "extra": extra}) for extra in ("", *sorted(extras)))
+def resolve_runtime(pins: dict[str, str]) -> dict[str, str]:
+    """name -> version of every distribution pip's resolver installs for requirements-runtime.txt
+    on the GPU machine, requirements.txt's pins as constraints (a dry run: nothing is installed,
+    only metadata is fetched from PyPI). Each must be pinned, and none may be the image's own."""
+    with tempfile.TemporaryDirectory(prefix="gpu-kit-resolve-") as tmp:
+        constraints, report = Path(tmp) / "constraints.txt", Path(tmp) / "report.json"
+        constraints.write_text("".join(f"{n}=={v}\n" for n, v in pins.items() if n not in IMAGE_PROVIDED))
+        command = [
+            sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
+            "--report", str(report), "--target", str(Path(tmp) / "target"), *target_args(),
+            "-r", str(RUNTIME_REQUIREMENTS), "-c", str(constraints),
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise KitError(f"pip could not resolve {RUNTIME_REQUIREMENTS.name} (is PyPI reachable?):\n"
+                           f"{done.stderr[-3000:]}")  # fmt: skip
+        installed = json.loads(report.read_text())["install"]
+    resolved = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in installed}
+    if IMAGE_PROVIDED & set(resolved):
+        raise KitError(
+            f"{RUNTIME_REQUIREMENTS.name} now needs {sorted(IMAGE_PROVIDED & set(resolved))}, which the GPU "
+            "image provides at its own versions: pin the requirement that pulls it to a version that does not"
+        )
+    unpinned = sorted(set(resolved) - set(pins))
+    if unpinned:
+        raise KitError(f"{', '.join(unpinned)}: needed at run time on Python {PYTHON_VERSION} but not "
+                       "pinned in requirements.txt; pin them")  # fmt: skip
+    return dict(sorted(resolved.items()))
 
 
-def wheel_set(pins: dict[str, str]) -> dict[str, str]:
-    """name -> version of every distribution to carry: the roots' requirement closure with the
-    extras each requirement asks for, pinned."""
-    chosen: dict[str, str] = {}
-    extras: dict[str, frozenset[str]] = {}  # the extras asked of each chosen distribution so far
-    pending: list[tuple[str, frozenset[str]]] = [(name, frozenset()) for name in sorted(root_distributions())]
-    while pending:
-        name, asked = pending.pop()
-        if name in IMAGE_PROVIDED or (name in chosen and asked <= extras[name]):
-            continue
-        if name not in pins:
-            raise KitError(f"{name} is needed at runtime but not pinned in requirements.txt; pin it")
-        installed = importlib.metadata.version(name)
-        if installed != pins[name]:
-            raise KitError(f"{name} {installed} is installed, requirements.txt pins {pins[name]}: reinstall")
-        chosen[name] = pins[name]
-        extras[name] = extras.get(name, frozenset()) | asked
-        for line in importlib.metadata.requires(name) or []:
-            requirement = Requirement(line)
-            if needed(requirement, extras[name]):
-                pending.append((canonicalize_name(requirement.name), frozenset(requirement.extras)))
-    return dict(sorted(chosen.items()))
+def wanted_wheels(pins: dict[str, str]) -> dict[str, str]:
+    """The resolution, reused from kit.json while the requirement files are unchanged (a resolve
+    asks PyPI for the metadata of every package)."""
+    if MANIFEST.is_file():
+        record = json.loads(MANIFEST.read_text())
+        if record.get("requirements_sha256") == requirements_sha256():
+            return dict(record["wheels"])
+    return resolve_runtime(pins)
 
 
 def wheel_name_version(path: Path) -> tuple[str, str]:
     name, version = path.name.split("-")[:2]
     return canonicalize_name(name), version
-
-
-def wheel_metadata(path: Path) -> Any:
-    with zipfile.ZipFile(path) as archive:
-        member = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-        return Parser().parsestr(archive.read(member).decode())
 
 
 def download_wheels(wanted: dict[str, str]) -> None:
@@ -208,11 +179,9 @@ def download_wheels(wanted: dict[str, str]) -> None:
     missing = [f"{name}=={version}" for name, version in wanted.items() if (name, version) not in present]
     if not missing:
         return
-    platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
     command = [
-        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-        "--python-version", TARGET_ENV["python_version"], "--implementation", "cp",
-        *platforms, "--dest", str(WHEELS), *missing,
+        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", *target_args(),
+        "--dest", str(WHEELS), *missing,
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -220,48 +189,13 @@ def download_wheels(wanted: dict[str, str]) -> None:
 
 
 def check_wheels(wanted: dict[str, str], folder: Path = WHEELS) -> list[str]:
-    """Problems with the wheels in `folder`: missing, extra, or a requirement that neither another
-    wheel nor the GPU image meets."""
-    problems = []
+    """Problems with the wheels in `folder` against the resolution `wanted`: missing or extra."""
     have = {wheel_name_version(p): p for p in folder.glob("*.whl")}
-    versions = {name: version for name, version in have}
-    requires = {
-        name: [Requirement(line) for line in wheel_metadata(path).get_all("Requires-Dist") or []]
-        for (name, _), path in have.items()
-    }
-    for name, version in wanted.items():
-        if versions.get(name) != version:
-            problems.append(f"{name}=={version}: no wheel")
-    for (name, version), path in have.items():
-        if wanted.get(name) != version:
-            problems.append(f"{path.name}: not in the wanted set")
-    asked = asked_extras(requires)
-    for name, requirements in requires.items():
-        for requirement in requirements:
-            dependency = canonicalize_name(requirement.name)
-            if not needed(requirement, asked.get(name, frozenset())) or dependency in IMAGE_PROVIDED:
-                continue
-            if dependency not in versions:
-                problems.append(f"{name} needs {requirement}, which has no wheel")
-            elif not requirement.specifier.contains(versions[dependency], prereleases=True):
-                problems.append(f"{name} needs {requirement}, the kit has {versions[dependency]}")
+    problems = [
+        f"{name}=={version}: no wheel" for name, version in wanted.items() if (name, version) not in have
+    ]
+    problems += [f"{path.name}: not in the wanted set" for (n, v), path in have.items() if wanted.get(n) != v]
     return problems
-
-
-def asked_extras(requires: dict[str, list[Requirement]]) -> dict[str, frozenset[str]]:
-    """The extras that the applicable requirements of the distributions in `requires` ask of each
-    other (to a fixed point: an extra's own requirements may ask for more)."""
-    asked: dict[str, frozenset[str]] = {}
-    changed = True
-    while changed:
-        changed = False
-        for name, requirements in requires.items():
-            for requirement in requirements:
-                dependency = canonicalize_name(requirement.name)
-                more = asked.get(dependency, frozenset()) | frozenset(requirement.extras)
-                if needed(requirement, asked.get(name, frozenset())) and more != asked.get(dependency):
-                    asked[dependency], changed = more, True
-    return asked
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,7 +300,7 @@ def build() -> dict[str, Any]:
     started = time.monotonic()
     KIT.mkdir(parents=True, exist_ok=True)
     with FileLock(KIT.parent / f".{KIT.name}.lock"):
-        wanted = wheel_set(requirement_pins())
+        wanted = wanted_wheels(requirement_pins())
         download_wheels(wanted)
         problems = check_wheels(wanted)
         if problems:
@@ -377,6 +311,7 @@ def build() -> dict[str, Any]:
         record = {
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "commit": git_commit(),
+            "requirements_sha256": requirements_sha256(),
             "wheels": wanted,
             "wheel_files": sorted(p.name for p in WHEELS.glob("*.whl")),
             "debs": sorted(p.name for p in DEBS.glob("*.deb")),

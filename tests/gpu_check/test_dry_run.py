@@ -148,3 +148,17 @@ def test_the_driver_runs_with_the_standard_library_alone() -> None:
     code = f"import sys; sys.modules.update(dict.fromkeys({blocked!r})); import bench.gpu_check.driver"
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_environment_step_names_a_module_whose_wheel_is_missing() -> None:
+    """As on the first GPU machine, where the kit lacked cryptography and the server did not start:
+    the environment step (before any GPU step) names the modules that fail and why."""
+    code = (
+        "import json, sys; sys.modules['cryptography'] = None; "
+        "from bench.gpu_check.probe import import_errors; print(json.dumps(import_errors()))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    errors = json.loads(done.stdout.splitlines()[-1])
+    assert "server.main" in errors and "cryptography" in errors["server.main"], errors
+    assert all("cryptography" in why for why in errors.values()), errors  # nothing else fails
