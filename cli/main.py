@@ -3,30 +3,33 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 
-# Each module defines `register(subparsers)`, which adds its command(s) and sets `func`.
-COMMAND_MODULES: list[str] = [
-    "work",
-    "prepare",
-    "serve",
-    "db",
-    "init",
-    "token",
-    "up",
-    "submit",
-    "status",
-    "best",
-    "results_tsv",
-    "agent",
-    "run",
-    "retry",
-    "notes",
-    "mcp",
-    "similar",
-]
+from cli import (
+    agent,
+    best,
+    db,
+    init,
+    mcp,
+    notes,
+    prepare,
+    results_tsv,
+    retry,
+    run,
+    serve,
+    similar,
+    status,
+    submit,
+    token,
+    up,
+    work,
+)
+
+# The commands, in the order `autoresearch --help` lists them; each module's `register(subparsers)`
+# adds its command(s) and sets `func`.
+COMMANDS = (work, prepare, serve, db, init, token, up, submit, status, best, results_tsv, agent, run, retry)
+COMMANDS += (notes, mcp, similar)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,8 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Autonomous experiment server for small LLM pretraining research.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"cli.{name}").register(sub)
+    for command in COMMANDS:
+        command.register(sub)
     return parser
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import importlib
-import importlib.util
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -24,7 +22,7 @@ from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
 
 from client.states import ExperimentStatus, RunKind
-from server.api.routes import ROUTERS
+from server.api.router import ROUTERS
 from server.context import AppContext
 from server.core.body_limit import BodyLimit
 from server.core.config import ServerSettings, get_settings
@@ -50,6 +48,7 @@ from server.harness_pin import configured_harness_id, pin
 from server.mcp_http import mount_mcp
 from server.metrics import metrics_registry
 from server.models import Experiment, utcnow
+from server.pages import register as register_pages
 from server.presence import Presence
 from server.research_repo import ResearchRepo
 from server.standings_cache import TotalsCache
@@ -181,16 +180,6 @@ def _each_keep(ctx: AppContext) -> Callable[[], Awaitable[None]]:
     return wait
 
 
-def _include_pages(app: FastAPI) -> None:
-    """Web pages live in server/pages (another part of the project); include them when present."""
-    if importlib.util.find_spec("server.pages") is None:
-        return
-    pages = importlib.import_module("server.pages")
-    register = getattr(pages, "register", None)
-    if register is not None:
-        register(app)
-
-
 def create_app(settings: ServerSettings | None = None) -> FastAPI:
     settings = settings or get_settings()
     ctx = build_context(settings)
@@ -264,9 +253,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.state.metrics = metrics_registry(ctx)
     install_problem_handlers(app)
     install_openapi(app)
-    for name in ROUTERS:
-        app.include_router(importlib.import_module(f"server.api.routes.{name}").router, prefix=API_PREFIX)
-    _include_pages(app)
+    for router in ROUTERS:
+        app.include_router(router, prefix=API_PREFIX)
+    register_pages(app)
     mcp_sessions = mount_mcp(app, ctx)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(RefuseNul)

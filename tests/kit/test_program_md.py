@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import re
 
 from fastapi.routing import APIRoute
 
 from cli.main import build_parser
-from server.api.routes import ROUTERS
+from server.api.router import ROUTERS
 from server.mcp_tools import build_mcp
 from server.project_init import DEFAULT_PROGRAM_MD
 
@@ -23,11 +22,10 @@ TEXT = DEFAULT_PROGRAM_MD.read_text()
 def api_routes() -> set[tuple[str, str]]:
     """(method, path with every parameter written `{}`) of the API, without the /api/v1 prefix."""
     found = set()
-    for name in ROUTERS:
-        for route in importlib.import_module(f"server.api.routes.{name}").router.routes:
-            if isinstance(route, APIRoute):
-                path = re.sub(r"\{[^}]*\}", "{}", route.path)
-                found |= {(method, path) for method in route.methods}
+    for route in (route for router in ROUTERS for route in router.routes):
+        if isinstance(route, APIRoute):
+            path = re.sub(r"\{[^}]*\}", "{}", route.path)
+            found |= {(method, path) for method in route.methods}
     return found
 
 

@@ -6,7 +6,6 @@ from the OpenAPI document FastAPI publishes, in-process."""
 from __future__ import annotations
 
 import asyncio
-import importlib
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 
 from client.schemas import NoteIn, SimilarIn, SubmitIn
-from server.api.routes import ROUTERS
+from server.api.router import ROUTERS
 from server.mcp_tools import build_mcp
 
 # tool -> the route it mirrors (GET, query parameters)
@@ -57,8 +56,8 @@ def tool_inputs() -> dict[str, tuple[dict[str, Any], list[str]]]:
 
 def openapi() -> dict[str, Any]:
     app = FastAPI()
-    for name in ROUTERS:
-        app.include_router(importlib.import_module(f"server.api.routes.{name}").router)
+    for router in ROUTERS:
+        app.include_router(router)
     return app.openapi()
 
 

@@ -1,4 +1,1 @@
-"""API routers; `server.main` includes every module listed in ROUTERS."""
-
-ROUTERS = ["experiments", "notes", "worker", "project", "events", "tsv", "ops", "similar"]
-ROUTERS += ["history"]  # near misses and keep rates (issue 16)
+"""The API's routers, one module per resource; server/api/router.py lists them in order."""
