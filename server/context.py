@@ -68,8 +68,8 @@ class AppContext:
         """Run a worker endpoint's database work in a thread, at most WORKER_DB_THREADS at a time.
 
         What a fleet calls most gets a small pool of its own. With one thread per concurrent call
-        (the default pool has 40), the threads mostly contend for the GIL: on the claim-and-report
-        benchmark, 4 threads cost 10 % less CPU per cycle than 40 (docs/benchmarks.md).
+        (the default pool has 40), the threads mostly contend for the GIL, and a few cost less CPU
+        per claim-and-report cycle (docs/benchmarks.md has the figures).
         """
         if self._worker_threads is None:  # made on the event loop, which anyio needs
             self._worker_threads = CapacityLimiter(self.settings.worker_db_threads)

@@ -188,8 +188,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         ctx.bus.bind(asyncio.get_running_loop())
         # Everything alive now (modules, the app, the ORM's mappers) lives as long as the process.
-        # Frozen, Python's full collections no longer scan it: they took 80-100 ms, every
-        # request waiting meanwhile, and now take under 10 (docs/benchmarks.md).
+        # Frozen, Python's full collections no longer scan it, and requests no longer wait on
+        # them (docs/benchmarks.md has the pauses before and after).
         gc.collect()
         gc.freeze()
         tasks = [

@@ -26,9 +26,8 @@ T = TypeVar("T")
 # Progress is a sample for humans watching; when the server is away, keep only the newest.
 MAX_BUFFERED_EVENTS = 100
 # Events sent in one progress call, spread evenly over the batch (the newest always among them).
-# The server's work grows with every event it stores: paced to one call in 20 s (a fleet of
-# 1000), an h100 run's 60 steps a call cost the server 8 times a call of 10 (docs/benchmarks.md,
-# "Fleet"). Ten a call still draws a run's loss curve with a point every two seconds.
+# The server's work grows with every event it stores, so a call carries a few, which still draw
+# a run's loss curve finely (docs/benchmarks.md, "Fleet", has the cost per call).
 MAX_EVENTS_PER_CALL = 10
 
 

@@ -3,8 +3,8 @@
 SQLite runs in WAL mode with a busy timeout. The server copies the WAL into the database file
 in a thread of its own (`checkpoint_in_background`, `Database.checkpoint`), not in the commit
 that fills it, SQLite's default: that commit holds the write lock while it writes the pages and
-waits for the disk, and one such commit under bench/api_load.py took 788 ms (0.8 ms of CPU)
-while every other writer queued for the lock. Its write transactions start with
+waits for the disk, for a long time on a busy disk (docs/benchmarks.md), while every other
+writer queues for the lock. Its write transactions start with
 `BEGIN IMMEDIATE`, so that a transaction which reads and then writes takes the write lock up
 front instead of failing with SQLITE_BUSY when another writer committed in between; reads use
 plain deferred transactions and never wait for writers (WAL). PostgreSQL uses row locks where
