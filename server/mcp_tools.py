@@ -22,6 +22,7 @@ error `answer-not-understood`.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import inspect
 import time
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from typing import Annotated, Any
 
 import httpx
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from client import ApiError, Client, SchemaError
@@ -64,6 +65,14 @@ kept, reverted), and ask `has_this_been_tried`; after a finding, leave one `post
 with `submit` and follow it with `experiment`.
 `near_misses` lists changes that missed the bar by less than the noise (candidates to combine);
 `keep_rates` says which kinds of change (a constant up or down, a region) were tried and kept."""
+
+# What a client may assume of each tool (so that it can run the reads without asking): the reads
+# change nothing; submit queues at most one experiment per train.py (the same one again returns
+# it); post_note adds a note each call. None reaches beyond this server.
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+WRITES = {"read_only_hint": False, "destructive_hint": False, "open_world_hint": False}
+SUBMITS = ToolAnnotations(idempotent_hint=True, **WRITES)
+POSTS = ToolAnnotations(idempotent_hint=False, **WRITES)
 
 MAX_WAIT_S = 3600.0
 POLL_S = 2.0
@@ -173,9 +182,15 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
     """The MCP server with every tool; `connect` gives each call its API client; `options` go to
     MCPServer (the HTTP transport's authentication)."""
     # WARNING: the SDK configures the root logger when none is set; the server keeps its own level.
-    mcp = MCPServer(name="autoresearch", instructions=INSTRUCTIONS, log_level="WARNING", **options)
+    mcp = MCPServer(
+        name="autoresearch",
+        version=importlib.metadata.version("autoresearch-server"),
+        instructions=INSTRUCTIONS,
+        log_level="WARNING",
+        **options,
+    )
 
-    @mcp.tool()
+    @mcp.tool(annotations=READ_ONLY)
     @api_errors
     def best(ctx: Context) -> BestOut:
         """The current best train.py and its val_bpb (the mean of its runs ± its standard error).
@@ -183,7 +198,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         with connect(ctx) as client:
             return client.best()
 
-    @mcp.tool()
+    @mcp.tool(annotations=SUBMITS)
     @api_errors
     @takes_fields_of(SubmitIn)
     def submit(
@@ -196,7 +211,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
             submitted = client.submit(**{k: v for k, v in change.items() if v is not None})
             return report(client, submitted, wait_s, log_lines, submitted)
 
-    @mcp.tool()
+    @mcp.tool(annotations=READ_ONLY)
     @api_errors
     def experiment(
         ctx: Context,
@@ -209,7 +224,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         with connect(ctx) as client:
             return report(client, client.experiment(experiment_id), wait_s, log_lines)
 
-    @mcp.tool()
+    @mcp.tool(annotations=READ_ONLY)
     @api_errors
     @takes_fields_of(ExperimentsQuery)
     def search_experiments(ctx: Context, **query: Any) -> ExperimentPage:
@@ -219,14 +234,14 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         with connect(ctx) as client:
             return client.experiments(**query)
 
-    @mcp.tool()
+    @mcp.tool(annotations=READ_ONLY)
     @api_errors
     def leaderboard(ctx: Context) -> LeaderboardOut:
         """The best, the noise, the lineage of kept changes, the best results and each agent's standing."""
         with connect(ctx) as client:
             return client.leaderboard()
 
-    @mcp.tool()
+    @mcp.tool(annotations=READ_ONLY)
     @api_errors
     def noise(ctx: Context) -> NoiseListOut:
         """The decision rule's settings and the run-to-run noise of val_bpb per platform: an effect
@@ -234,7 +249,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         with connect(ctx) as client:
             return client.noise()
 
-    @mcp.tool()
+    @mcp.tool(annotations=READ_ONLY)
     @api_errors
     @takes_fields_of(NotesQuery)
     def notes(ctx: Context, **query: Any) -> NotePage:
@@ -243,7 +258,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         with connect(ctx) as client:
             return client.notes(experiment_id=query.pop("experiment"), **query)
 
-    @mcp.tool()
+    @mcp.tool(annotations=POSTS)
     @api_errors
     @takes_fields_of(NoteIn)
     def post_note(ctx: Context, **note: Any) -> NoteOut:
@@ -254,7 +269,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
 
     # Has this been tried: near misses and keep rates ------------------------------------------
 
-    @mcp.tool()
+    @mcp.tool(annotations=READ_ONLY)
     @api_errors
     @takes_fields_of(NearMissesQuery)
     def near_misses(ctx: Context, **query: Any) -> NearMissesOut:
@@ -265,7 +280,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         with connect(ctx) as client:
             return client.near_misses(**query)
 
-    @mcp.tool()
+    @mcp.tool(annotations=READ_ONLY)
     @api_errors
     @takes_fields_of(KeepRatesQuery)
     def keep_rates(ctx: Context, **query: Any) -> KeepRatesOut:
@@ -277,7 +292,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
 
     # Has this been tried? ------------------------------------------------------------------
 
-    @mcp.tool()
+    @mcp.tool(annotations=READ_ONLY)
     @api_errors
     @takes_fields_of(SimilarIn)
     def has_this_been_tried(ctx: Context, **change: Any) -> SimilarOut:
@@ -288,7 +303,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         with connect(ctx) as client:
             return client.similar_to(**{k: v for k, v in change.items() if v is not None})
 
-    @mcp.tool()
+    @mcp.tool(annotations=READ_ONLY)
     @api_errors
     def similar_experiments(ctx: Context, experiment_id: Annotated[int, Field(ge=1, le=2**62)]) -> SimilarOut:
         """The other experiments whose change is the same or nearly the same as this experiment's,

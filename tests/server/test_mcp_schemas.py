@@ -6,6 +6,7 @@ from the OpenAPI document FastAPI publishes, in-process."""
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 from typing import Any
 
 import pytest
@@ -86,3 +87,16 @@ def test_a_tool_that_sends_a_body_takes_its_fields(tool: str, model: type[BaseMo
     extras = TOOL_EXTRAS.get(tool, set())
     assert {k: v for k, v in properties.items() if k not in extras} == body
     assert required == sorted(schema.get("required", []))
+
+
+def test_every_tool_says_what_it_changes_and_the_server_its_version() -> None:
+    """Annotations let a client run the reads without asking its user (issue 29)."""
+    server = build_mcp(lambda _ctx: None)  # type: ignore[arg-type, return-value]
+    annotations = {tool.name: tool.annotations for tool in asyncio.run(server.list_tools())}
+    assert all(a is not None and a.open_world_hint is False for a in annotations.values()), annotations
+    reads = {name for name, a in annotations.items() if a is not None and a.read_only_hint}
+    assert reads == set(annotations) - {"submit", "post_note"}
+    submit, post_note = annotations["submit"], annotations["post_note"]
+    assert submit is not None and submit.idempotent_hint and submit.destructive_hint is False
+    assert post_note is not None and post_note.idempotent_hint is False
+    assert server.version == importlib.metadata.version("autoresearch-server") != ""
