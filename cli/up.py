@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Start a complete local setup: prepare the data for the preset (once), create the "
         "research repo and queue the baseline (once), create a local agent and worker token (once, "
         "kept in DATA_DIR/local-tokens.json), then run the server and N CPU or GPU workers until "
-        "Ctrl-C, SIGTERM or SIGHUP, which stop them all cleanly.",
+        "Ctrl-C, SIGTERM or SIGHUP: the workers finish their current experiments, then everything "
+        "stops; a second one stops at once (the running experiments are given back).",
     )
     parser.add_argument("--preset", default=None, help="harness preset: cpu (default), test or h100")
     parser.add_argument("--data-dir", type=Path, help="data folder (default: $DATA_DIR, else data)")
@@ -178,22 +179,37 @@ def _wait_any(children: list[subprocess.Popen]) -> None:
 
 
 def _stop(children: list[subprocess.Popen]) -> None:
-    """Workers first (two SIGTERMs: cancel the running experiment and release its lease), then the server."""
-    for stop_signal in STOP_SIGNALS:  # a second Ctrl-C or SIGTERM must not abandon the children
-        signal.signal(stop_signal, signal.SIG_IGN)
+    """Workers first, then the server. A worker's first SIGTERM lets it finish the experiment it
+    runs and deliver the result; another stop signal to `up` (a second Ctrl-C) passes a second
+    SIGTERM on, which cancels the run and gives its lease back (worker/signals.py)."""
     if not children:
         return
     workers, server = children[1:], children[0]
-    for _ in range(2):
-        for child in workers:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
-    for child in [*workers, server]:
+
+    def stop_now(signum: int, frame: object) -> None:
+        with contextlib.suppress(OSError):
+            print("[up] stopping now: the running experiments are cancelled and given back", flush=True)
+        _terminate(workers)
+
+    for stop_signal in STOP_SIGNALS:
+        signal.signal(stop_signal, stop_now)
+    if any(worker.poll() is None for worker in workers):
+        with contextlib.suppress(OSError):
+            print("[up] the workers finish their current experiments first (again: stop now)", flush=True)
+    _terminate(workers)
+    for worker in workers:
+        worker.wait()  # a run ends within its budget and scoring; a second signal ends it sooner
+    for stop_signal in STOP_SIGNALS:  # from here on nothing may abandon the server's stop
+        signal.signal(stop_signal, signal.SIG_IGN)
+    _terminate([server])
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+def _terminate(children: list[subprocess.Popen]) -> None:
+    for child in children:
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
-        try:
-            child.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()

@@ -113,12 +113,13 @@ def test_up_runs_the_baseline_and_ctrl_c_stops_everything(
     assert not os.path.exists(data_dir / "local-tokens.tmp")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("signals", [(signal.SIGTERM,), (signal.SIGHUP, signal.SIGINT)])
 def test_sigterm_and_sighup_stop_everything_like_ctrl_c(
-    tmp_path: Path, test_data: tuple[HarnessSettings, PreparedPaths], sig: signal.Signals
+    tmp_path: Path, test_data: tuple[HarnessSettings, PreparedPaths], signals: tuple[signal.Signals, ...]
 ) -> None:
-    # As systemd, docker or tmux stop a program (SIGTERM), or a closed terminal (SIGHUP), while the
-    # worker runs (or has run) the baseline: `up` stops the worker, then the server, and exits 0.
+    """As systemd, docker or tmux stop a program (SIGTERM), or a closed terminal (SIGHUP), while the
+    worker runs the baseline: the worker finishes it and delivers its result, then `up` stops the
+    server and exits 0. A second signal (Ctrl-C again) stops at once, leaving nothing running."""
     data_dir = _data_dir(tmp_path, test_data[1])
     port = _free_port()
     proc = _start_up(data_dir, port)
@@ -127,5 +128,13 @@ def test_sigterm_and_sighup_stop_everything_like_ctrl_c(
             f"http://127.0.0.1:{port}/api/v1/experiments/1", proc, lambda e: e["status"] != "queued", 240
         )
     finally:
-        out = _interrupt(proc, data_dir, sig)
+        for sig in signals[:-1]:
+            proc.send_signal(sig)
+            time.sleep(1.0)
+        out = _interrupt(proc, data_dir, signals[-1])
     assert "[up] stopping workers and server" in out
+    if len(signals) == 1:
+        assert "SIGTERM: finishing the current experiment, then exiting" in out, out
+        assert "experiment 1: result recorded" in out, out
+    else:
+        assert "[up] stopping now" in out, out
