@@ -20,7 +20,8 @@ from tests.worker.processes import InitialisedProject, Project, init_project, se
 # @pytest.mark.parametrize("project", [{"lease_seconds": 60}], indirect=True); tests that must act
 # while a run is still training ask for a longer {"time_budget": ...} the same way, since the
 # test preset's 3 s run can end before a signal or a cancel reaches it on a loaded machine; and
-# {"fleet_progress_per_s": ...} sets the server's FLEET_PROGRESS_PER_S.
+# {"fleet_progress_per_s": ...} and {"max_attempts": ...} set the server's FLEET_PROGRESS_PER_S and
+# MAX_ATTEMPTS.
 LEASE_SECONDS = 3.0
 
 
@@ -46,11 +47,8 @@ def project(
     options: dict[str, float] = getattr(request, "param", {})
     if "time_budget" in options:
         settings = settings.model_copy(update={"time_budget": options["time_budget"]})
-    extra = (
-        {"FLEET_PROGRESS_PER_S": str(options["fleet_progress_per_s"])}
-        if "fleet_progress_per_s" in options
-        else {}
-    )
+    server_settings = {"fleet_progress_per_s": "FLEET_PROGRESS_PER_S", "max_attempts": "MAX_ATTEMPTS"}
+    extra = {variable: str(options[key]) for key, variable in server_settings.items() if key in options}
     project = serve(
         initialised.copy_to(tmp_path), settings, options.get("lease_seconds", LEASE_SECONDS), **extra
     )
