@@ -240,7 +240,8 @@ def _not_valid(snapshot: Snapshot) -> Verdict | None:
 def _baseline(snapshot: Snapshot) -> Verdict:
     assert snapshot.run.val_bpb is not None
     if snapshot.reference_is_best:
-        return Verdict(Action.KEEP, f"baseline measured: val_bpb {fmt_bpb(snapshot.run.val_bpb)}")
+        # Its later runs measure the noise and its value becomes their mean: say which run this is.
+        return Verdict(Action.KEEP, f"baseline measured: first run val_bpb {fmt_bpb(snapshot.run.val_bpb)}")
     return Verdict(Action.REVERT, "baseline re-measured after the best moved on: not compared")
 
 

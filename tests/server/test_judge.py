@@ -111,9 +111,8 @@ def test_only_ok_runs_can_be_kept_whatever_their_score(status: str, error_class:
 
 
 def test_the_baseline_is_measured_not_judged() -> None:
-    assert (
-        judge(snapshot(1.23, is_baseline=True, reference=None)).reason == "baseline measured: val_bpb 1.2300"
-    )
+    measured = judge(snapshot(1.23, is_baseline=True, reference=None))
+    assert measured.reason == "baseline measured: first run val_bpb 1.2300"
     moved = judge(snapshot(1.23, is_baseline=True, reference=None, reference_is_best=False))
     assert moved.action is Action.REVERT and "best moved on" in moved.reason
 

@@ -55,7 +55,7 @@ def test_the_noise_is_measured_first_with_a_new_seed_for_every_run(
     assert (baseline.experiment_id, baseline.run, baseline.seed) == (1, 1, run_seed(1, 1))
     assert second.claim() is None  # nothing is compared with an unmeasured best
     answer = first.report(baseline, 1.0)
-    assert answer.decision == "keep" and answer.reason == "baseline measured: val_bpb 1.0000"
+    assert answer.decision == "keep" and answer.reason == "baseline measured: first run val_bpb 1.0000"
     runs = agent.experiment(1).runs
     assert [(r.number, r.kind, r.state) for r in runs] == [
         (1, "first", "finished"),

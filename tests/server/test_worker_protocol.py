@@ -56,7 +56,7 @@ def test_claim_heartbeat_progress_result(live, worker_factory) -> None:
         "run": 1,
         "decision": "keep",
         "status": "kept",
-        "reason": "baseline measured: val_bpb 1.2500",
+        "reason": "baseline measured: first run val_bpb 1.2500",
     }
     experiment = live.client().experiment(1)
     assert experiment.result.mfu_percent == 31.5 and experiment.result.tokens == 123456
