@@ -119,7 +119,8 @@ def _resolve_base(session: Session, base: str | None) -> str:
         raise Problem(
             404,
             "unknown-base",
-            f"base {base!r}: {exc}; use a commit from GET /experiments or GET /best",
+            f"base {base!r}: {exc}; use the commit of an experiment or of the best (REST: GET /experiments, "
+            "GET /best; MCP: search_experiments, best)",
         ) from exc
 
 

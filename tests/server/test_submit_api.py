@@ -127,6 +127,12 @@ def test_precise_refusals(live, refused: Callable[..., ApiError], baseline_sourc
             "unknown-base",
             "no experiment has commit",
         ),
+        (  # the way out, for a REST client and an MCP one alike
+            dict(patch=good, base="0123456789abcdef0123456789abcdef01234567"),
+            404,
+            "unknown-base",
+            "(REST: GET /experiments, GET /best; MCP: search_experiments, best)",
+        ),
         (dict(patch=good, base="not-hex"), 422, "validation-error", "base"),
         (dict(patch=good, description=""), 422, "validation-error", "description"),
         (dict(patch=good + "#" * 300_000), 413, "patch-too-large", "limit"),
