@@ -13,8 +13,10 @@ Everything after, including saving the weights, is training.
 from __future__ import annotations
 
 # Training may overrun the budget by one last step and the weight save; beyond this it is over
-# budget and can never be kept.
-OVER_BUDGET_TOLERANCE_MIN_S = 2.0
+# budget and can never be kept. 2 % of the budget, so on `cpu` and `h100` every second past it
+# that is not over budget is at most 2 % more training; the floor keeps the `test` preset's
+# honest runs of a few seconds valid on a loaded machine (the process's exit counts too).
+OVER_BUDGET_TOLERANCE_MIN_S = 1.0
 OVER_BUDGET_TOLERANCE_FRACTION = 0.02
 # Between the over-budget line and the hard kill: time to notice the budget is up and exit.
 DEADLINE_GRACE_MIN_S = 5.0

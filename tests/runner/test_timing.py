@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.config import PRESETS
 from harness.runner import timing
 
 seconds = st.floats(min_value=0.0, max_value=1e5, allow_nan=False)
@@ -38,4 +39,8 @@ def test_the_hard_deadline_lies_beyond_every_run_that_is_merely_over_budget(budg
 
 def test_tolerance_is_two_percent_with_a_floor() -> None:
     assert timing.over_budget_tolerance(300.0) == 6.0
+    # At most 2 % of the budget on the presets that rank real changes (issue 32).
+    for preset in ("cpu", "h100"):
+        budget = PRESETS[preset]["time_budget"]
+        assert timing.over_budget_tolerance(budget) <= 0.02 * budget
     assert timing.over_budget_tolerance(3.0) == timing.OVER_BUDGET_TOLERANCE_MIN_S
