@@ -9,7 +9,9 @@ import sys
 from cli import (
     agent,
     best,
+    cancel,
     db,
+    history,
     init,
     mcp,
     notes,
@@ -29,7 +31,7 @@ from cli import (
 # The commands, in the order `autoresearch --help` lists them; each module's `register(subparsers)`
 # adds its command(s) and sets `func`.
 COMMANDS = (work, prepare, serve, db, init, token, up, submit, status, best, results_tsv, agent, run, retry)
-COMMANDS += (notes, mcp, similar)
+COMMANDS += (notes, mcp, similar, cancel, history)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -215,8 +215,30 @@ def test_status_on_best_shows_what_is_tried_on_the_best(
         fresh = client.submit("lr 0.5 on the best", train_py=bigram(0.5), base=best.commit)
         try:
             shown = in_process(capsys, "status", "--on-best", "--json", server=project.url)
-        finally:
-            client.cancel(fresh.id)  # not needed to run: the listing is what is tested
+        finally:  # not needed to run: the listing is what is tested
+            cancelled = in_process(
+                capsys, "cancel", str(fresh.id), "--json", server=project.url, token=project.agent_token
+            )
     listed = json.loads(shown.out)["experiments"]
     assert fresh.id in [experiment["id"] for experiment in listed]
     assert all(experiment["base"] == best.commit for experiment in listed)
+    answer = json.loads(cancelled.out)  # cancelled if still queued; its worker stops it if it runs
+    assert cancelled.code == 0 and answer["id"] == fresh.id, cancelled
+    assert answer["status"] == "cancelled" or answer["cancel_requested"], answer
+
+
+def test_near_misses_and_keep_rates_print_what_the_api_answers(
+    project: Project, submitted: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    project.final(submitted["edited_id"])
+    with project.agent() as client:
+        near, rates = client.near_misses(), client.keep_rates()
+    for command, answer in (("near-misses", near), ("keep-rates", rates)):
+        as_json = in_process(capsys, command, "--json", server=project.url)
+        assert as_json.code == 0 and json.loads(as_json.out) == answer.model_dump(mode="json"), as_json
+    table = in_process(capsys, "keep-rates", server=project.url).out
+    overall = rates.overall
+    assert table.startswith(f"overall: {overall.kept} kept of {overall.tried} tried") and overall.tried >= 2
+    assert "LEARNING_RATE" in table  # the submissions moved the learning rate
+    listed = in_process(capsys, "near-misses", server=project.url).out
+    assert listed.startswith("no near misses") == (not near.items)
