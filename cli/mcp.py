@@ -8,14 +8,8 @@ The server URL and the agent token come from $AUTORESEARCH_SERVER and $AUTORESEA
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
 from cli.connection import add_connection_args, connect
-
-if TYPE_CHECKING:
-    from mcp.server.mcpserver import Context
-
-    from client import Client
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,8 +30,5 @@ def run(args: argparse.Namespace) -> int:
 
     connect(args, "mcp", token_required=True).close()  # the settings' errors now, before serving
 
-    def client(_ctx: Context) -> Client:
-        return connect(args, "mcp", token_required=True)
-
-    build_mcp(client).run("stdio")
+    build_mcp(lambda: connect(args, "mcp", token_required=True)).run("stdio")
     return 0

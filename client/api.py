@@ -272,6 +272,14 @@ class Client:
     def diff(self, experiment_id: int) -> str:
         return self._send("GET", f"/experiments/{experiment_id}/diff").text
 
+    def train_py(self, experiment_id: int) -> str:
+        """The experiment's whole train.py."""
+        return self._send("GET", f"/experiments/{experiment_id}/train.py").text
+
+    def program_md(self) -> str:
+        """program.md: the rules every agent follows."""
+        return self._send("GET", "/program").text
+
     def log(self, experiment_id: int, run: int | None = None) -> str:
         """A run's log (default: the latest run with a result)."""
         params = {"run": run} if run is not None else None

@@ -13,13 +13,16 @@ which a hostile web page cannot send.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 from fastapi import FastAPI
+from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
-from mcp.server.mcpserver import Context
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AnyHttpUrl
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from client import Client
 from server.api.deps import principal_of
@@ -43,13 +46,30 @@ class AgentTokens:
         return AccessToken(token=token, client_id=principal.name, scopes=[principal.kind])
 
 
-def loopback(ctx: Context) -> Client:
+# The address the MCP request at hand came in on (scheme, host, port), set for each request by
+# RememberAddress: tools and resources reach the REST API of this same process through it.
+_address: ContextVar[tuple[str, str, int] | None] = ContextVar("mcp_request_address", default=None)
+
+
+class RememberAddress:
+    """ASGI wrapper of the MCP app: remembers each request's own address for `loopback`."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host, port = scope["server"]
+            _address.set((scope["scheme"], f"[{host}]" if ":" in host else host, port))
+        await self.app(scope, receive, send)
+
+
+def loopback() -> Client:
     """A client of this server's REST API with the token the MCP request was authenticated with."""
-    request = ctx.request_context.request
-    assert request is not None, "the HTTP transport always has a request"
-    host, port = request.scope["server"]
-    host = f"[{host}]" if ":" in host else host
-    return Client(f"{request.url.scheme}://{host}:{port}", request.scope["user"].access_token.token)
+    address, token = _address.get(), get_access_token()
+    assert address is not None and token is not None, "only called while an authenticated request runs"
+    scheme, host, port = address
+    return Client(f"{scheme}://{host}:{port}", token.token)
 
 
 def mount_mcp(app: FastAPI, ctx: AppContext) -> StreamableHTTPSessionManager:
@@ -66,5 +86,5 @@ def mount_mcp(app: FastAPI, ctx: AppContext) -> StreamableHTTPSessionManager:
         stateless_http=True,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
-    app.mount(MOUNT, http_app)
+    app.mount(MOUNT, RememberAddress(http_app))
     return mcp.session_manager

@@ -29,7 +29,8 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import httpx
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -54,8 +55,8 @@ from client.schemas import (
 from client.states import FINAL_STATUSES
 from server.api.params import ExperimentsQuery, KeepRatesQuery, NearMissesQuery, NotesQuery
 
-# A client of the REST API for the tool call at hand (the caller's token; closed after the call).
-Connect = Callable[[Context], Client]
+# A client of the REST API for the call at hand (the caller's token; closed after the call).
+Connect = Callable[[], Client]
 
 INSTRUCTIONS = """\
 An autoresearch server: agents submit changes of train.py, GPU workers run each for a fixed time
@@ -73,6 +74,17 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITES = {"read_only_hint": False, "destructive_hint": False, "open_world_hint": False}
 SUBMITS = ToolAnnotations(idempotent_hint=True, **WRITES)
 POSTS = ToolAnnotations(idempotent_hint=False, **WRITES)
+
+RESEARCH_LOOP = """\
+You are one of the agents improving train.py on this server. The rules, from program.md:
+
+{rules}
+
+The best so far: val_bpb {val_bpb} ({experiment}); its train.py is the resource
+autoresearch://best/train.py. Loop: read the recent `notes` and `near_misses`, pick one change,
+ask `has_this_been_tried`, `submit` it, follow it with `experiment` until it is decided, and
+leave a `post_note` with what you learned. A change is kept only when it beats the best by more
+than the run-to-run noise (`noise`)."""
 
 MAX_WAIT_S = 3600.0
 POLL_S = 2.0
@@ -120,6 +132,22 @@ def api_errors(tool: Callable[..., Any]) -> Callable[..., Any]:
             return problem_result("answer-not-understood", None, str(error), problem)
 
     return call
+
+
+def read_text(connect: Connect, fetch: Callable[[Client], str]) -> str:
+    """A resource's text from the API; an API error becomes the resource error `kind (status): detail`."""
+    try:
+        with connect() as client:
+            return fetch(client)
+    except ApiError as error:
+        kind = error.type.rsplit("/", 1)[-1] or "http-error"
+        raise ResourceError(f"{kind} ({error.status}): {error.detail or error.title}") from error
+
+
+def experiment_number(experiment_id: str) -> int:
+    if not experiment_id.isdigit() or not 1 <= int(experiment_id) <= 2**62:
+        raise ResourceError(f"bad-experiment-id: {experiment_id!r} is not an experiment id (1, 2, ...)")
+    return int(experiment_id)
 
 
 def takes_fields_of(model: type[BaseModel]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -192,79 +220,76 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
-    def best(ctx: Context) -> BestOut:
+    def best() -> BestOut:
         """The current best train.py and its val_bpb (the mean of its runs ± its standard error).
         Start every change from this train.py."""
-        with connect(ctx) as client:
+        with connect() as client:
             return client.best()
 
     @mcp.tool(annotations=SUBMITS)
     @api_errors
     @takes_fields_of(SubmitIn)
-    def submit(
-        ctx: Context, wait_s: WaitS = 600.0, log_lines: LogLines = 40, **change: Any
-    ) -> ExperimentReport:
+    def submit(wait_s: WaitS = 600.0, log_lines: LogLines = 40, **change: Any) -> ExperimentReport:
         """Submit a change of train.py (a unified diff `patch` against `base`, default the best, or
         a whole `train_py`) with a one-line description, and wait up to `wait_s` for the decision:
         kept (it beat the best beyond the noise) or not, with effect ± noise and the reason."""
-        with connect(ctx) as client:
+        with connect() as client:
             submitted = client.submit(**{k: v for k, v in change.items() if v is not None})
             return report(client, submitted, wait_s, log_lines, submitted)
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
     def experiment(
-        ctx: Context,
         experiment_id: Annotated[int, Field(ge=1, le=2**62)],
         wait_s: WaitS = 0.0,
         log_lines: LogLines = 40,
     ) -> ExperimentReport:
         """One experiment: status, decision and its reason (effect ± noise, runs), result, its diff
         and the end of its log; with `wait_s`, first wait that long for its decision."""
-        with connect(ctx) as client:
+        with connect() as client:
             return report(client, client.experiment(experiment_id), wait_s, log_lines)
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
     @takes_fields_of(ExperimentsQuery)
-    def search_experiments(ctx: Context, **query: Any) -> ExperimentPage:
+    def search_experiments(**query: Any) -> ExperimentPage:
         """Experiments, newest first, filtered by status, agent, text, the constant a change set
         (`constant="MATRIX_LR"`) or text of the lines it changed: what was tried, kept, reverted or
         failed, before you try it again."""
-        with connect(ctx) as client:
+        with connect() as client:
             return client.experiments(**query)
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
-    def leaderboard(ctx: Context) -> LeaderboardOut:
+    def leaderboard() -> LeaderboardOut:
         """The best, the noise, the lineage of kept changes, the best results and each agent's standing."""
-        with connect(ctx) as client:
+        with connect() as client:
             return client.leaderboard()
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
-    def noise(ctx: Context) -> NoiseListOut:
+    def noise() -> NoiseListOut:
         """The decision rule's settings and the run-to-run noise of val_bpb per platform: an effect
         smaller than the noise is not evidence."""
-        with connect(ctx) as client:
+        with connect() as client:
             return client.noise()
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
     @takes_fields_of(NotesQuery)
-    def notes(ctx: Context, **query: Any) -> NotePage:
+    def notes(**query: Any) -> NotePage:
         """Notes agents and people left (findings, hypotheses, plans), newest first. Read the
         recent ones before proposing."""
-        with connect(ctx) as client:
+        with connect() as client:
             return client.notes(experiment_id=query.pop("experiment"), **query)
 
     @mcp.tool(annotations=POSTS)
     @api_errors
     @takes_fields_of(NoteIn)
-    def post_note(ctx: Context, **note: Any) -> NoteOut:
+    def post_note(**note: Any) -> NoteOut:
         """Leave a note for the other agents: one per finding, tied to the experiment or commit it
         is about."""
-        with connect(ctx) as client:
+        with connect() as client:
             return client.post_note(**note)
 
     # Has this been tried: near misses and keep rates ------------------------------------------
@@ -272,22 +297,22 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
     @takes_fields_of(NearMissesQuery)
-    def near_misses(ctx: Context, **query: Any) -> NearMissesOut:
+    def near_misses(**query: Any) -> NearMissesOut:
         """Changes that were measured and not kept but may still be better than what they were
         measured against (within `sigmas` standard errors, or better), most promising first, with
         effect ± se, runs, the constants and regions each changed, and whether its diff still
         applies to the best: candidates to combine into one change."""
-        with connect(ctx) as client:
+        with connect() as client:
             return client.near_misses(**query)
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
     @takes_fields_of(KeepRatesQuery)
-    def keep_rates(ctx: Context, **query: Any) -> KeepRatesOut:
+    def keep_rates(**query: Any) -> KeepRatesOut:
         """What was tried and what helped, by kind of change: per constant and direction (`LR up`,
         `LR down`) and per region of train.py (a function, class or method, or `module`), how many
         decided experiments tried it, were measured, were kept, and the best effect seen."""
-        with connect(ctx) as client:
+        with connect() as client:
             return client.keep_rates(**query)
 
     # Has this been tried? ------------------------------------------------------------------
@@ -295,20 +320,83 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
     @takes_fields_of(SimilarIn)
-    def has_this_been_tried(ctx: Context, **change: Any) -> SimilarOut:
+    def has_this_been_tried(**change: Any) -> SimilarOut:
         """Before submitting a change (a `patch` against `base`, default the best, or a whole
         `train_py`): the experiments that made the same change, or nearly (the same constants set
         to nearby values, the same lines changed, the same diff on another base), with their
         outcomes. Nothing is submitted. Skip or rethink a change that was already measured."""
-        with connect(ctx) as client:
+        with connect() as client:
             return client.similar_to(**{k: v for k, v in change.items() if v is not None})
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
-    def similar_experiments(ctx: Context, experiment_id: Annotated[int, Field(ge=1, le=2**62)]) -> SimilarOut:
+    def similar_experiments(experiment_id: Annotated[int, Field(ge=1, le=2**62)]) -> SimilarOut:
         """The other experiments whose change is the same or nearly the same as this experiment's,
         most alike first, with their outcomes."""
-        with connect(ctx) as client:
+        with connect() as client:
             return client.similar(experiment_id)
+
+    # Resources: what an agent reads, as plain text ----------------------------------------------
+
+    @mcp.resource(
+        "autoresearch://rules",
+        name="rules",
+        mime_type="text/markdown",
+        description="program.md: the rules every agent follows (the train.py contract, the time budget, "
+        "what the sandbox allows, how decisions are made). Read it first.",
+    )
+    def rules() -> str:
+        return read_text(connect, lambda client: client.program_md())
+
+    @mcp.resource(
+        "autoresearch://best/train.py",
+        name="best train.py",
+        mime_type="text/x-python",
+        description="The current best train.py, as plain text: start every change from it.",
+    )
+    def best_train_py() -> str:
+        return read_text(connect, lambda client: client.best().train_py)
+
+    @mcp.resource(
+        "autoresearch://results.tsv",
+        name="results.tsv",
+        mime_type="text/tab-separated-values",
+        description="Every result, oldest first: commit, val_bpb, memory_gb, status, description.",
+    )
+    def results_tsv() -> str:
+        return read_text(connect, lambda client: client.results_tsv())
+
+    @mcp.resource(
+        "autoresearch://experiments/{experiment_id}/train.py",
+        name="an experiment's train.py",
+        mime_type="text/x-python",
+        description="The whole train.py of experiment `experiment_id`.",
+    )
+    def experiment_train_py(experiment_id: str) -> str:
+        number = experiment_number(experiment_id)
+        return read_text(connect, lambda client: client.train_py(number))
+
+    @mcp.resource(
+        "autoresearch://experiments/{experiment_id}/diff",
+        name="an experiment's diff",
+        mime_type="text/x-diff",
+        description="The unified diff of experiment `experiment_id`'s train.py against its base.",
+    )
+    def experiment_diff(experiment_id: str) -> str:
+        number = experiment_number(experiment_id)
+        return read_text(connect, lambda client: client.diff(number))
+
+    @mcp.prompt(
+        name="research_loop",
+        description="Start a research loop: the rules, the state of the project, and the loop to follow.",
+    )
+    def research_loop() -> str:
+        def state(client: Client) -> str:
+            best, rules = client.best(), client.program_md()
+            return RESEARCH_LOOP.format(
+                rules=rules, val_bpb=best.val_bpb, experiment=best.experiment_id or "the baseline"
+            )
+
+        return read_text(connect, state)
 
     return mcp

@@ -152,13 +152,21 @@ class ResearchRepo:
         cached = self._train_py.get(commit_sha)  # one dict lookup, atomic: a hit needs no lock
         if cached is not None:
             return cached
+        data = self._file(commit_sha, TRAIN_PY)
         with self.lock:
-            blob = next((binsha for binsha, _mode, name in self._tree(commit_sha) if name == TRAIN_PY), None)
+            _remember(self._train_py, commit_sha, data, self._cache_size)
+        return data
+
+    def program_md(self, commit_sha: str) -> bytes:
+        """The program.md of a commit: the rules agents follow (read rarely, not cached)."""
+        return self._file(commit_sha, PROGRAM_MD)
+
+    def _file(self, commit_sha: str, file_name: str) -> bytes:
+        with self.lock:
+            blob = next((binsha for binsha, _mode, name in self._tree(commit_sha) if name == file_name), None)
             if blob is None:
                 raise UnknownCommit(commit_sha)
-            data = self._read(blob, _BLOB)
-            _remember(self._train_py, commit_sha, data, self._cache_size)
-            return data
+            return self._read(blob, _BLOB)
 
     def best(self) -> str:
         with self.lock:

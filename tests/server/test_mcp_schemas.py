@@ -46,7 +46,7 @@ def resolved(schema: Any, definitions: dict[str, Any]) -> Any:
 
 def tool_inputs() -> dict[str, tuple[dict[str, Any], list[str]]]:
     """Each tool's input properties (references resolved) and required names, as the SDK lists them."""
-    tools = asyncio.run(build_mcp(lambda _ctx: None).list_tools())  # type: ignore[arg-type, return-value]
+    tools = asyncio.run(build_mcp(lambda: None).list_tools())  # type: ignore[arg-type, return-value]
     inputs = {}
     for tool in tools:
         schema = tool.input_schema
@@ -91,7 +91,7 @@ def test_a_tool_that_sends_a_body_takes_its_fields(tool: str, model: type[BaseMo
 
 def test_every_tool_says_what_it_changes_and_the_server_its_version() -> None:
     """Annotations let a client run the reads without asking its user (issue 29)."""
-    server = build_mcp(lambda _ctx: None)  # type: ignore[arg-type, return-value]
+    server = build_mcp(lambda: None)  # type: ignore[arg-type, return-value]
     annotations = {tool.name: tool.annotations for tool in asyncio.run(server.list_tools())}
     assert all(a is not None and a.open_world_hint is False for a in annotations.values()), annotations
     reads = {name for name, a in annotations.items() if a is not None and a.read_only_hint}

@@ -131,6 +131,20 @@ def get_diff(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> DiffResp
     return DiffResponse(make_patch(old, new))
 
 
+class PythonResponse(PlainTextResponse):
+    media_type = "text/x-python; charset=utf-8"
+
+
+@router.get("/{experiment_id}/train.py", response_class=PythonResponse, responses=_ERRORS)
+def get_train_py(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> PythonResponse:
+    """The experiment's whole train.py, as plain text."""
+    with ctx.db.read() as session:
+        experiment = session.get(Experiment, experiment_id)
+    if experiment is None:
+        raise _not_found(experiment_id)
+    return PythonResponse(ctx.repo.train_py(experiment.commit_sha).decode("utf-8", "replace"))
+
+
 @router.get("/{experiment_id}/log", response_class=PlainTextResponse, responses=_ERRORS)
 def get_log(
     ctx: Ctx, _reader: Reader, experiment_id: ExperimentId, run: RunNumber = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
+from fastapi.responses import PlainTextResponse
 
 from client.schemas import AgentsOut, BestOut, ChildrenOut, LeaderboardOut, NoiseListOut, RuleOut
 from server.api.deps import Ctx, Reader
@@ -29,6 +30,19 @@ def _best(ctx: Ctx) -> BestOut:
 def get_best(ctx: Ctx, _reader: Reader) -> BestOut:
     """The current best: commit, val_bpb, its experiment and its train.py."""
     return _best(ctx)
+
+
+class MarkdownResponse(PlainTextResponse):
+    media_type = "text/markdown; charset=utf-8"
+
+
+@router.get(
+    "/program", response_class=MarkdownResponse, responses={**_AUTH, 409: {"description": "not initialised"}}
+)
+def get_program(ctx: Ctx, _reader: Reader) -> MarkdownResponse:
+    """program.md of the best commit: the rules every agent follows (the train.py contract, the
+    time budget, the sandbox, how decisions are made)."""
+    return MarkdownResponse(ctx.repo.program_md(_best(ctx).commit).decode("utf-8", "replace"))
 
 
 @router.get("/leaderboard", responses={**_AUTH, 409: {"description": "not initialised"}})
