@@ -373,8 +373,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         description="The whole train.py of experiment `experiment_id`.",
     )
     def experiment_train_py(experiment_id: str) -> str:
-        number = experiment_number(experiment_id)
-        return read_text(connect, lambda client: client.train_py(number))
+        return read_text(connect, lambda client: client.train_py(experiment_number(experiment_id)))
 
     @mcp.resource(
         "autoresearch://experiments/{experiment_id}/diff",
@@ -383,8 +382,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         description="The unified diff of experiment `experiment_id`'s train.py against its base.",
     )
     def experiment_diff(experiment_id: str) -> str:
-        number = experiment_number(experiment_id)
-        return read_text(connect, lambda client: client.diff(number))
+        return read_text(connect, lambda client: client.diff(experiment_number(experiment_id)))
 
     @mcp.prompt(
         name="research_loop",

@@ -47,6 +47,20 @@ def _not_found(experiment_id: int) -> Problem:
     return Problem(404, "unknown-experiment", f"no experiment {experiment_id}")
 
 
+def _train_py(ctx: AppContext, commit: str | None) -> str:
+    """train.py of a commit as text ("" for none: the baseline's base)."""
+    return ctx.repo.train_py(commit).decode("utf-8", "replace") if commit else ""
+
+
+def _commits(ctx: AppContext, experiment_id: int) -> tuple[str, str | None]:
+    """An experiment's commit and base commit; Problem 404 when there is no such experiment."""
+    with ctx.db.read() as session:
+        experiment = session.get(Experiment, experiment_id)
+    if experiment is None:
+        raise _not_found(experiment_id)
+    return experiment.commit_sha, experiment.base_commit
+
+
 @router.post(
     "",
     status_code=201,
@@ -120,15 +134,8 @@ class DiffResponse(PlainTextResponse):
 @router.get("/{experiment_id}/diff", response_class=DiffResponse, responses=_ERRORS)
 def get_diff(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> DiffResponse:
     """The unified diff of train.py from the experiment's base to its commit."""
-    with ctx.db.read() as session:
-        experiment = session.get(Experiment, experiment_id)
-    if experiment is None:
-        raise _not_found(experiment_id)
-    new = ctx.repo.train_py(experiment.commit_sha).decode("utf-8", "replace")
-    old = (
-        ctx.repo.train_py(experiment.base_commit).decode("utf-8", "replace") if experiment.base_commit else ""
-    )
-    return DiffResponse(make_patch(old, new))
+    commit, base = _commits(ctx, experiment_id)
+    return DiffResponse(make_patch(_train_py(ctx, base), _train_py(ctx, commit)))
 
 
 class PythonResponse(PlainTextResponse):
@@ -138,11 +145,8 @@ class PythonResponse(PlainTextResponse):
 @router.get("/{experiment_id}/train.py", response_class=PythonResponse, responses=_ERRORS)
 def get_train_py(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> PythonResponse:
     """The experiment's whole train.py, as plain text."""
-    with ctx.db.read() as session:
-        experiment = session.get(Experiment, experiment_id)
-    if experiment is None:
-        raise _not_found(experiment_id)
-    return PythonResponse(ctx.repo.train_py(experiment.commit_sha).decode("utf-8", "replace"))
+    commit, _base = _commits(ctx, experiment_id)
+    return PythonResponse(_train_py(ctx, commit))
 
 
 @router.get("/{experiment_id}/log", response_class=PlainTextResponse, responses=_ERRORS)
