@@ -44,6 +44,15 @@ class RunState(StrEnum):
     INFRA_FAILED = "infra_failed"
 
 
+class LeaseState(StrEnum):
+    """Where a worker's hold on one run is (server/crud/leases.py)."""
+
+    ACTIVE = "active"  # held: the worker heartbeats it
+    EXPIRED = "expired"  # not heartbeated in time: the run went back to the queue
+    RELEASED = "released"  # given back by its worker (stopping, or its own fault)
+    FINISHED = "finished"  # its result was recorded
+
+
 class RunKind(StrEnum):
     """Why a run was made."""
 

@@ -223,7 +223,7 @@ class Lease(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
     worker_id: Mapped[str] = mapped_column(ForeignKey("workers.id"), index=True)
     attempt: Mapped[int]
-    state: Mapped[str] = mapped_column(String(16))  # active | expired | released | finished
+    state: Mapped[str] = mapped_column(String(16))  # client.states.LeaseState
     claimed_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime]
     ended_at: Mapped[datetime | None]

@@ -19,7 +19,7 @@ from sqlalchemy import Row, Update, bindparam, case, delete, func, insert, selec
 from sqlalchemy.orm import Session
 
 from client.schemas import ClaimOut, HeartbeatOut, ProgressEventIn
-from client.states import RETRYABLE_STATUSES, ExperimentStatus, Rule, RunState
+from client.states import RETRYABLE_STATUSES, ExperimentStatus, LeaseState, Rule, RunState
 from server.context import AppContext, Tx
 from server.core.problems import Problem
 from server.crud import noise as noise_crud
@@ -39,8 +39,6 @@ from server.models import (
     Worker,
     utcnow,
 )
-
-ACTIVE, EXPIRED, RELEASED, FINISHED = "active", "expired", "released", "finished"
 
 
 def check_worker(ctx: AppContext, principal: Principal, worker_id: str) -> None:
@@ -194,7 +192,7 @@ def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | N
                 "run_id": picked.id,
                 "worker_id": worker_id,
                 "attempt": picked.attempts,
-                "state": ACTIVE,
+                "state": LeaseState.ACTIVE,
                 "claimed_at": now,
                 "expires_at": now + timedelta(seconds=ctx.settings.lease_seconds),
             }
@@ -243,7 +241,7 @@ def set_lease(session: Session, lease_id: str, **values: object) -> None:
 
 def require_held(ctx: AppContext, session: Session, lease: Row[Any]) -> None:
     """409 unless the lease is active and unexpired; notes the worker as seen."""
-    if lease.state != ACTIVE:
+    if lease.state != LeaseState.ACTIVE:
         raise Problem(409, "lease-not-held", f"lease {lease.id} is no longer held: it was {lease.state}")
     if lease.expires_at <= utcnow():
         raise Problem(
@@ -423,7 +421,7 @@ def back_to_queue(
 def release(ctx: AppContext, principal: Principal, lease_id: str, reason: str, count_attempt: bool) -> None:
     with ctx.transaction() as tx:
         lease = held_lease(ctx, tx.session, principal, lease_id)
-        set_lease(tx.session, lease.id, state=RELEASED, ended_at=utcnow())
+        set_lease(tx.session, lease.id, state=LeaseState.RELEASED, ended_at=utcnow())
         experiment = tx.session.get(Experiment, lease.experiment_id, with_for_update=True)
         run = tx.session.get(Run, lease.run_id, with_for_update=True)
         assert experiment is not None and run is not None
@@ -435,19 +433,20 @@ def expire_leases(ctx: AppContext) -> int:
     """Requeue the runs of expired leases (or end them after MAX_ATTEMPTS); return how many."""
     now = utcnow()
     with ctx.db.read() as session:
-        due = session.scalar(select(Lease.id).where(Lease.state == ACTIVE, Lease.expires_at <= now).limit(1))
+        expired = select(Lease.id).where(Lease.state == LeaseState.ACTIVE, Lease.expires_at <= now)
+        due = session.scalar(expired.limit(1))
     if due is None:
         return 0
     with ctx.transaction() as tx:
         leases = list(
             tx.session.scalars(
                 select(Lease)
-                .where(Lease.state == ACTIVE, Lease.expires_at <= now)
+                .where(Lease.state == LeaseState.ACTIVE, Lease.expires_at <= now)
                 .with_for_update(skip_locked=True)
             )
         )
         for lease in leases:
-            lease.state = EXPIRED
+            lease.state = LeaseState.EXPIRED
             lease.ended_at = now
             experiment = tx.session.get(Experiment, lease.experiment_id, with_for_update=True)
             run = tx.session.get(Run, lease.run_id, with_for_update=True)

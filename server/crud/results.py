@@ -7,10 +7,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from client.schemas import ResultIn, ResultOutcome
-from client.states import RunState
+from client.states import LeaseState, RunState
 from server.context import AppContext
 from server.core.problems import Problem
-from server.crud.leases import FINISHED, locked_lease, require_held, set_lease
+from server.crud.leases import locked_lease, require_held, set_lease
 from server.crud.tokens import Principal
 from server.decisions import decide
 from server.models import EXPERIMENTS, RESULTS, RUNS, Experiment, Result, utcnow
@@ -57,7 +57,7 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
     with ctx.transaction() as tx:
         connection = tx.session.connection()
         lease = locked_lease(ctx, tx.session, principal, lease_id)
-        if lease.state == FINISHED:
+        if lease.state == LeaseState.FINISHED:
             replay = _already_recorded(tx.session, lease_id, result_id)
             if replay is not None:
                 return replay
@@ -73,7 +73,7 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
                 f"with seed {measured.seed}",
             )
         now = utcnow()
-        set_lease(tx.session, lease.id, state=FINISHED, ended_at=now)
+        set_lease(tx.session, lease.id, state=LeaseState.FINISHED, ended_at=now)
         connection.execute(_FINISH_RUN, {"run_id": run.id, "now": now})
         fields = measured.model_dump(mode="json")
         fields["seed"] = run.seed if measured.seed is None else measured.seed

@@ -14,7 +14,7 @@ from sqlalchemy import Select, case, func, select
 from sqlalchemy.orm import Session
 
 from client.schemas import NoiseOut
-from client.states import ExperimentStatus, RunState
+from client.states import ExperimentStatus, LeaseState, RunState
 from server.crud import noise as noise_crud
 from server.crud.experiments import BASELINE_AGENT
 from server.crud.project import best_sample, load_project
@@ -346,7 +346,7 @@ def workers(session: Session, lease_seconds: float) -> list[WorkerRow]:
             select(Lease.worker_id, Experiment.id, Experiment.description)
             .join(Experiment, Experiment.id == Lease.experiment_id)
             .join(Run, Run.id == Lease.run_id)
-            .where(Lease.state == "active", Run.status == RunState.RUNNING)
+            .where(Lease.state == LeaseState.ACTIVE, Run.status == RunState.RUNNING)
             .order_by(Lease.claimed_at)
         )
     )
