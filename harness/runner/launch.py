@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from harness.runner.limits import Cgroup, Limits, descendants, peak_rss_bytes, tree_cpu_seconds
+from harness.runner.limits import Cgroup, Limits, descendants, tree_cpu_seconds
 from harness.runner.sandbox import SandboxSpec, bwrap_argv, sandbox_env
 
 
@@ -25,9 +25,6 @@ class Launched:
         if self.cgroup is not None:
             return self.cgroup.pids()
         return descendants(self.popen.pid) if self.popen.poll() is None else []
-
-    def peak_rss_bytes(self) -> int:
-        return peak_rss_bytes(self.pids())
 
     def cpu_seconds(self) -> float:
         """CPU seconds the whole tree used so far (its cgroup's processes when there is one, which

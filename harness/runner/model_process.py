@@ -52,11 +52,11 @@ class ModelJob:
     limits: Limits
 
 
-# Where the model entry's error reports land: (status, error class).
 # How often a wait on the model calls its `check` (the scorer's CPU-seconds bound): a model past
 # its bound runs at most this much longer.
 CHECK_EVERY_S = 0.1
 
+# Where the model entry's error reports land: (status, error class).
 ERROR_CLASSES = {
     "import": ("crash", "syntax_error"),
     "build_model": ("crash", "build_model_error"),

@@ -19,7 +19,7 @@ from harness.result import ProgressEvent
 from harness.runner import timing
 from harness.runner.feeder import Feeder, FeedJob
 from harness.runner.launch import launch
-from harness.runner.limits import Limits, idle_nice, raise_priority
+from harness.runner.limits import Limits, idle_nice, peak_rss_bytes, raise_priority, tree_cpu_seconds
 from harness.runner.messages import LineReader, count, number, text
 from harness.runner.output import OutputTail, ProgressPacer
 from harness.runner.phases import Phases
@@ -283,8 +283,9 @@ def watch(
             outcome.deadline_after = timing.train_deadline(settings.time_budget, credit)
             deadline = spawned_at + outcome.deadline_after
             if now >= next_sample:
-                outcome.peak_rss_bytes = max(outcome.peak_rss_bytes, process.peak_rss_bytes())
-                outcome.cpu_latest = max(outcome.cpu_latest, process.cpu_seconds())
+                pids = process.pids()  # one listing of the sandbox's processes for both samples
+                outcome.peak_rss_bytes = max(outcome.peak_rss_bytes, peak_rss_bytes(pids))
+                outcome.cpu_latest = max(outcome.cpu_latest, tree_cpu_seconds(pids))
                 if outcome.started_after is None:
                     outcome.cpu_before_training = outcome.cpu_latest
                 # One process killed at the memory limit is enough: fail fast, not at the deadline.
