@@ -99,7 +99,7 @@ def kit_settings() -> HarnessSettings:
 # Wheels
 
 
-def requirement_pins(path: Path = REPO / "requirements.txt") -> dict[str, str]:
+def requirement_pins(path: Path = PINS) -> dict[str, str]:
     """name -> pinned version, from requirements.txt (names canonicalised)."""
     pins = {}
     for line in path.read_text().splitlines():
