@@ -90,12 +90,12 @@ def test_a_step_stopped_at_its_limit_keeps_its_figures_and_leaves_no_process(
     built_kit: dict[str, object], tmp_path: Path
 ) -> None:
     # The server step writes its prepare figures within seconds, then starts a server and a worker
-    # (within 30 s usually training the first experiment); every process of it carries the marker.
+    # (by 20 s its sandboxes are usually up); every process of it carries the marker.
     marker = f"GPU_CHECK_STOP_TEST={uuid.uuid4()}"
     env = {**os.environ, **kit_env(), **driver.CPU_ENV, "PYTHONUNBUFFERED": "1"}
     env[marker.split("=")[0]] = marker.split("=")[1]
     step = driver.Step("through_server", ("2_server_and_worker",), cap_s=0, min_s=0)
-    outcome = driver.run_step(step, "cpu", env, tmp_path, limit=30.0)
+    outcome = driver.run_step(step, "cpu", env, tmp_path, limit=20.0)
     section = outcome["sections"]["2_server_and_worker"]
     assert outcome["run"]["timed_out"] and section["status"] == "timed_out"
     assert "prepare_seconds" in section and section["kit_data_reused"]
