@@ -40,7 +40,7 @@ import numpy as np
 
 from bench.decisions import EFFECTS, HARNESS_ID, PLATFORM, SHARES, SIGMA, TARGETS, unit_noise
 from server.core.config import ServerSettings
-from server.judge import Action, Noise, Run, Sample, Snapshot, judge
+from server.judge import Action, JudgedRun, Noise, Sample, Snapshot, judge
 from server.noise_pool import Pooled, bounded_mean, pool
 
 
@@ -116,7 +116,7 @@ def _snapshot(
     noise = None if pooled is None else Noise(pooled.sigma, pooled.df)
     return Snapshot(
         settings=settings.rule,
-        run=Run(len(values), "ok", None, values[-1], PLATFORM, HARNESS_ID),
+        run=JudgedRun(len(values), "ok", None, values[-1], PLATFORM, HARNESS_ID),
         platform=PLATFORM,
         harness_id=HARNESS_ID,
         candidate=Sample(len(values), statistics.fmean(values)),

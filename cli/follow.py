@@ -8,102 +8,46 @@ its re-run. A dropped stream is resumed with Last-Event-ID.
 
 from __future__ import annotations
 
-import json
 import math
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
 
 import httpx
 
 from cli import views
-from client import ApiError, Client
+from client import Client
+from client.events import DECIDED_EVENTS, EventType, Finished, Progress, Queued, ServerEvent, Started
 from client.schemas import ExperimentOut
-from client.states import DECIDED_STATUS, FINAL_STATUSES
+from client.states import FINAL_STATUSES
 
-DECISIVE_EVENTS = frozenset({"finished", *(status.value for status in DECIDED_STATUS.values())})
-FOLLOWED_EVENTS = ("queued", "started", "progress", *sorted(DECISIVE_EVENTS))
+DECISIVE_EVENTS = frozenset({EventType.FINISHED, *DECIDED_EVENTS})
+FOLLOWED_EVENTS = (EventType.QUEUED, EventType.STARTED, EventType.PROGRESS, *sorted(DECISIVE_EVENTS))
 PROGRESS_EVERY_S = 5.0  # progress arrives about once a second; a line every few seconds is enough
 RECONNECT_DELAY_S = 2.0
 READ_TIMEOUT_S = 120.0  # the server sends a keepalive comment every SSE_KEEPALIVE_SECONDS (15 s)
 
 
-@dataclass(frozen=True)
-class Event:
-    id: int | None
-    type: str
-    data: dict[str, Any]
-
-
-def parse_events(lines: Iterator[str]) -> Iterator[Event]:
-    """Server-sent events from the lines of a text/event-stream body."""
-    event_id: int | None = None
-    event_type = "message"
-    data: list[str] = []
-    for line in lines:
-        if not line:
-            if data:
-                yield Event(event_id, event_type, json.loads("\n".join(data)))
-            event_type, data = "message", []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "id" and value.isdigit():
-            event_id = int(value)
-        elif name == "event":
-            event_type = value
-        elif name == "data":
-            data.append(value)
-
-
-def describe(event: Event) -> str:
-    data = event.data
-    run = f"run {data['run']} " if data.get("run", 1) != 1 else ""
-    if event.type == "started":
-        return f"{run}started (attempt {data.get('attempt', '?')})"
-    if event.type == "queued":
-        if data.get("run", 1) != 1 and not data.get("attempts"):
-            return f"{run}queued: {data['why']}"
-        return f"{run}queued again ({data['why']})" if data.get("why") else "queued"
-    if event.type == "progress":
-        parts = [f"{data.get('phase', 'train')}", f"step {data.get('step', 0)}"]
-        if data.get("loss") is not None:
-            parts.append(f"loss {data['loss']:.4f}")
-        parts.append(f"{100 * float(data.get('fraction') or 0):.0f}% of the budget")
+def describe(event: ServerEvent) -> str:
+    payload = event.payload
+    number = getattr(payload, "run", None)
+    run = f"run {number} " if number not in (None, 1) else ""
+    if isinstance(payload, Started):
+        return f"{run}started (attempt {payload.attempt})"
+    if isinstance(payload, Queued):
+        if run and not payload.attempts:
+            return f"{run}queued: {payload.why}"
+        return f"{run}queued again ({payload.why})" if payload.why else "queued"
+    if isinstance(payload, Progress):
+        parts = [payload.phase, f"step {payload.step}"]
+        if payload.loss is not None:
+            parts.append(f"loss {payload.loss:.4f}")
+        parts.append(f"{100 * payload.fraction:.0f}% of the budget")
         return ", ".join(parts)
-    if event.type == "finished":
-        status = data.get("result_status") or data.get("status")
-        score = f", val_bpb {views.bpb(data['val_bpb'])}" if data.get("val_bpb") is not None else ""
+    if isinstance(payload, Finished):
+        status = payload.result_status or payload.status
+        score = f", val_bpb {views.bpb(payload.val_bpb)}" if payload.val_bpb is not None else ""
         return f"{run}finished: {status}{score}"
     return event.type
-
-
-@contextmanager
-def _open_stream(client: Client, last_event_id: int | None, read_timeout: float) -> Iterator[httpx.Response]:
-    headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
-    request = client.http.build_request(
-        "GET",
-        "/events",
-        params={"types": ",".join(FOLLOWED_EVENTS)},
-        headers=headers,
-        timeout=httpx.Timeout(30.0, read=read_timeout),
-    )
-    stream = client.http.send(request, stream=True)
-    try:
-        if stream.status_code != 200:
-            stream.read()
-            try:
-                problem = stream.json()
-            except ValueError:
-                problem = {"title": stream.reason_phrase, "detail": stream.text[:500]}
-            raise ApiError(stream.status_code, problem, "GET", str(stream.url))
-        yield stream
-    finally:
-        stream.close()
 
 
 def follow(
@@ -125,7 +69,8 @@ def follow(
         decisive = False
         try:
             # Subscribed before reading the experiment: whatever happens after this read is streamed.
-            with _open_stream(client, last_event_id, min(READ_TIMEOUT_S, max(remaining, 1.0))) as stream:
+            read_timeout = min(READ_TIMEOUT_S, max(remaining, 1.0))
+            with client.events(FOLLOWED_EVENTS, last_event_id, read_timeout) as events:
                 experiment = client.experiment(current)
                 while experiment.status in FINAL_STATUSES:
                     if not experiment.rebased_to:
@@ -133,11 +78,11 @@ def follow(
                     say(views.summary(experiment))
                     current = experiment.rebased_to
                     experiment = client.experiment(current)
-                for event in parse_events(stream.iter_lines()):
+                for event in events:
                     last_event_id = event.id if event.id is not None else last_event_id
-                    if event.data.get("experiment_id") != current:
+                    if getattr(event.payload, "experiment_id", None) != current:
                         continue
-                    if event.type == "progress":
+                    if event.type is EventType.PROGRESS:
                         if time.monotonic() - last_progress < PROGRESS_EVERY_S:
                             continue
                         last_progress = time.monotonic()

@@ -19,6 +19,7 @@ import math
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import httpx
@@ -33,6 +34,7 @@ from tenacity import (
 )
 
 from client.errors import ApiError, SchemaError
+from client.events import EventType, ServerEvent, parse_stream
 from client.schemas import (
     AgentsOut,
     BestOut,
@@ -84,6 +86,19 @@ def _plain(value: BaseModel | Mapping[str, Any]) -> JSON:
 
 
 _PAUSES = wait_exponential(multiplier=0.25, max=5.0)  # 0.25 s, 0.5 s, 1 s ... at most 5 s
+
+
+def _raise_for_status(response: httpx.Response) -> None:
+    """ApiError with the problem+json body (or what stands in for it) for an error status."""
+    if response.status_code < 400:
+        return
+    try:
+        problem = response.json()
+    except ValueError:
+        problem = {"title": response.reason_phrase, "detail": response.text[:500]}
+    if not isinstance(problem, dict):
+        problem = {"title": response.reason_phrase, "detail": str(problem)[:500]}
+    raise ApiError(response.status_code, problem, response.request.method, str(response.url))
 
 
 def parse(model: type[Model], response: httpx.Response) -> Model:
@@ -159,14 +174,7 @@ class Client:
         if timeout is not None:
             kwargs["timeout"] = timeout
         response = self._request_retrying(method, path, **kwargs)
-        if response.status_code >= 400:
-            try:
-                problem = response.json()
-            except ValueError:
-                problem = {"title": response.reason_phrase, "detail": response.text[:500]}
-            if not isinstance(problem, dict):
-                problem = {"title": response.reason_phrase, "detail": str(problem)[:500]}
-            raise ApiError(response.status_code, problem, method, str(response.url))
+        _raise_for_status(response)
         return response
 
     def _request_retrying(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -382,6 +390,34 @@ class Client:
                     f"experiment {experiment_id} still {experiment.status} after {timeout:.0f} s"
                 )
             time.sleep(poll_s)
+
+    @contextmanager
+    def events(
+        self,
+        types: Iterable[EventType] | None = None,
+        last_event_id: int | None = None,
+        read_timeout: float = 120.0,
+    ) -> Iterator[Iterator[ServerEvent]]:
+        """The server's live events (GET /events), typed (client/events.py), as they happen:
+
+            with client.events({EventType.KEPT}) as events:
+                for event in events: ...
+
+        `types` (default all) filters them; `last_event_id` resumes after a dropped stream from
+        the server's recent buffer. The server sends a keep-alive every 15 s, so a read that
+        waits longer than `read_timeout` means the connection is gone (httpx.ReadTimeout)."""
+        params = {"types": ",".join(types)} if types is not None else {}
+        headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
+        timeout = httpx.Timeout(30.0, read=read_timeout)
+        request = self.http.build_request("GET", "/events", params=params, headers=headers, timeout=timeout)
+        stream = self.http.send(request, stream=True)
+        try:
+            if stream.status_code >= 400:
+                stream.read()
+                _raise_for_status(stream)
+            yield parse_stream(stream.iter_lines())
+        finally:
+            stream.close()
 
     # Workers ----------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from datetime import datetime
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
+from client.events import EventType, Queued
 from client.states import ExperimentStatus, RunKind
 from server.changes import ChangeSummary
 from server.context import AppContext, Tx
@@ -82,6 +83,7 @@ def queue_candidate(
     ctx.repo.set_experiment_ref(experiment_id, commit_sha)
     tx.undo.append(lambda: ctx.repo.delete_experiment_ref(experiment_id))
     tx.emit(
-        "queued", experiment_id=experiment_id, description=description, base=base_commit, commit=commit_sha
+        EventType.QUEUED,
+        Queued(experiment_id=experiment_id, description=description, base=base_commit, commit=commit_sha),
     )
     return experiment

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import anyio.to_thread
 from anyio import CapacityLimiter
@@ -19,6 +19,7 @@ from cachetools import TTLCache
 from prometheus_client import Histogram
 from sqlalchemy.orm import Session
 
+from client.events import EventType, Payload, check_payload
 from server.core.config import ServerSettings
 from server.core.db import Database
 from server.core.rate_limit import PerCallerLimit
@@ -27,9 +28,7 @@ from server.events import Broadcaster, Event
 from server.fleet import Fleet
 from server.presence import Presence
 from server.research_repo import ResearchRepo
-
-if TYPE_CHECKING:
-    from server.standings_cache import TotalsCache
+from server.standings_cache import TotalsCache
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -41,8 +40,11 @@ class Tx:
     events: list[Event] = field(default_factory=list)
     undo: list[Callable[[], None]] = field(default_factory=list)
 
-    def emit(self, type_: str, **data: object) -> None:
-        self.events.append(Event(type_, dict(data)))
+    def emit(self, type_: EventType, payload: Payload) -> None:
+        """Publish `payload` as a `type_` event when the transaction commits; the wire's data is
+        the fields set here (client/events.py)."""
+        check_payload(type_, payload)
+        self.events.append(Event(type_, payload.model_dump(exclude_unset=True)))
 
 
 @dataclass

@@ -30,6 +30,7 @@ from typing import Any
 from sqlalchemy import Row, bindparam, func, select
 from sqlalchemy.orm import Session
 
+from client.events import DECIDED_EVENT, Decided, EventType, Queued
 from client.states import DECIDED_STATUS, Decision, ExperimentStatus, Rule, RunKind, RunState
 from harness.result import RunResult
 from server.candidates import commit_message, find_same_train_py, queue_candidate
@@ -39,8 +40,19 @@ from server.crud import noise as noise_crud
 from server.crud.experiments import agent_names
 from server.crud.project import current_best, load_project
 from server.crud.runs import cancel_queued_runs, count_runs, queue_runs
-from server.judge import Action, Comparison, Evidence, Noise, Reference, Sample, Snapshot, Verdict, judge
-from server.judge import Run as JudgedRun
+from server.judge import (
+    Action,
+    Comparison,
+    Evidence,
+    JudgedRun,
+    Noise,
+    Reference,
+    Sample,
+    Snapshot,
+    Verdict,
+    judge,
+)
+from server.lifecycle import move_experiment, move_run
 from server.models import EXPERIMENTS, RUNS, Experiment, Project, Run, utcnow
 from server.noise_pool import bounded_mean
 
@@ -225,7 +237,7 @@ def _apply(
     """Carry out the verdict; the experiment's status, decision and reason, and its events."""
     if verdict.action is Action.CONFIRM:
         (number,) = queue_runs(tx.session, experiment.id, RunKind.CONFIRMATION, experiment.queued_at)
-        tx.emit("queued", experiment_id=experiment.id, run=number, why=verdict.reason)
+        tx.emit(EventType.QUEUED, Queued(experiment_id=experiment.id, run=number, why=verdict.reason))
         return {"status": ExperimentStatus.QUEUED, "decision_reason": verdict.reason}
     decision, reason, rebased_to = Decision(verdict.action.value), verdict.reason, None
     if verdict.action is Action.KEEP:
@@ -238,15 +250,17 @@ def _apply(
         cancel_queued_runs(tx.session, experiment.id, utcnow())
     comparison = verdict.comparison
     tx.emit(
-        DECIDED_STATUS[decision],  # the event is named for the status
-        experiment_id=experiment.id,
-        val_bpb=comparison.mean if comparison else None,
-        effect=comparison.effect if comparison else None,
-        se=comparison.se if comparison else None,
-        p_value=comparison.p_value if comparison else None,
-        reason=reason,
-        best=project.best_commit,
-        rebased_to=rebased_to,
+        DECIDED_EVENT[decision],
+        Decided(
+            experiment_id=experiment.id,
+            val_bpb=comparison.mean if comparison else None,
+            effect=comparison.effect if comparison else None,
+            se=comparison.se if comparison else None,
+            p_value=comparison.p_value if comparison else None,
+            reason=reason,
+            best=project.best_commit,
+            rebased_to=rebased_to,
+        ),
     )
     return {
         "status": DECIDED_STATUS[decision],
@@ -360,18 +374,17 @@ def reapply_before_running(ctx: AppContext, tx: Tx, experiment_id: int, run_id: 
         return False  # submitted on a side branch on purpose: it runs there
     decision, reason, rebased_to = _rebase(ctx, tx, project, experiment, "the best moved before it ran")
     now = utcnow()
-    experiment.status, experiment.decision = DECIDED_STATUS[decision], decision
+    move_experiment(experiment, DECIDED_STATUS[decision])
+    experiment.decision = decision
     experiment.decision_reason, experiment.rebased_to_id, experiment.finished_at = reason, rebased_to, now
     experiment.best_before_commit = experiment.base_commit
     run = tx.session.get(Run, run_id)
     assert run is not None
-    run.status, run.finished_at, run.attempts = RunState.CANCELLED, now, run.attempts - 1
+    move_run(run, RunState.CANCELLED)
+    run.finished_at, run.attempts = now, run.attempts - 1
     tx.emit(
-        DECIDED_STATUS[decision],  # the event is named for the status
-        experiment_id=experiment.id,
-        reason=reason,
-        best=project.best_commit,
-        rebased_to=rebased_to,
+        DECIDED_EVENT[decision],
+        Decided(experiment_id=experiment.id, reason=reason, best=project.best_commit, rebased_to=rebased_to),
     )
     return True
 

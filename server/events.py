@@ -19,23 +19,12 @@ from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from client.states import DECIDED_STATUS
-
-# A decision's event is named for the status it leaves the experiment in.
-EVENT_TYPES = (
-    "queued",
-    "started",
-    "progress",
-    "finished",
-    *(status.value for status in DECIDED_STATUS.values()),
-    "note",
-    "summarised",  # a decided experiment's change was summarised (server/crud/change_kinds.py)
-)
+from client.events import EventType
 
 
 @dataclass(frozen=True)
 class Event:
-    type: str
+    type: EventType
     data: dict[str, Any]
     id: int = 0
 
@@ -46,7 +35,7 @@ class Event:
 @dataclass
 class _Subscriber:
     queue: asyncio.Queue[Event | None]
-    types: frozenset[str]
+    types: frozenset[EventType]
     client: str
 
 
@@ -73,7 +62,7 @@ class Broadcaster:
     # added, woken and removed in O(1) (server/fleet.py).
     _claim_waiters: OrderedDict[asyncio.Future[bool], None] = field(default_factory=OrderedDict)
     queued_events: int = 0  # "queued" events delivered so far (server/fleet.py)
-    _signals: dict[str, asyncio.Event] = field(default_factory=dict)
+    _signals: dict[EventType, asyncio.Event] = field(default_factory=dict)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Attach to the server's event loop (at startup)."""
@@ -110,7 +99,7 @@ class Broadcaster:
                     self._drop(subscriber)
                 else:
                     subscriber.queue.put_nowait(event)
-            if event.type == "queued":
+            if event.type is EventType.QUEUED:
                 self.queued_events += 1
                 self.wake_claims(1)
             if event.type in self._signals:
@@ -124,7 +113,7 @@ class Broadcaster:
                 waiter.set_result(True)
                 count -= 1
 
-    def signal(self, type_: str) -> asyncio.Event:
+    def signal(self, type_: EventType) -> asyncio.Event:
         """Set each time an event of this type is delivered, for a background task of the server
         to wait on (it clears it). Made on the event loop."""
         return self._signals.setdefault(type_, asyncio.Event())
@@ -139,7 +128,7 @@ class Broadcaster:
             subscriber.queue.get_nowait()
         subscriber.queue.put_nowait(None)  # tells the stream to end
 
-    def subscribe(self, types: frozenset[str], last_event_id: int | None, client: str) -> _Subscriber:
+    def subscribe(self, types: frozenset[EventType], last_event_id: int | None, client: str) -> _Subscriber:
         """Must be called in the loop. Replays buffered events after `last_event_id`.
 
         Raises TooManySubscribers past `max_subscribers` in all or `max_per_client` for `client`."""

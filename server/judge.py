@@ -94,7 +94,7 @@ class Noise:
 
 
 @dataclass(frozen=True)
-class Run:
+class JudgedRun:
     """The run that was just reported."""
 
     number: int
@@ -108,7 +108,7 @@ class Run:
 @dataclass(frozen=True)
 class Snapshot:
     settings: RuleSettings
-    run: Run
+    run: JudgedRun
     platform: str | None  # the project's pins (None: not pinned yet)
     harness_id: str | None
     candidate: Sample  # its valid runs, this one included

@@ -21,7 +21,8 @@ from fastapi import FastAPI
 from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
 
-from client.states import ExperimentStatus, RunKind
+from client.events import EventType, Queued
+from client.states import RunKind
 from server.api.router import ROUTERS
 from server.context import AppContext
 from server.core.body_limit import BodyLimit
@@ -125,7 +126,10 @@ def queue_what_the_best_is_due(ctx: AppContext) -> None:
         again = requeue_unmeasured_best(tx.session, utcnow())
         if again is not None:
             log.warning("the best, experiment %d, has no valid measurement: queued again", again.id)
-            tx.emit("queued", experiment_id=again.id, attempts=0, why="the best has no valid measurement")
+            tx.emit(
+                EventType.QUEUED,
+                Queued(experiment_id=again.id, attempts=0, why="the best has no valid measurement"),
+            )
             return
         last = int(tx.session.scalar(select(func.max(Experiment.id))) or 0)
         due = best_repeats_due(ctx, tx.session, project, last)
@@ -171,7 +175,7 @@ def _each_event(bus: Broadcaster, seconds: float) -> Callable[[], Awaitable[None
 
 def _each_keep(ctx: AppContext) -> Callable[[], Awaitable[None]]:
     """Returns after each keep (at once for those since the last return)."""
-    kept = ctx.bus.signal(ExperimentStatus.KEPT)
+    kept = ctx.bus.signal(EventType.KEPT)
 
     async def wait() -> None:
         await kept.wait()
@@ -201,7 +205,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             asyncio.create_task(
                 _in_background(
                     _each_event(ctx.bus, ctx.settings.standings_refresh_seconds),
-                    partial(ctx.totals.refresh, ctx),
+                    partial(ctx.totals.refresh, ctx.db),
                     "recomputing the agent standings",
                 )
             ),

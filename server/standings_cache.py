@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Row
 
-from server.context import AppContext
+from server.core.db import Database
 from server.crud.standings import agent_totals
 
 
@@ -23,14 +23,14 @@ class TotalsCache:
         self._totals: dict[int, Row[Any]] | None = None
         self._lock = threading.Lock()
 
-    def current(self, ctx: AppContext) -> dict[int, Row[Any]]:
+    def current(self, db: Database) -> dict[int, Row[Any]]:
         totals = self._totals
         if totals is None:
-            return self.refresh(ctx)
+            return self.refresh(db)
         return totals
 
-    def refresh(self, ctx: AppContext) -> dict[int, Row[Any]]:
+    def refresh(self, db: Database) -> dict[int, Row[Any]]:
         with self._lock:
-            with ctx.db.read() as session:
+            with db.read() as session:
                 self._totals = agent_totals(session)
             return self._totals

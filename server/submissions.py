@@ -39,7 +39,7 @@ _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 
 
 @dataclass(frozen=True)
-class Submitted:
+class SubmitOutcome:
     experiment_id: int
     created: bool  # False: an existing experiment (same train.py, or a repeated Idempotency-Key)
     view: ExperimentOut | None = None  # what POST /experiments answers
@@ -49,12 +49,12 @@ class Submitted:
     queued: tuple[Change, str] | None = None
 
 
-def _with_view(session: Session, outcome: Submitted) -> Submitted:
+def _with_view(session: Session, outcome: SubmitOutcome) -> SubmitOutcome:
     """The outcome with its experiment's view, read in the session at hand (one session less)."""
     return replace(outcome, view=get_view(session, outcome.experiment_id))
 
 
-def _with_similar(session: Session, outcome: Submitted) -> Submitted:
+def _with_similar(session: Session, outcome: SubmitOutcome) -> SubmitOutcome:
     """The outcome with the earlier experiments whose change resembles its experiment's."""
     if outcome.queued is not None:
         change, blob = outcome.queued
@@ -94,7 +94,7 @@ def _request_sha256(body: SubmitIn) -> str:
     return hashlib.sha256(json.dumps(body.model_dump(), sort_keys=True).encode()).hexdigest()
 
 
-def _replayed(session: Session, principal: Principal, key: str, request_sha: str) -> Submitted | None:
+def _replayed(session: Session, principal: Principal, key: str, request_sha: str) -> SubmitOutcome | None:
     stored = session.get(IdempotencyKey, (principal.id, key))
     if stored is None:
         return None
@@ -104,7 +104,7 @@ def _replayed(session: Session, principal: Principal, key: str, request_sha: str
             "idempotency-key-reused",
             f"Idempotency-Key {key!r} was used for a different request; use a new key per submission",
         )
-    return Submitted(stored.experiment_id, created=stored.status_code == 201)
+    return SubmitOutcome(stored.experiment_id, created=stored.status_code == 201)
 
 
 def _resolve_base(session: Session, base: str | None) -> str:
@@ -177,7 +177,9 @@ def _rerun_best_when_due(ctx: AppContext, session: Session, project: Project, la
         queue_runs(session, best.id, RunKind.REPEAT, best.queued_at, due)
 
 
-def submit(ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_key: str | None) -> Submitted:
+def submit(
+    ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_key: str | None
+) -> SubmitOutcome:
     request_sha = _request_sha256(body)
     if idempotency_key is not None and not _IDEMPOTENCY_KEY.match(idempotency_key):
         raise Problem(422, "bad-idempotency-key", "Idempotency-Key must be 1-200 printable ASCII characters")
@@ -191,7 +193,7 @@ def submit(ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_ke
         blob = blob_sha(new_source)
         existing = find_same_train_py(session, blob)
         if existing is not None and idempotency_key is None:
-            return _with_similar(session, _with_view(session, Submitted(existing, created=False)))
+            return _with_similar(session, _with_view(session, SubmitOutcome(existing, created=False)))
     # Summarized before the transaction: it takes milliseconds, and the project is locked in it.
     change = proposed.change
     commit = ctx.repo.commit_candidate(
@@ -228,12 +230,12 @@ def _queue(
     change: Change,
     commit: str,
     blob: str,
-) -> Submitted:
+) -> SubmitOutcome:
     """In the transaction, with the project locked: the experiment with this train.py if there
     is one by now, else a new one queued (Problem 429 if the agent's queue is full)."""
     existing, queued = same_train_py_and_queued(tx.session, blob, principal.id)
     if existing is not None:
-        return Submitted(existing, created=False)
+        return SubmitOutcome(existing, created=False)
     limit = ctx.settings.max_queued_per_agent
     if queued >= limit:
         raise Problem(
@@ -256,4 +258,4 @@ def _queue(
         change=change.summary,
     )
     _rerun_best_when_due(ctx, tx.session, project, experiment.id)
-    return Submitted(experiment.id, created=True, queued=(change, blob))
+    return SubmitOutcome(experiment.id, created=True, queued=(change, blob))

@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import bindparam, delete, exists, insert, select, update
 from sqlalchemy.orm import Session
 
+from client.events import EventType, Summarised
 from client.states import Decision, Direction, Part
 from server.changes import ChangeSummary
 from server.context import AppContext
@@ -109,7 +110,7 @@ def summarise_pending(ctx: AppContext, batch: int = BATCH) -> int:
             marks = [{"experiment_id": id_, "parsed": summary.parsed} for id_, summary in summaries.items()]
             connection.execute(_MARK, marks)
             for id_ in summaries:
-                tx.emit("summarised", experiment_id=id_)
+                tx.emit(EventType.SUMMARISED, Summarised(experiment_id=id_))
         done += len(pending)
 
 

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import Select, bindparam, select
 from sqlalchemy.orm import Session
 
 from client.schemas import BestBefore, ComparisonOut, ExperimentOut, ExperimentPage, ResultOut, RunOut
 from client.states import RunState
 from server.crud.runs import runs_of
-from server.models import ApiToken, Experiment, Result, Run
-
-if TYPE_CHECKING:  # server.crud.similar reads agent names from here
-    from server.crud.similar import Touched
+from server.models import ApiToken, Experiment, ExperimentChange, ExperimentConstant, Result, Run
 
 BASELINE_AGENT = "baseline"
 
@@ -218,3 +216,25 @@ def by_commit(session: Session, commit: str) -> Experiment | None:
     return session.scalars(
         select(Experiment).where(Experiment.commit_sha == commit).order_by(Experiment.id).limit(1)
     ).first()
+
+
+@dataclass(frozen=True)
+class Touched:
+    """GET /experiments (and MCP's search) by what a change touched: a constant it set (its exact
+    name), or text one of its changed lines contains (case-sensitive, whitespace collapsed as
+    the stored lines are)."""
+
+    constant: str | None = None
+    line: str | None = None
+
+    def filter(self, statement: Select[Any]) -> Select[Any]:
+        if self.constant is not None:
+            setting = select(ExperimentConstant.experiment_id).where(ExperimentConstant.name == self.constant)
+            statement = statement.where(Experiment.id.in_(setting))
+        if self.line is not None:
+            text = " ".join(self.line.split())
+            lines = select(ExperimentChange.experiment_id).where(
+                ExperimentChange.touched.contains(text, autoescape=True)
+            )
+            statement = statement.where(Experiment.id.in_(lines))
+        return statement

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Row, Update, bindparam, case, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
+from client.events import EventType, Finished, Progress, Queued, Started
 from client.schemas import ClaimOut, HeartbeatOut, ProgressEventIn
 from client.states import RETRYABLE_STATUSES, ExperimentStatus, LeaseState, Rule, RunState
 from server.context import AppContext, Tx
@@ -27,6 +28,7 @@ from server.crud.project import load_project
 from server.crud.runs import cancel_queued_runs, live_runs
 from server.crud.tokens import Principal
 from server.decisions import reapply_before_running
+from server.lifecycle import UNDECIDED, experiment_sources, move_experiment, move_run
 from server.models import (
     EXPERIMENTS,
     LEASES,
@@ -97,12 +99,15 @@ _START_EXPERIMENT = (
     .where(EXPERIMENTS.c.id == bindparam("experiment_id"))
     .values(
         status=case(
-            (EXPERIMENTS.c.status == ExperimentStatus.QUEUED, ExperimentStatus.RUNNING),
+            (
+                EXPERIMENTS.c.status.in_(experiment_sources(ExperimentStatus.RUNNING)),
+                ExperimentStatus.RUNNING,
+            ),
             else_=EXPERIMENTS.c.status,
         ),
         started_at=case(
             (
-                EXPERIMENTS.c.status == ExperimentStatus.QUEUED,
+                EXPERIMENTS.c.status.in_(experiment_sources(ExperimentStatus.RUNNING)),
                 bindparam("now", type_=EXPERIMENTS.c.started_at.type),
             ),
             else_=EXPERIMENTS.c.started_at,
@@ -198,11 +203,13 @@ def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | N
             }
             connection.execute(_INSERT_LEASE, lease)
             tx.emit(
-                "started",
-                experiment_id=picked.experiment_id,
-                run=picked.number,
-                attempt=picked.attempts,
-                worker=ctx.presence.name(worker_id),
+                EventType.STARTED,
+                Started(
+                    experiment_id=picked.experiment_id,
+                    run=picked.number,
+                    attempt=picked.attempts,
+                    worker=ctx.presence.name(worker_id),
+                ),
             )
         break
     train_py = ctx.repo.train_py(experiment.commit_sha)
@@ -309,11 +316,10 @@ def record_progress(
         number = tx.session.scalar(select(Run.number).where(Run.id == lease.run_id))
         last = events[-1]
         tx.emit(
-            "progress",
-            experiment_id=lease.experiment_id,
-            run=number,
-            attempt=lease.attempt,
-            **last.model_dump(),
+            EventType.PROGRESS,
+            Progress(
+                experiment_id=lease.experiment_id, run=number, attempt=lease.attempt, **last.model_dump()
+            ),
         )
 
 
@@ -383,38 +389,44 @@ def back_to_queue(
     now = utcnow()
     if not count_attempt:
         run.attempts -= 1
-    undecided = experiment.status in (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING)
+    undecided = experiment.status in UNDECIDED
     if experiment.cancel_requested and undecided:
-        run.status, run.finished_at = RunState.CANCELLED, now
-        experiment.status = ExperimentStatus.CANCELLED
+        move_run(run, RunState.CANCELLED)
+        run.finished_at = now
+        move_experiment(experiment, ExperimentStatus.CANCELLED)
         experiment.decision_reason = f"cancelled while running ({why})"
     elif run.attempts >= max_attempts:
-        run.status, run.finished_at = RunState.INFRA_FAILED, now
+        move_run(run, RunState.INFRA_FAILED)
+        run.finished_at = now
         if not undecided:
             tx.emit(
-                "finished",
-                experiment_id=experiment.id,
-                run=run.number,
-                status=RunState.INFRA_FAILED,
-                reason=why,
+                EventType.FINISHED,
+                Finished(
+                    experiment_id=experiment.id, run=run.number, status=RunState.INFRA_FAILED, reason=why
+                ),
             )
             return
-        experiment.status = ExperimentStatus.INFRA_FAILED
+        move_experiment(experiment, ExperimentStatus.INFRA_FAILED)
         of_run = f" of run {run.number}" if run.number > 1 else ""
         experiment.decision_reason = (
             f"{why}; attempt {run.attempts} of {max_attempts}{of_run}: ended as an infrastructure failure"
         )
     else:
-        run.status, run.started_at = RunState.QUEUED, None  # keeps its queued_at: its place in the queue
+        move_run(run, RunState.QUEUED)
+        run.started_at = None  # keeps its queued_at: its place in the queue
         if undecided:
-            experiment.status = ExperimentStatus.QUEUED
+            move_experiment(experiment, ExperimentStatus.QUEUED)
             experiment.started_at = None
-        tx.emit("queued", experiment_id=experiment.id, run=run.number, attempts=run.attempts, why=why)
+        tx.emit(
+            EventType.QUEUED,
+            Queued(experiment_id=experiment.id, run=run.number, attempts=run.attempts, why=why),
+        )
         return
     cancel_queued_runs(tx.session, experiment.id, now)
     experiment.finished_at = now
     tx.emit(
-        "finished", experiment_id=experiment.id, status=experiment.status, reason=experiment.decision_reason
+        EventType.FINISHED,
+        Finished(experiment_id=experiment.id, status=experiment.status, reason=experiment.decision_reason),
     )
 
 

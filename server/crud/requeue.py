@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from client.states import RETRYABLE_STATUSES, ExperimentStatus, RunState
 from server.crud.project import load_project
 from server.crud.runs import live_runs
+from server.lifecycle import move_experiment
 from server.models import RUNS, Experiment, Result
 
 
@@ -28,7 +29,7 @@ def queue_again(session: Session, experiment: Experiment, now: datetime) -> int:
     its cancelled and infra_failed runs are queued with their attempts reset and their seeds kept.
     Returns how many runs were queued. The caller checks that it is retryable."""
     assert experiment.status in RETRYABLE_STATUSES
-    experiment.status = ExperimentStatus.QUEUED
+    move_experiment(experiment, ExperimentStatus.QUEUED)
     experiment.cancel_requested = False
     experiment.queued_at = now
     experiment.started_at = experiment.finished_at = None

@@ -6,6 +6,7 @@ from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from client.events import EventType, Finished
 from client.schemas import ResultIn, ResultOutcome
 from client.states import LeaseState, RunState
 from server.context import AppContext
@@ -13,6 +14,7 @@ from server.core.problems import Problem
 from server.crud.leases import locked_lease, require_held, set_lease
 from server.crud.tokens import Principal
 from server.decisions import decide
+from server.lifecycle import check_experiment_move, check_run_move
 from server.models import EXPERIMENTS, RESULTS, RUNS, Experiment, Result, utcnow
 
 RESULT_COLUMNS = frozenset(RESULTS.columns.keys())
@@ -74,6 +76,7 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
             )
         now = utcnow()
         set_lease(tx.session, lease.id, state=LeaseState.FINISHED, ended_at=now)
+        check_run_move(run.status, RunState.FINISHED)
         connection.execute(_FINISH_RUN, {"run_id": run.id, "now": now})
         fields = measured.model_dump(mode="json")
         fields["seed"] = run.seed if measured.seed is None else measured.seed
@@ -95,14 +98,18 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
                 409, "result-id-reused", f"result_id {result_id} was recorded for another lease"
             ) from exc
         tx.emit(
-            "finished",
-            experiment_id=experiment.id,
-            run=run.number,
-            result_status=measured.status,
-            val_bpb=measured.val_bpb,
+            EventType.FINISHED,
+            Finished(
+                experiment_id=experiment.id,
+                run=run.number,
+                result_status=measured.status,
+                val_bpb=measured.val_bpb,
+            ),
         )
         changes: dict[str, object] = {"platform": measured.device}
         changes |= decide(ctx, tx, experiment, run, measured)
+        if "status" in changes:
+            check_experiment_move(experiment.status, str(changes["status"]))
         connection.execute(_UPDATE_EXPERIMENT, {"experiment_id": experiment.id, **changes})
         return ResultOutcome(
             experiment_id=experiment.id,

@@ -19,10 +19,8 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import Select, bindparam, or_, select
+from sqlalchemy import bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from client.schemas import SimilarExperiment
@@ -265,25 +263,3 @@ def similar_to_experiment(
         before_id=experiment.id if earlier_only else None,
         limit=limit,
     )
-
-
-@dataclass(frozen=True)
-class Touched:
-    """GET /experiments (and MCP's search) by what a change touched: a constant it set (its exact
-    name), or text one of its changed lines contains (case-sensitive, whitespace collapsed as
-    the stored lines are)."""
-
-    constant: str | None = None
-    line: str | None = None
-
-    def filter(self, statement: Select[Any]) -> Select[Any]:
-        if self.constant is not None:
-            setting = select(ExperimentConstant.experiment_id).where(ExperimentConstant.name == self.constant)
-            statement = statement.where(Experiment.id.in_(setting))
-        if self.line is not None:
-            text = " ".join(self.line.split())
-            lines = select(ExperimentChange.experiment_id).where(
-                ExperimentChange.touched.contains(text, autoescape=True)
-            )
-            statement = statement.where(Experiment.id.in_(lines))
-        return statement

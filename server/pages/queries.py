@@ -182,7 +182,7 @@ def chart_signature(session: Session, totals: dict[str, tuple[int, int]]) -> Cha
 
 
 @dataclass(frozen=True)
-class Row:
+class ExperimentRow:
     id: int
     status: str
     val_bpb: float | None
@@ -198,7 +198,7 @@ class Row:
 
 @dataclass(frozen=True)
 class TablePage:
-    rows: list[Row]
+    rows: list[ExperimentRow]
     total: int
     page: int
     pages: int
@@ -265,7 +265,7 @@ def table_page(
         .limit(PAGE_SIZE)
         .offset((page - 1) * PAGE_SIZE)
     )
-    rows = [Row(*columns) for columns in session.execute(_filtered(statement, status, agent))]
+    rows = [ExperimentRow(*columns) for columns in session.execute(_filtered(statement, status, agent))]
     return TablePage(rows, total, page, pages)
 
 

@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 
 from bench.pg_scratch import new_database
 from client import ApiError, Client
+from client.events import EventType, Queued, ServerEvent
 from client.schemas import ImportOut
 from server.crud import tsv
 from server.models import Experiment
@@ -27,14 +28,9 @@ def _read_events(
     until: str,
     found: list[dict],
     ready: threading.Event,
-    query: str = "",
-    last_id: int | None = None,
 ) -> None:
-    headers = {"Last-Event-ID": str(last_id)} if last_id is not None else {}
-    with (
-        httpx.Client(timeout=5) as http,
-        http.stream("GET", f"{url}/api/v1/events{query}", headers=headers) as response,
-    ):
+    """The stream as raw lines, to check the wire format itself."""
+    with httpx.Client(timeout=5) as http, http.stream("GET", f"{url}/api/v1/events") as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         ready.set()
         event: dict = {}
@@ -93,15 +89,15 @@ def test_event_streams_survive_clients_that_leave_and_can_resume(
     for name in ("poke A", "poke B"):
         agent.submit(name, train_py=baseline_source + f"# {name}\n")
 
-    def resume(after: int) -> dict:
-        found: list[dict] = []
-        _read_events(live.url, "queued", found, threading.Event(), "?types=queued", after)
-        return found[-1]
+    def resume(after: int) -> ServerEvent:
+        with agent.events({EventType.QUEUED}, last_event_id=after) as events:  # the SDK's typed stream
+            return next(events)
 
     # Reconnecting with Last-Event-ID replays the buffered events after that id, filtered by type.
     first = resume(0)
-    assert first["data"]["description"] == "poke A"
-    assert resume(first["id"])["data"]["description"] == "poke B"
+    assert isinstance(first.payload, Queued) and first.payload.description == "poke A"
+    second = resume(first.id or 0)
+    assert isinstance(second.payload, Queued) and second.payload.description == "poke B"
 
 
 def test_health_and_metrics(live, worker_factory, baseline_source: str) -> None:

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import update
 
+from client.events import EventType
 from client.schemas import ClaimOut
 from client.states import RunState
 from server.crud import leases
@@ -100,7 +101,7 @@ def test_a_queued_event_wakes_the_claim_that_waited_longest_and_others_wait_for_
             asyncio.create_task(bus.wait_for_queued(0.05)),
         )
         await asyncio.sleep(0)
-        bus.publish([Event("queued", {"id": 1})])
+        bus.publish([Event(EventType.QUEUED, {"id": 1})])
         assert await first is True
         assert await short is False
         assert not second.done() and bus.claims_waiting == 1

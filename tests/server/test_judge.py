@@ -21,9 +21,9 @@ from client.states import Rule
 from server.judge import (
     Action,
     Evidence,
+    JudgedRun,
     Noise,
     RuleSettings,
-    Run,
     Sample,
     Snapshot,
     compare,
@@ -51,7 +51,7 @@ def snapshot(
     """A candidate with `runs` valid runs of mean `mean`, its latest run ok at `mean`."""
     base = Snapshot(
         settings=rule,
-        run=Run(number=runs, status="ok", error_class=None, val_bpb=mean, device="gpu", harness_id="h"),
+        run=JudgedRun(number=runs, status="ok", error_class=None, val_bpb=mean, device="gpu", harness_id="h"),
         platform="gpu",
         harness_id="h",
         candidate=Sample(runs, mean),
@@ -91,8 +91,8 @@ def test_the_t_quantile_matches_the_tables_and_inverts_the_cdf(df: int, p: float
 
 def test_runs_of_another_harness_or_platform_are_never_compared() -> None:
     for run in (
-        Run(1, "ok", None, 0.5, device="gpu", harness_id="other"),
-        Run(1, "ok", None, 0.5, device="other gpu", harness_id="h"),
+        JudgedRun(1, "ok", None, 0.5, device="gpu", harness_id="other"),
+        JudgedRun(1, "ok", None, 0.5, device="other gpu", harness_id="h"),
     ):
         verdict = judge(snapshot(0.5, run=run))
         assert verdict.action is Action.REVERT and verdict.reason.endswith("not compared")
@@ -105,7 +105,7 @@ def test_runs_of_another_harness_or_platform_are_never_compared() -> None:
 def test_only_ok_runs_can_be_kept_whatever_their_score(status: str, error_class: str) -> None:
     # over_budget runs are scored for the record: a fine val_bpb does not make them keepable.
     for number in (1, 3):
-        run = Run(number, status, error_class, 0.1, device="gpu", harness_id="h")
+        run = JudgedRun(number, status, error_class, 0.1, device="gpu", harness_id="h")
         verdict = judge(snapshot(0.1, runs=number, run=run))
         assert verdict.action is Action.REVERT
         assert f"ended {status} ({error_class}): only ok results" in verdict.reason

@@ -9,14 +9,15 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
+from client.events import EventType
 from server.api.deps import Ctx, Reader
 from server.core.problems import Problem
-from server.events import EVENT_TYPES, TooManySubscribers
+from server.events import TooManySubscribers
 
 router = APIRouter(tags=["events"])
 # A refused subscriber retries after this long: streams end when their clients leave.
 _RETRY_AFTER_S = 10
-_TYPE = "(" + "|".join(EVENT_TYPES) + ")"
+_TYPE = "(" + "|".join(EventType) + ")"
 _TYPES_PATTERN = f"^{_TYPE}(,{_TYPE})*$"
 
 
@@ -37,7 +38,7 @@ async def events(
         Query(
             max_length=200,
             pattern=_TYPES_PATTERN,
-            description=f"comma-separated subset of: {', '.join(EVENT_TYPES)}",
+            description=f"comma-separated subset of: {', '.join(EventType)}",
         ),
     ] = None,
     last_event_id: Annotated[str | None, Header(max_length=20)] = None,
@@ -46,7 +47,8 @@ async def events(
 
     Reconnect with `Last-Event-ID` to receive what was missed (from a bounded in-memory buffer).
     """
-    wanted = frozenset(types.split(",") if types else EVENT_TYPES)  # the pattern allows known types only
+    # The pattern allows known types only.
+    wanted = frozenset(EventType(name) for name in types.split(",")) if types else frozenset(EventType)
     resume = int(last_event_id) if last_event_id and last_event_id.isdigit() else None
     # Per client: a token is one client wherever it connects from; without one, an address is.
     client = (

@@ -9,6 +9,7 @@ from fastapi.responses import PlainTextResponse
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
+from client.events import EventType, Finished, Queued
 from client.schemas import (
     CancelOut,
     ExperimentOut,
@@ -25,10 +26,12 @@ from server.api.params import ExperimentsQuery, since_utc
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import experiments as crud
+from server.crud.experiments import Touched
 from server.crud.leases import progress_of
 from server.crud.requeue import has_result, queue_again
 from server.crud.runs import cancel_queued_runs
-from server.crud.similar import Touched, similar_to_experiment
+from server.crud.similar import similar_to_experiment
+from server.lifecycle import move_experiment
 from server.models import Experiment, Result, Run, utcnow
 from server.patches import make_patch
 from server.submissions import submit
@@ -204,15 +207,17 @@ def cancel_experiment(ctx: Ctx, agent: Agent, experiment_id: ExperimentId) -> Ca
                 409, "already-finished", f"experiment {experiment_id} is already {experiment.status}"
             )
         if experiment.status == ExperimentStatus.QUEUED:
-            experiment.status = ExperimentStatus.CANCELLED
+            move_experiment(experiment, ExperimentStatus.CANCELLED)
             experiment.finished_at = utcnow()
             experiment.decision_reason = f"cancelled by {agent.name} while queued"
             cancel_queued_runs(tx.session, experiment_id, experiment.finished_at)
             tx.emit(
-                "finished",
-                experiment_id=experiment_id,
-                status=ExperimentStatus.CANCELLED,
-                reason=experiment.decision_reason,
+                EventType.FINISHED,
+                Finished(
+                    experiment_id=experiment_id,
+                    status=ExperimentStatus.CANCELLED,
+                    reason=experiment.decision_reason,
+                ),
             )
         elif experiment.status == ExperimentStatus.RUNNING:
             experiment.cancel_requested = True
@@ -243,7 +248,7 @@ def retry_experiment(ctx: Ctx, admin: Admin, experiment_id: ExperimentId) -> Exp
             raise Problem(409, "has-result", f"experiment {experiment_id} already has a result")
         why = f"queued again by {admin.name} (was {experiment.status})"
         queue_again(tx.session, experiment, utcnow())
-        tx.emit("queued", experiment_id=experiment_id, attempts=0, why=why)
+        tx.emit(EventType.QUEUED, Queued(experiment_id=experiment_id, attempts=0, why=why))
     view = _view(ctx, experiment_id)
     assert view is not None
     return view

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from sqlalchemy.orm import Session
 
+from client.events import EventType, Note
 from client.schemas import NoteIn, NoteOut, NotePage
 from server.api.deps import Agent, Ctx, Reader
 from server.api.params import NotesQuery, since_utc
@@ -56,7 +57,7 @@ def post_note(ctx: Ctx, agent: Agent, body: NoteIn) -> NoteOut:
             )
         commit = _commit(tx.session, body.commit, 422) if body.commit is not None else None
         note = add_note(tx.session, agent.id, body.text, body.experiment_id, commit)
-        tx.emit("note", note_id=note.id, experiment_id=note.experiment_id, author=note.author)
+        tx.emit(EventType.NOTE, Note(note_id=note.id, experiment_id=note.experiment_id, author=note.author))
     return note
 
 

@@ -56,7 +56,7 @@ def get_leaderboard(ctx: Ctx, _reader: Reader) -> LeaderboardOut:
             noise=noise.current_view(session, project.platform, project.harness_id),
             lineage=standings.lineage(session),
             top=standings.top_results(session, project.platform),
-            agents=standings.agent_standings(session, ctx.totals.current(ctx)),
+            agents=standings.agent_standings(session, ctx.totals.current(ctx.db)),
         )
 
 
@@ -95,4 +95,4 @@ def get_agents(ctx: Ctx, _reader: Reader) -> AgentsOut:
     """Every agent with its standing (same ordering as the leaderboard; at most
     STANDINGS_REFRESH_SECONDS old)."""
     with ctx.db.read() as session:
-        return AgentsOut(agents=standings.agent_standings(session, ctx.totals.current(ctx)))
+        return AgentsOut(agents=standings.agent_standings(session, ctx.totals.current(ctx.db)))
