@@ -19,6 +19,7 @@ from cli import (
     results_tsv,
     retry,
     run,
+    search,
     serve,
     similar,
     status,
@@ -31,7 +32,7 @@ from cli import (
 # The commands, in the order `autoresearch --help` lists them; each module's `register(subparsers)`
 # adds its command(s) and sets `func`.
 COMMANDS = (work, prepare, serve, db, init, token, up, submit, status, best, results_tsv, agent, run, retry)
-COMMANDS += (notes, mcp, similar, cancel, history)
+COMMANDS += (notes, mcp, similar, search, cancel, history)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,16 +28,18 @@ import time
 from collections.abc import Callable
 from typing import Annotated, Any
 
+import anyio.from_thread
 import httpx
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field, ValidationError
 
 from client import ApiError, Client, SchemaError
 from client.api import Submitted
 from client.schemas import (
     BestOut,
+    CancelOut,
     ExperimentOut,
     ExperimentPage,
     KeepRatesOut,
@@ -47,12 +49,13 @@ from client.schemas import (
     NoteIn,
     NoteOut,
     NotePage,
+    ProgressOut,
     SimilarExperiment,
     SimilarIn,
     SimilarOut,
     SubmitIn,
 )
-from client.states import FINAL_STATUSES
+from client.states import FINAL_STATUSES, ExperimentStatus
 from server.api.params import ExperimentsQuery, KeepRatesQuery, NearMissesQuery, NotesQuery
 
 # A client of the REST API for the call at hand (the caller's token; closed after the call).
@@ -63,7 +66,8 @@ An autoresearch server: agents submit changes of train.py, GPU workers run each 
 budget, and the server keeps a change only when it beats the best by more than the run-to-run
 noise. Before proposing, read `best`, recent `notes` and `search_experiments` (what was tried,
 kept, reverted), and ask `has_this_been_tried`; after a finding, leave one `post_note`. Submit
-with `submit` and follow it with `experiment`.
+with `submit` (it answers at once with the experiment's id), watch a run with `progress`, wait
+for decisions with `wait`, and `cancel` a change of yours that is no longer worth its GPU time.
 `near_misses` lists changes that missed the bar by less than the noise (candidates to combine);
 `keep_rates` says which kinds of change (a constant up or down, a region) were tried and kept."""
 
@@ -74,6 +78,10 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITES = {"read_only_hint": False, "destructive_hint": False, "open_world_hint": False}
 SUBMITS = ToolAnnotations(idempotent_hint=True, **WRITES)
 POSTS = ToolAnnotations(idempotent_hint=False, **WRITES)
+# Cancelling ends an experiment for good (an admin may queue it again); twice is once.
+CANCELS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
 
 RESEARCH_LOOP = """\
 You are one of the agents improving train.py on this server. The rules, from program.md:
@@ -82,12 +90,26 @@ You are one of the agents improving train.py on this server. The rules, from pro
 
 The best so far: val_bpb {val_bpb} ({experiment}); its train.py is the resource
 autoresearch://best/train.py. Loop: read the recent `notes` and `near_misses`, pick one change,
-ask `has_this_been_tried`, `submit` it, follow it with `experiment` until it is decided, and
+ask `has_this_been_tried`, `submit` it, watch it with `progress` and `wait` until it is decided, and
 leave a `post_note` with what you learned. A change is kept only when it beats the best by more
 than the run-to-run noise (`noise`)."""
 
 MAX_WAIT_S = 3600.0
 POLL_S = 2.0
+
+
+class ProgressReport(BaseModel):
+    """A run's progress so far beside the best's, to compare the two loss curves."""
+
+    experiment: ProgressOut
+    best: ProgressOut | None = Field(description="the best's latest run with progress (null: none yet)")
+
+
+class WaitReport(BaseModel):
+    """The experiments that are decided (or ended) and those still undecided when `wait` answered."""
+
+    decided: list[ExperimentOut]
+    undecided: dict[int, ExperimentStatus] = Field(description="experiment id: its status now")
 
 
 class ExperimentReport(BaseModel):
@@ -134,6 +156,28 @@ def api_errors(tool: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+class AutoresearchMCP(MCPServer):
+    """The SDK's server, with arguments that fail a tool's input schema answered as the tool error
+    `bad-arguments`: which argument and why, in words, not pydantic's raw text and its link."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as error:
+            if not isinstance(error.__cause__, ValidationError):
+                raise
+            errors = [
+                {"argument": ".".join(str(part) for part in e["loc"]), "problem": e["msg"]}
+                for e in error.__cause__.errors(include_url=False)
+            ]
+            detail = "; ".join(f"{e['argument'] or 'arguments'}: {e['problem']}" for e in errors)
+            return problem_result(
+                "bad-arguments", None, f"{name}: {detail}", {"detail": detail, "errors": errors}
+            )
+
+
 def read_text(connect: Connect, fetch: Callable[[Client], str]) -> str:
     """A resource's text from the API; an API error becomes the resource error `kind (status): detail`."""
     try:
@@ -176,17 +220,46 @@ def tail(text: str, lines: int) -> str:
     return "\n".join(text.splitlines()[-lines:]) if lines > 0 else ""
 
 
+# Sends an MCP progress notification (share of the budget used, what is happening) from a tool's
+# thread; a no-op when the client asked for none.
+Notify = Callable[[float, str], None]
+
+
+def notifier(ctx: Context) -> Notify:
+    def notify(fraction: float, message: str) -> None:
+        anyio.from_thread.run(functools.partial(ctx.report_progress, fraction, 1.0, message))
+
+    return notify
+
+
+def tell_progress(client: Client, experiment: ExperimentOut, notify: Notify) -> None:
+    """The experiment's status, and its latest run's newest progress sample when it trains."""
+    where = f"experiment {experiment.id}: {experiment.status}"
+    if experiment.status != ExperimentStatus.RUNNING:
+        notify(0.0, where)
+        return
+    samples = client.run_progress(experiment.id)
+    if not samples.events:
+        notify(0.0, f"{where}, starting")
+        return
+    last = samples.events[-1]
+    loss = f", loss {last.loss:.4f}" if last.loss is not None else ""
+    notify(last.fraction, f"{where}, run {samples.run} {last.phase} step {last.step}{loss}")
+
+
 def report(
     client: Client,
     experiment: ExperimentOut,
     wait_s: float,
     log_lines: int,
+    notify: Notify,
     submitted: Submitted | None = None,
 ) -> ExperimentReport:
-    """The experiment once final or after `wait_s`, with its diff and log tail (and, when it was
-    just `submitted`, whether it existed and what it resembles)."""
+    """The experiment once final or after `wait_s` (telling its progress meanwhile), with its diff
+    and log tail (and, when it was just `submitted`, whether it existed and what it resembles)."""
     deadline = time.monotonic() + wait_s
     while experiment.status not in FINAL_STATUSES and time.monotonic() < deadline:
+        tell_progress(client, experiment, notify)
         time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
         experiment = client.experiment(experiment.id)
     return ExperimentReport(
@@ -199,6 +272,8 @@ def report(
     )
 
 
+ExperimentId = Annotated[int, Field(ge=1, le=2**62)]
+RunNumber = Annotated[int, Field(ge=1, le=10_000, description="a run's number (default: the latest)")]
 WaitS = Annotated[
     float,
     Field(ge=0, le=MAX_WAIT_S, description="seconds to wait for the decision before answering (0: at once)"),
@@ -210,7 +285,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
     """The MCP server with every tool; `connect` gives each call its API client; `options` go to
     MCPServer (the HTTP transport's authentication)."""
     # WARNING: the SDK configures the root logger when none is set; the server keeps its own level.
-    mcp = MCPServer(
+    mcp = AutoresearchMCP(
         name="autoresearch",
         version=importlib.metadata.version("autoresearch-server"),
         instructions=INSTRUCTIONS,
@@ -229,25 +304,74 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
     @mcp.tool(annotations=SUBMITS)
     @api_errors
     @takes_fields_of(SubmitIn)
-    def submit(wait_s: WaitS = 600.0, log_lines: LogLines = 40, **change: Any) -> ExperimentReport:
+    def submit(
+        ctx: Context, wait_s: WaitS = 0.0, log_lines: LogLines = 40, **change: Any
+    ) -> ExperimentReport:
         """Submit a change of train.py (a unified diff `patch` against `base`, default the best, or
-        a whole `train_py`) with a one-line description, and wait up to `wait_s` for the decision:
-        kept (it beat the best beyond the noise) or not, with effect ± noise and the reason."""
+        a whole `train_py`) with a one-line description. Answers at once with the experiment (its
+        id, queued); with `wait_s`, first waits that long for the decision: kept (it beat the best
+        beyond the noise) or not, with effect ± noise and the reason. The same train.py submitted
+        again returns the existing experiment (`existing`). While it waits, it sends progress
+        notifications (status; phase, step, loss and share of the budget while a run trains)."""
         with connect() as client:
             submitted = client.submit(**{k: v for k, v in change.items() if v is not None})
-            return report(client, submitted, wait_s, log_lines, submitted)
+            return report(client, submitted, wait_s, log_lines, notifier(ctx), submitted)
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
     def experiment(
-        experiment_id: Annotated[int, Field(ge=1, le=2**62)],
+        ctx: Context,
+        experiment_id: ExperimentId,
         wait_s: WaitS = 0.0,
         log_lines: LogLines = 40,
     ) -> ExperimentReport:
         """One experiment: status, decision and its reason (effect ± noise, runs), result, its diff
-        and the end of its log; with `wait_s`, first wait that long for its decision."""
+        and the end of its log; with `wait_s`, first wait that long for its decision (sending
+        progress notifications meanwhile)."""
         with connect() as client:
-            return report(client, client.experiment(experiment_id), wait_s, log_lines)
+            return report(client, client.experiment(experiment_id), wait_s, log_lines, notifier(ctx))
+
+    @mcp.tool(annotations=READ_ONLY)
+    @api_errors
+    def wait(
+        ctx: Context,
+        experiment_ids: Annotated[list[ExperimentId], Field(min_length=1, max_length=50)],
+        timeout_s: Annotated[float, Field(ge=0, le=MAX_WAIT_S, description="answer after this long at most")],
+    ) -> WaitReport:
+        """Wait until any of `experiment_ids` is decided (or ended), for at most `timeout_s`; answers
+        the decided ones in full and the status of the others. Sends progress notifications of the
+        first undecided one meanwhile."""
+        deadline = time.monotonic() + timeout_s
+        notify = notifier(ctx)
+        with connect() as client:
+            while True:
+                seen = [client.experiment(number) for number in dict.fromkeys(experiment_ids)]
+                decided = [e for e in seen if e.status in FINAL_STATUSES]
+                if decided or time.monotonic() >= deadline:
+                    undecided = {e.id: e.status for e in seen if e.status not in FINAL_STATUSES}
+                    return WaitReport(decided=decided, undecided=undecided)
+                tell_progress(client, seen[0], notify)
+                time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+
+    @mcp.tool(annotations=READ_ONLY)
+    @api_errors
+    def progress(experiment_id: ExperimentId, run: RunNumber | None = None) -> ProgressReport:
+        """A run's progress so far (default its latest run with any): phase, step, loss and the
+        share of the budget used at each sample, beside the best's latest run, to compare the two
+        loss curves while it trains."""
+        with connect() as client:
+            mine = client.run_progress(experiment_id, run)
+            best_id = client.best().experiment_id
+            best = client.run_progress(best_id) if best_id is not None and best_id != experiment_id else None
+            return ProgressReport(experiment=mine, best=best)
+
+    @mcp.tool(annotations=CANCELS)
+    @api_errors
+    def cancel(experiment_id: ExperimentId) -> CancelOut:
+        """Cancel an experiment of yours: queued, it never runs; running, its run is stopped and
+        its worker goes on to the next. A decided experiment cannot be cancelled."""
+        with connect() as client:
+            return client.cancel(experiment_id)
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
@@ -330,7 +454,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
-    def similar_experiments(experiment_id: Annotated[int, Field(ge=1, le=2**62)]) -> SimilarOut:
+    def similar_experiments(experiment_id: ExperimentId) -> SimilarOut:
         """The other experiments whose change is the same or nearly the same as this experiment's,
         most alike first, with their outcomes."""
         with connect() as client:

@@ -52,3 +52,23 @@ def test_similar_refuses_what_it_cannot_use(
     assert missing.code == 1 and f"autoresearch similar: {tmp_path / 'nope.py'}: no such file" in missing.err
     unknown = in_process(capsys, "similar", "-e", "99999", server=project.url)
     assert unknown.code == 1 and "99999" in unknown.err
+
+
+def test_search_finds_experiments_by_the_constant_they_set_and_their_words(
+    project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with project.agent() as agent:
+        tuned = agent.submit("tune the rate to 0.63", train_py=bigram(0.63))
+    by_constant = in_process(capsys, "search", "--constant", "LEARNING_RATE", "--json", server=project.url)
+    assert by_constant.code == 0, by_constant.err
+    assert tuned.id in [item["id"] for item in json.loads(by_constant.out)["items"]]
+    assert (
+        in_process(capsys, "search", "--constant", "NO_SUCH_KNOB", server=project.url).out
+        == "no experiments match\n"
+    )
+    by_words = in_process(capsys, "search", "--text", "rate to 0.63", server=project.url)
+    assert f"{tuned.id}" in by_words.out and "tune the rate to 0.63" in by_words.out
+    nothing = in_process(capsys, "search", server=project.url)
+    assert nothing.code == 1 and "say what to look for: --constant, --line, --text" in nothing.err
+    too_many = in_process(capsys, "search", "--text", "x", "-n", "0", server=project.url)
+    assert too_many.code == 1 and "--limit must be between 1 and" in too_many.err

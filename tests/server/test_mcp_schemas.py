@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
+from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel
 
 from client.schemas import NoteIn, SimilarIn, SubmitIn
@@ -95,8 +96,26 @@ def test_every_tool_says_what_it_changes_and_the_server_its_version() -> None:
     annotations = {tool.name: tool.annotations for tool in asyncio.run(server.list_tools())}
     assert all(a is not None and a.open_world_hint is False for a in annotations.values()), annotations
     reads = {name for name, a in annotations.items() if a is not None and a.read_only_hint}
-    assert reads == set(annotations) - {"submit", "post_note"}
-    submit, post_note = annotations["submit"], annotations["post_note"]
+    assert reads == set(annotations) - {"submit", "post_note", "cancel"}
+    submit, post_note, cancel = annotations["submit"], annotations["post_note"], annotations["cancel"]
     assert submit is not None and submit.idempotent_hint and submit.destructive_hint is False
     assert post_note is not None and post_note.idempotent_hint is False
+    assert cancel is not None and cancel.destructive_hint and cancel.idempotent_hint
     assert server.version == importlib.metadata.version("autoresearch-server") != ""
+
+
+def test_arguments_that_fail_a_tools_schema_are_a_tool_error_in_words() -> None:
+    """Not pydantic's raw text with its link (issue 29): which argument, and why."""
+    server = build_mcp(lambda: None)  # type: ignore[arg-type, return-value]
+    result = asyncio.run(server.call_tool("wait", {"experiment_ids": [], "timeout_s": -1}))
+    assert isinstance(result, CallToolResult) and result.is_error
+    (content,) = result.content
+    assert isinstance(content, TextContent)
+    assert content.text.startswith("bad-arguments: wait: experiment_ids: List should have at least 1 item")
+    assert "timeout_s: Input should be greater than or equal to 0" in content.text
+    assert "pydantic" not in content.text and "http" not in content.text
+    assert result.structured_content is not None and result.structured_content["kind"] == "bad-arguments"
+    assert result.structured_content["errors"][1] == {
+        "argument": "timeout_s",
+        "problem": "Input should be greater than or equal to 0",
+    }

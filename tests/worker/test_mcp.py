@@ -43,6 +43,7 @@ TOOLS = {
     "similar_experiments",
 }
 TOOLS |= {"near_misses", "keep_rates"}  # has this been tried (tests/server/test_history_mcp.py)
+TOOLS |= {"wait", "progress", "cancel"}  # following without blocking (tests/server/test_mcp_follow.py)
 TRANSPORTS = ["stdio", "http"]
 
 
