@@ -51,6 +51,7 @@ from server.judge import (
     Snapshot,
     Verdict,
     judge,
+    run_counts,
 )
 from server.lifecycle import move_experiment, move_run
 from server.models import EXPERIMENTS, RUNS, Experiment, Project, Run, utcnow
@@ -67,16 +68,6 @@ _REFERENCE = (
 )
 
 
-def is_valid(result: RunResult, project: Row[Any] | Project) -> bool:
-    """Whether a run counts: ok, with a val_bpb, on the project's platform and harness."""
-    return (
-        result.status == "ok"
-        and result.val_bpb is not None
-        and project.platform in (None, result.device)
-        and project.harness_id in (None, result.harness_id)
-    )
-
-
 def decide(
     ctx: AppContext, tx: Tx, experiment: Row[Any], run: Row[Any], result: RunResult
 ) -> dict[str, object]:
@@ -90,7 +81,9 @@ def decide(
     project = current_best(tx.session)
     before = noise_crud.RunStats(experiment.valid_runs, experiment.val_bpb, experiment.val_bpb_m2)
     after = before
-    if is_valid(result, project):
+    if run_counts(
+        result.status, result.val_bpb, result.device, result.harness_id, project.platform, project.harness_id
+    ):
         assert result.val_bpb is not None
         after = before.with_run(result.val_bpb)
         if noise_crud.is_measuring(experiment.base_commit is None, run.kind):
@@ -435,6 +428,16 @@ def best_repeats_due(ctx: AppContext, session: Session, project: Project, last_e
     if settings.best_rerun_every:
         target += (last_experiment_id - (project.best_since_experiment_id or 0)) // settings.best_rerun_every
     return max(0, target - value_runs(session, best.id, best.base_commit))
+
+
+def queue_best_repeats(ctx: AppContext, session: Session, project: Project, last_experiment_id: int) -> int:
+    """Queue the repeats of the best that are due now (best_repeats_due); how many were queued."""
+    due = best_repeats_due(ctx, session, project, last_experiment_id)
+    if due and project.best_experiment_id is not None:
+        best = session.get(Experiment, project.best_experiment_id)
+        assert best is not None
+        queue_runs(session, best.id, RunKind.REPEAT, best.queued_at, due)
+    return due
 
 
 def value_runs_due(ctx: AppContext, base_commit: str | None) -> int:

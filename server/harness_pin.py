@@ -15,8 +15,19 @@ from server.models import Project
 log = logging.getLogger(__name__)
 
 
+_SETTINGS = {"harness_id": "HARNESS_ID", "platform": "PLATFORM"}  # what configures each
+
+
 class ProjectMismatch(RuntimeError):
-    """The configuration contradicts what the database was pinned to."""
+    """A harness id or platform that contradicts what the project was pinned to."""
+
+    def __init__(self, field: str, pinned: str, offered: str) -> None:
+        self.field, self.pinned, self.offered = field, pinned, offered
+        super().__init__(
+            f"this database's project uses {field} {pinned!r}, but the server is configured with "
+            f"{offered!r} ({_SETTINGS[field]} or prepared data). Results of different harnesses or "
+            "platforms are never compared: use the original configuration, or a new DATA_DIR / DATABASE_URL"
+        )
 
 
 def configured_harness_id(settings: ServerSettings) -> str | None:
@@ -37,20 +48,17 @@ def configured_harness_id(settings: ServerSettings) -> str | None:
         return None
 
 
-def pin(project: Project, harness_id: str | None, platform: str | None) -> None:
-    """Store the configured harness id and platform, or refuse ones that contradict the database."""
-    for field, wanted, setting in (
-        ("harness_id", harness_id, "HARNESS_ID"),
-        ("platform", platform, "PLATFORM"),
-    ):
-        if not wanted:
-            continue
+def pin(project: Project, harness_id: str | None, platform: str | None) -> list[str]:
+    """The one rule of pinning, for the server's configuration and for each worker that registers:
+    a value the project has none of yet is stored (the fields pinned now are returned), one it
+    has is accepted, and one that contradicts it raises ProjectMismatch (checked before anything
+    is stored)."""
+    offered = {"harness_id": harness_id, "platform": platform}
+    for field, wanted in offered.items():
         current = getattr(project, field)
-        if current is None:
-            setattr(project, field, wanted)
-        elif current != wanted:
-            raise ProjectMismatch(
-                f"this database's project uses {field} {current!r}, but the server is configured with "
-                f"{wanted!r} ({setting} or prepared data). Results of different harnesses or platforms are "
-                "never compared: use the original configuration, or a new DATA_DIR / DATABASE_URL"
-            )
+        if wanted and current is not None and current != wanted:
+            raise ProjectMismatch(field, current, wanted)
+    pinned = [field for field, wanted in offered.items() if wanted and getattr(project, field) is None]
+    for field in pinned:
+        setattr(project, field, offered[field])
+    return pinned

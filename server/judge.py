@@ -198,6 +198,26 @@ def t_quantile(df: int, p: float) -> float:
     return t
 
 
+def run_counts(
+    status: str,
+    val_bpb: float | None,
+    device: str,
+    harness_id: str,
+    platform: str | None,
+    harness: str | None,
+) -> bool:
+    """Whether a run counts, for a keep, the noise and a best's value: it ended ok with a val_bpb,
+    on the project's platform and harness (None: not pinned yet, so the run's own). The one
+    statement of the rule; its SQL twin is server/crud/noise.py `counted_clause`, and `judge`
+    explains a run that does not count (`_not_comparable`, `_not_valid`), tested to agree."""
+    return (
+        status == "ok"
+        and val_bpb is not None
+        and platform in (None, device)
+        and harness in (None, harness_id)
+    )
+
+
 def judge(snapshot: Snapshot) -> Verdict:
     """The verdict on an experiment after one of its runs was reported."""
     settled = _not_comparable(snapshot) or _not_valid(snapshot)

@@ -22,7 +22,6 @@ from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
 
 from client.events import EventType, Queued
-from client.states import RunKind
 from server.api.router import ROUTERS
 from server.context import AppContext
 from server.core.body_limit import BodyLimit
@@ -38,11 +37,10 @@ from server.crud import change_kinds
 from server.crud.leases import expire_leases
 from server.crud.project import load_project
 from server.crud.requeue import requeue_unmeasured_best
-from server.crud.runs import queue_runs
 from server.crud.similar import backfill as backfill_changes
 from server.crud.tokens import sync_env_admin
 from server.crud.workers import online_count
-from server.decisions import best_repeats_due, carry_ahead
+from server.decisions import carry_ahead, queue_best_repeats
 from server.events import Broadcaster
 from server.fleet import Fleet, queued_runs
 from server.harness_pin import configured_harness_id, pin
@@ -132,12 +130,8 @@ def queue_what_the_best_is_due(ctx: AppContext) -> None:
             )
             return
         last = int(tx.session.scalar(select(func.max(Experiment.id))) or 0)
-        due = best_repeats_due(ctx, tx.session, project, last)
-        if due:
-            best = tx.session.get(Experiment, project.best_experiment_id)
-            assert best is not None
-            log.info("queueing %d repeat(s) of the best, experiment %d", due, best.id)
-            queue_runs(tx.session, best.id, RunKind.REPEAT, best.queued_at, due)
+        if queued := queue_best_repeats(ctx, tx.session, project, last):
+            log.info("queued %d repeat(s) of the best, experiment %d", queued, project.best_experiment_id)
 
 
 async def _in_background(

@@ -18,17 +18,15 @@ from dataclasses import dataclass, field, replace
 from sqlalchemy.orm import Session
 
 from client.schemas import ExperimentOut, SimilarExperiment, SimilarIn, SubmitIn
-from client.states import RunKind
 from server.candidates import commit_message, find_same_train_py, queue_candidate, same_train_py_and_queued
 from server.changes import summarize
 from server.context import AppContext, Tx
 from server.core.problems import Problem
 from server.crud.experiments import get_view, resolve_commit
 from server.crud.project import current_best, load_project
-from server.crud.runs import queue_runs
 from server.crud.similar import find_similar, similar_to_experiment
 from server.crud.tokens import Principal
-from server.decisions import best_repeats_due
+from server.decisions import queue_best_repeats
 from server.models import Experiment, IdempotencyKey, Project
 from server.patches import PatchError, apply_patch, parse_patch
 from server.research_repo import blob_sha
@@ -168,15 +166,6 @@ def _refuse_carried_data(source: str, limit: int) -> None:
         )
 
 
-def _rerun_best_when_due(ctx: AppContext, session: Session, project: Project, last_id: int) -> None:
-    """The best is run again as candidates pile up on it (server/decisions.py, best_repeats_due)."""
-    due = best_repeats_due(ctx, session, project, last_id)
-    if due and project.best_experiment_id is not None:
-        best = session.get(Experiment, project.best_experiment_id)
-        assert best is not None
-        queue_runs(session, best.id, RunKind.REPEAT, best.queued_at, due)
-
-
 def submit(
     ctx: AppContext, principal: Principal, body: SubmitIn, idempotency_key: str | None
 ) -> SubmitOutcome:
@@ -257,5 +246,5 @@ def _queue(
         blob=blob,
         change=change.summary,
     )
-    _rerun_best_when_due(ctx, tx.session, project, experiment.id)
+    queue_best_repeats(ctx, tx.session, project, experiment.id)
     return SubmitOutcome(experiment.id, created=True, queued=(change, blob))

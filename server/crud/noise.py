@@ -56,12 +56,18 @@ def measuring_clause(baseline: ColumnElement[bool]) -> ColumnElement[bool]:
     return or_(baseline, RUNS.c.kind == RunKind.REPEAT)
 
 
-_VALID = and_(
-    Result.status == "ok",
-    Result.val_bpb.is_not(None),
-    Result.device == bindparam("platform"),
-    Result.harness_id == bindparam("harness_id"),
-)
+def counted_clause() -> ColumnElement[bool]:
+    """server.judge.run_counts in SQL, on Result, for the platform and harness bound as
+    `platform` and `harness_id` (never None here: the callers pass the project's, else the run's)."""
+    return and_(
+        Result.status == "ok",
+        Result.val_bpb.is_not(None),
+        Result.device == bindparam("platform"),
+        Result.harness_id == bindparam("harness_id"),
+    )
+
+
+_COUNTED = counted_clause()
 # One experiment's valid measuring runs.
 _MEASURING = (
     select(Result.val_bpb)
@@ -69,7 +75,7 @@ _MEASURING = (
     .where(
         Result.experiment_id == bindparam("experiment_id"),
         measuring_clause(bindparam("baseline")),
-        _VALID,
+        _COUNTED,
     )
     .order_by(RUNS.c.number)
 )
@@ -77,14 +83,14 @@ _MEASURING = (
 _CONFIRMING = (
     select(Result.val_bpb)
     .join(RUNS, RUNS.c.id == Result.run_id)
-    .where(Result.experiment_id == bindparam("experiment_id"), RUNS.c.kind == RunKind.CONFIRMATION, _VALID)
+    .where(Result.experiment_id == bindparam("experiment_id"), RUNS.c.kind == RunKind.CONFIRMATION, _COUNTED)
 )
 # Every experiment's valid measuring runs on a platform and harness.
 _ALL_MEASURING = (
     select(Result.experiment_id, Result.val_bpb)
     .join(RUNS, RUNS.c.id == Result.run_id)
     .join(EXPERIMENTS, EXPERIMENTS.c.id == Result.experiment_id)
-    .where(measuring_clause(EXPERIMENTS.c.base_commit.is_(None)), _VALID)
+    .where(measuring_clause(EXPERIMENTS.c.base_commit.is_(None)), _COUNTED)
 )
 
 

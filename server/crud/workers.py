@@ -14,6 +14,7 @@ from server.context import AppContext
 from server.core.problems import Problem
 from server.crud.project import load_project
 from server.crud.tokens import Principal
+from server.harness_pin import ProjectMismatch, pin
 from server.models import Worker, utcnow
 
 log = logging.getLogger(__name__)
@@ -22,34 +23,18 @@ log = logging.getLogger(__name__)
 def register(ctx: AppContext, principal: Principal, body: RegisterIn) -> RegisterOut:
     with ctx.transaction() as tx:
         project = load_project(tx.session, lock=True)
-        if project.harness_id is None:
+        try:
+            pinned = pin(project, body.harness_id, body.device)
+        except ProjectMismatch as mismatch:
+            raise _refused(mismatch) from mismatch
+        if "harness_id" in pinned:
             log.warning(
                 "no HARNESS_ID and no prepared data: worker %s fixes the harness id to %s",
                 body.name,
                 body.harness_id,
             )
-            project.harness_id = body.harness_id
-        elif project.harness_id != body.harness_id:
-            raise Problem(
-                409,
-                "harness-mismatch",
-                f"this server's project uses harness {project.harness_id}; the worker's harness is "
-                f"{body.harness_id}. Run the worker with the server's preset and data (results of different "
-                "harnesses are never compared)",
-                project_harness_id=project.harness_id,
-            )
-        if project.platform is None:
+        if "platform" in pinned:
             log.info("worker %s fixes the project's platform to %s", body.name, body.device)
-            project.platform = body.device
-        elif project.platform != body.device:
-            raise Problem(
-                409,
-                "platform-mismatch",
-                f"this server's project measures on {project.platform!r}; the worker's device is "
-                f"{body.device!r}. Results from different platforms are never compared: run a separate "
-                "server for this platform",
-                project_platform=project.platform,
-            )
         now = utcnow()
         worker = tx.session.scalars(
             select(Worker).where(Worker.token_id == principal.id, Worker.name == body.name)
@@ -71,6 +56,27 @@ def register(ctx: AppContext, principal: Principal, body: RegisterIn) -> Registe
         )
     ctx.presence.remember(answer.worker_id, principal.id, body.name)
     return answer
+
+
+def _refused(mismatch: ProjectMismatch) -> Problem:
+    """A worker whose harness or device is not the project's: a 409 that says what to do."""
+    if mismatch.field == "harness_id":
+        return Problem(
+            409,
+            "harness-mismatch",
+            f"this server's project uses harness {mismatch.pinned}; the worker's harness is "
+            f"{mismatch.offered}. Run the worker with the server's preset and data (results of different "
+            "harnesses are never compared)",
+            project_harness_id=mismatch.pinned,
+        )
+    return Problem(
+        409,
+        "platform-mismatch",
+        f"this server's project measures on {mismatch.pinned!r}; the worker's device is "
+        f"{mismatch.offered!r}. Results from different platforms are never compared: run a separate "
+        "server for this platform",
+        project_platform=mismatch.pinned,
+    )
 
 
 def _refuse_taken_name(session: Session, principal: Principal, name: str) -> None:

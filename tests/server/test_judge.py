@@ -16,8 +16,10 @@ import mpmath
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sqlalchemy import create_engine, insert, select
 
 from client.states import Rule
+from server.crud.noise import counted_clause
 from server.judge import (
     Action,
     Evidence,
@@ -28,9 +30,11 @@ from server.judge import (
     Snapshot,
     compare,
     judge,
+    run_counts,
     t_quantile,
 )
 from server.judge import t_cdf as server_t_cdf
+from server.models import Base, Result
 
 RULE = RuleSettings(
     rule=Rule.NOISE_AWARE, alpha=0.05, min_delta=0.0005, screen_margin=0.4, futility_margin=1.0, max_runs=4
@@ -372,3 +376,48 @@ def test_a_keep_is_significant_better_by_min_delta_and_rests_on_several_runs(
         )
         assert comparison.p_value < RULE.alpha and comparison.upper_bound < 0
         assert comparison.effect < -RULE.min_delta and comparison.runs >= 2
+
+
+# Which runs count: one rule, its explanation and its SQL twin -----------------------------------
+
+STATUSES = st.sampled_from(["ok", "crash", "invalid", "over_budget", "timeout"])
+RUNS_SEEN = st.tuples(
+    STATUSES, st.none() | st.floats(0.5, 5.0), st.sampled_from(["gpu", "cpu"]), st.sampled_from(["h1", "h2"])
+)
+
+
+@given(
+    seen=st.lists(RUNS_SEEN, min_size=1, max_size=12),
+    platform=st.sampled_from(["gpu", "cpu"]),
+    harness=st.sampled_from(["h1", "h2"]),
+    pinned=st.booleans(),
+)
+@settings(deadline=None, max_examples=40)
+def test_which_runs_count_is_one_rule_in_python_in_the_judges_words_and_in_sql(
+    seen: list[tuple[str, float | None, str, str]], platform: str, harness: str, pinned: bool
+) -> None:
+    """run_counts, the judge's reasons for a run that does not count (_not_comparable, _not_valid:
+    a revert that says why), and counted_clause over the same rows on SQLite all agree. Unpinned
+    (a project before its first valid run), any platform and harness count."""
+    project_platform, project_harness = (platform, harness) if pinned else (None, None)
+    engine = create_engine("sqlite://")
+    Base.metadata.create_all(engine, tables=[Result.__table__])
+    expected = set()
+    with engine.begin() as connection:
+        for number, (status, val_bpb, device, harness_id) in enumerate(seen, 1):
+            counts = run_counts(status, val_bpb, device, harness_id, project_platform, project_harness)
+            run = JudgedRun(number, status, None, val_bpb, device, harness_id)
+            verdict = judge(snapshot(1.0, run=run, platform=project_platform, harness_id=project_harness))
+            explained = verdict.action is Action.REVERT and (
+                verdict.reason.endswith("not compared") or "only ok results with a val_bpb" in verdict.reason
+            )
+            assert counts != explained, (status, val_bpb, device, harness_id, verdict)
+            row = {"id": str(number), "experiment_id": 1, "run_id": number, "lease_id": "l", "worker_id": "w"}
+            row |= {"status": status, "val_bpb": val_bpb, "device": device, "harness_id": harness_id}
+            connection.execute(insert(Result.__table__), {**row, "sandbox": True, "log_tail": ""})
+            if counts and pinned:
+                expected.add(str(number))
+        if pinned:  # the SQL twin is always bound to a platform and a harness (the project's)
+            query = select(Result.__table__.c.id).where(counted_clause())
+            found = set(connection.execute(query, {"platform": platform, "harness_id": harness}).scalars())
+            assert found == expected
