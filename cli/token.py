@@ -7,6 +7,7 @@ import re
 import sys
 from typing import TYPE_CHECKING
 
+from client.states import TokenKind
 from server.core.config import ServerSettings
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     create.add_argument(
         "--kind",
         required=True,
-        choices=["agent", "worker", "admin"],
+        choices=list(TokenKind),
         help="agent: submit and cancel; worker: run experiments; admin: everything",
     )
     create.add_argument("--name", required=True, help="agent/worker name: letters, digits, _ . @ -")

@@ -53,6 +53,17 @@ class LeaseState(StrEnum):
     FINISHED = "finished"  # its result was recorded
 
 
+class TokenKind(StrEnum):
+    """Who holds an API token, and so what it may do (docs/api.md, "Authentication")."""
+
+    AGENT = "agent"  # submits changes, posts notes, cancels its own experiments
+    WORKER = "worker"  # claims runs and reports their results
+    ADMIN = "admin"  # an agent that may also cancel and retry anyone's, import results, make tokens
+
+
+AGENT_KINDS = frozenset({TokenKind.AGENT, TokenKind.ADMIN})  # tokens that may act as an agent
+
+
 class RunKind(StrEnum):
     """Why a run was made."""
 

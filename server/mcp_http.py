@@ -25,12 +25,12 @@ from pydantic import AnyHttpUrl
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from client import Client
+from client.states import AGENT_KINDS
 from server.api.deps import principal_of
 from server.context import AppContext
 from server.mcp_tools import build_mcp
 
 MOUNT = "/mcp"
-AGENT_KINDS = ("agent", "admin")
 
 
 class AgentTokens:

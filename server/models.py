@@ -23,7 +23,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from client.states import ExperimentStatus
+from client.states import ExperimentStatus, TokenKind
 
 
 def utcnow() -> datetime:
@@ -60,7 +60,7 @@ NOT_RERUN_STATUSES = tuple(
     set(ExperimentStatus) - {ExperimentStatus.CANCELLED, ExperimentStatus.INFRA_FAILED}
 )
 
-TOKEN_KINDS = ("agent", "worker", "admin")
+TOKEN_KINDS = tuple(TokenKind)
 
 
 class Project(Base):

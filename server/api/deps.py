@@ -16,6 +16,7 @@ from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
+from client.states import AGENT_KINDS, TokenKind
 from server.context import AppContext
 from server.core.problems import Problem
 from server.core.security import hash_token
@@ -83,7 +84,7 @@ def _authenticated(principal: Principal | None) -> Principal:
 
 async def require_agent(principal: Caller) -> Principal:
     principal = _authenticated(principal)
-    if principal.kind not in ("agent", "admin"):
+    if principal.kind not in AGENT_KINDS:
         raise Problem(
             403, "agents-only", f"{principal.kind} tokens cannot call agent endpoints; use an agent token"
         )
@@ -92,7 +93,7 @@ async def require_agent(principal: Caller) -> Principal:
 
 async def require_worker(principal: Caller) -> Principal:
     principal = _authenticated(principal)
-    if principal.kind != "worker":
+    if principal.kind != TokenKind.WORKER:
         raise Problem(
             403, "workers-only", f"{principal.kind} tokens cannot call worker endpoints; use a worker token"
         )
@@ -101,7 +102,7 @@ async def require_worker(principal: Caller) -> Principal:
 
 async def require_admin(principal: Caller) -> Principal:
     principal = _authenticated(principal)
-    if principal.kind != "admin":
+    if principal.kind != TokenKind.ADMIN:
         raise Problem(403, "admins-only", "this needs an admin token")
     return principal
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-TOKEN_PREFIX = {"agent": "ara", "worker": "arw", "admin": "arx"}
+from client.states import TokenKind
+
+TOKEN_PREFIX = {TokenKind.AGENT: "ara", TokenKind.WORKER: "arw", TokenKind.ADMIN: "arx"}
 
 
 def new_token(kind: str) -> str:

@@ -11,7 +11,7 @@ from sqlalchemy import Select, bindparam, select
 from sqlalchemy.orm import Session
 
 from client.schemas import BestBefore, ComparisonOut, ExperimentOut, ExperimentPage, ResultOut, RunOut
-from client.states import RunState
+from client.states import AGENT_KINDS, RunState
 from server.crud.runs import runs_of
 from server.models import ApiToken, Experiment, ExperimentChange, ExperimentConstant, Result, Run
 
@@ -157,9 +157,7 @@ def list_page(
         if agent == BASELINE_AGENT:
             statement = statement.where(Experiment.agent_id.is_(None))
         else:
-            agent_ids = select(ApiToken.id).where(
-                ApiToken.name == agent, ApiToken.kind.in_(("agent", "admin"))
-            )
+            agent_ids = select(ApiToken.id).where(ApiToken.name == agent, ApiToken.kind.in_(AGENT_KINDS))
             statement = statement.where(Experiment.agent_id.in_(agent_ids))
     if base is not None:
         statement = statement.where(Experiment.base_commit == base.lower())

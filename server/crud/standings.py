@@ -8,7 +8,7 @@ from sqlalchemy import Row, case, func, select
 from sqlalchemy.orm import Session
 
 from client.schemas import AgentStanding, BestOut, LineageEntry, RankedResult
-from client.states import ExperimentStatus
+from client.states import AGENT_KINDS, ExperimentStatus
 from server.crud import noise as noise_crud
 from server.crud.experiments import BASELINE_AGENT, agent_names
 from server.crud.project import best_sample, load_project
@@ -128,7 +128,7 @@ def agent_standings(session: Session, totals: dict[int, Row[Any]] | None = None)
     """Every agent's standing, best first; `totals` from `agent_totals` (computed when not given)."""
     if totals is None:
         totals = agent_totals(session)
-    tokens = session.execute(select(ApiToken.id, ApiToken.name).where(ApiToken.kind.in_(("agent", "admin"))))
+    tokens = session.execute(select(ApiToken.id, ApiToken.name).where(ApiToken.kind.in_(AGENT_KINDS)))
     standings = []
     for token_id, name in tokens:
         row = totals.get(token_id)

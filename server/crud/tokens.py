@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from client.states import TokenKind
 from server.core.security import hash_token, new_token
 from server.models import TOKEN_KINDS, ApiToken, utcnow
 
@@ -57,14 +58,14 @@ def revoke_token(session: Session, kind: str, name: str) -> bool:
 def sync_env_admin(session: Session, admin_token: str) -> None:
     """Make ADMIN_TOKEN (from the environment) the one valid token of the ADMIN_TOKEN admin row."""
     row = session.scalars(
-        select(ApiToken).where(ApiToken.kind == "admin", ApiToken.name == ENV_ADMIN_NAME)
+        select(ApiToken).where(ApiToken.kind == TokenKind.ADMIN, ApiToken.name == ENV_ADMIN_NAME)
     ).first()
     if not admin_token:
         if row is not None and row.revoked_at is None:
             row.revoked_at = utcnow()
         return
     if row is None:
-        session.add(ApiToken(kind="admin", name=ENV_ADMIN_NAME, token_hash=hash_token(admin_token)))
+        session.add(ApiToken(kind=TokenKind.ADMIN, name=ENV_ADMIN_NAME, token_hash=hash_token(admin_token)))
         return
     row.token_hash = hash_token(admin_token)
     row.revoked_at = None

@@ -19,7 +19,7 @@ from client.schemas import (
     SubmitIn,
     SubmitOut,
 )
-from client.states import FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus
+from client.states import FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus, TokenKind
 from harness.result import ProgressEvent
 from server.api.deps import Admin, Agent, Ctx, Reader
 from server.api.params import ExperimentsQuery, since_utc
@@ -200,7 +200,7 @@ def cancel_experiment(ctx: Ctx, agent: Agent, experiment_id: ExperimentId) -> Ca
         experiment = tx.session.get(Experiment, experiment_id, with_for_update=True)
         if experiment is None:
             raise _not_found(experiment_id)
-        if agent.kind != "admin" and experiment.agent_id != agent.id:
+        if agent.kind != TokenKind.ADMIN and experiment.agent_id != agent.id:
             raise Problem(403, "not-yours", f"experiment {experiment_id} belongs to another agent")
         if experiment.status in FINAL_STATUSES:
             raise Problem(
