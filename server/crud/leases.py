@@ -94,20 +94,21 @@ def _claim_statement(gated: bool) -> Update:
 _CLAIM = _claim_statement(gated=False)
 _CLAIM_GATED = _claim_statement(gated=True)
 # The claimed run's experiment: running, unless already decided (a repeat of the best).
+_MAY_START = EXPERIMENTS.c.status.in_(experiment_sources(ExperimentStatus.RUNNING))
 _START_EXPERIMENT = (
     update(EXPERIMENTS)
     .where(EXPERIMENTS.c.id == bindparam("experiment_id"))
     .values(
         status=case(
             (
-                EXPERIMENTS.c.status.in_(experiment_sources(ExperimentStatus.RUNNING)),
+                _MAY_START,
                 ExperimentStatus.RUNNING,
             ),
             else_=EXPERIMENTS.c.status,
         ),
         started_at=case(
             (
-                EXPERIMENTS.c.status.in_(experiment_sources(ExperimentStatus.RUNNING)),
+                _MAY_START,
                 bindparam("now", type_=EXPERIMENTS.c.started_at.type),
             ),
             else_=EXPERIMENTS.c.started_at,
