@@ -6,8 +6,8 @@
 Runs the candidate (default: the baseline train.py) through harness.runner.run_experiment, in
 the real sandbox, `--runs` times in one process as a worker does (torch imported first;
 `keep_warm=True`, so from the second run on the train sandbox was started ahead of time; a worker
-also calls warm_up() before its first claim, so every run of a worker is warm, and only a one-off
-`autoresearch run` pays the cold start of run 1), and
+starts one in its preflight (warm_up) before its first claim, so every run of a worker is warm,
+and only a one-off `autoresearch run` pays the cold start of run 1), and
 splits each run's total wall time into training (`training_seconds`), scoring (`score_seconds`:
 the time the model ran in the score sandboxes, rebuild and weight load included, eval and probe)
 and overhead: everything else (process and sandbox starts, imports, weight save and hand-over,

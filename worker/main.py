@@ -21,7 +21,7 @@ from client import ApiError, Client, SchemaError
 from client.schemas import ClaimOut
 from harness.config import HarnessSettings
 from harness.result import RunResult
-from harness.runner import close_warm_sandbox, run_experiment, warm_up
+from harness.runner import close_warm_sandbox, run_experiment
 from worker.backoff import Backoff, Stopped, describe, is_transient, retry
 from worker.datacache import DataCacheError, ensure_prepared
 from worker.delivery import ResultSender
@@ -180,12 +180,7 @@ class Worker:
         }
 
     def run(self) -> None:
-        self.register()
-        try:
-            # The first experiment, too, finds its train sandbox started (interpreter, torch).
-            warm_up(self.settings, **self.runner_options())
-        except Exception as exc:
-            log.warning("could not start a train sandbox ahead of time (%s); each run starts its own", exc)
+        self.register()  # the preflight left the first experiment's train sandbox started
         idle = False
         failed: set[int] = set()  # experiments whose runs failed in the runner, in a row
         while not self.stop.finish.is_set():
@@ -226,7 +221,7 @@ class Worker:
         a harness error) ends after MAX_ATTEMPTS instead of going round the fleet for ever.
         """
         try:
-            preflight(self.settings, self.harness_id, self.platform.cuda, self.options.unsafe_no_sandbox)
+            preflight(self.settings, self.harness_id, **self.runner_options())
         except PreflightError as exc:
             self.release(claim, f"worker fault ({exc}): {reason}", count_attempt=False)
             raise WorkerError(f"this worker cannot run experiments: {exc}") from exc
@@ -405,13 +400,13 @@ def _run_with_state(
     code = 0
     try:
         harness_id = ensure_prepared(settings, log)
-        preflight(settings, harness_id, platform.cuda, options.unsafe_no_sandbox)
-        log.info(
-            "preflight passed: data, harness id and a round trip through the sandbox on %s", platform.device
-        )
         work_root = state_dir / "work"
         work_root.mkdir(exist_ok=True)
         worker = Worker(options, settings, name, platform, harness_id, client, spool, sender, stop, work_root)
+        preflight(settings, harness_id, **worker.runner_options())
+        log.info(
+            "preflight passed: data, harness id and a round trip through the sandbox on %s", platform.device
+        )
         worker.run()
     except Stopped:
         pass

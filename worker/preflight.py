@@ -2,41 +2,23 @@
 
 A worker that cannot run experiments must not take any: it would fail each one and use up its
 attempts. So before it registers (and so before any claim) it checks the prepared data and its
-harness id, and does a real round trip through the sandbox: a sandboxed interpreter imports
-torch and the harness's train entry, and echoes a nonce; on a CUDA device it also computes on the
-GPU, through the device nodes the sandbox binds. The device itself was probed by
+harness id, and does a real round trip through the sandbox: it starts the train sandbox of its
+next run, whose harness entry imports torch and the train entry and, on a CUDA device, computes
+on the GPU through the device nodes the sandbox binds, then says `ready` on a pipe only the
+sandbox holds. That sandbox is kept for the first experiment. The device itself was probed by
 `worker.device` before. Each check raises PreflightError with one line that says what to fix.
 """
 
 from __future__ import annotations
 
-import secrets
-import subprocess
-import sys
+from pathlib import Path
 
 from harness.config import HarnessSettings
 from harness.data.errors import DataError
 from harness.data_layout import prepared_paths, read_manifest
+from harness.runner import warm_up
 from harness.runner.run import check_eval_files
-from harness.runner.sandbox import SandboxSpec, SandboxUnavailableError, bwrap_argv, check_bwrap
-
-# Interpreter start and `import torch` take 2-20 s on a busy 2-core machine; more is a fault.
-ROUND_TRIP_TIMEOUT_S = 120.0
-
-# Runs inside the sandbox: what every train sandbox imports, then the nonce back (and on CUDA a
-# sum computed on the GPU, so that a driver or device node missing in the sandbox shows here).
-PROBE = """
-import sys
-import safetensors.torch
-import torch
-import harness.context
-import harness.runner.train_entry
-nonce, cuda = sys.stdin.readline().split()
-if cuda == "1":
-    assert torch.cuda.is_available(), "torch sees no GPU inside the sandbox"
-    assert int(torch.ones(4, device="cuda").sum().item()) == 4, "a sum on the GPU came back wrong"
-print(nonce, flush=True)
-"""
+from harness.runner.sandbox import SandboxUnavailableError
 
 
 class PreflightError(Exception):
@@ -56,32 +38,21 @@ def check_data(settings: HarnessSettings, harness_id: str) -> None:
         )
 
 
-def sandbox_round_trip(cuda: bool) -> None:
-    """Start a real sandbox (with the GPU device nodes on CUDA) and get a nonce back through it."""
+def sandbox_round_trip(
+    settings: HarnessSettings, device: str, unsafe_no_sandbox: bool, work_root: Path
+) -> None:
+    """Start the next run's train sandbox and wait until it is ready; it stays, as the spare the
+    next experiment trains in (harness.runner.run_setup), so the check costs no interpreter."""
     try:
-        check_bwrap()
-    except SandboxUnavailableError as exc:
-        raise PreflightError(str(exc)) from exc
-    nonce = secrets.token_hex(8)
-    command = [sys.executable, "-I", "-B", "-c", PROBE]
-    try:
-        done = subprocess.run(
-            bwrap_argv(SandboxSpec(cuda=cuda), command),
-            input=f"{nonce} {int(cuda)}\n",
-            capture_output=True,
-            text=True,
-            timeout=ROUND_TRIP_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise PreflightError(f"a sandbox did not answer within {ROUND_TRIP_TIMEOUT_S:.0f} s") from exc
-    if done.returncode != 0 or done.stdout.strip() != nonce:
-        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-        where = "on the GPU " if cuda else ""
-        raise PreflightError(f"a sandbox {where}could not run the harness: {last}")
+        warm_up(settings, unsafe_no_sandbox=unsafe_no_sandbox, work_root=work_root, device=device, wait=True)
+    except (SandboxUnavailableError, DataError) as exc:
+        where = "on the GPU " if device.startswith("cuda") else ""
+        raise PreflightError(f"a sandbox {where}could not run the harness: {exc}") from exc
 
 
-def preflight(settings: HarnessSettings, harness_id: str, cuda: bool, unsafe_no_sandbox: bool) -> None:
+def preflight(
+    settings: HarnessSettings, harness_id: str, device: str, unsafe_no_sandbox: bool, work_root: Path
+) -> None:
     """Every check a worker passes before it takes work; raises PreflightError on the first failure."""
     check_data(settings, harness_id)
-    if not unsafe_no_sandbox:
-        sandbox_round_trip(cuda)
+    sandbox_round_trip(settings, device, unsafe_no_sandbox, work_root)

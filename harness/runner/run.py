@@ -24,7 +24,7 @@ from harness.runner.limits import Cgroup, Limits, default_limits, tree_memory_by
 from harness.runner.output import ProgressPacer
 from harness.runner.phases import Phases
 from harness.runner.run_setup import discard, keep_spare, prepare_run, take_spare
-from harness.runner.sandbox import check_bwrap, system_roots
+from harness.runner.sandbox import SandboxUnavailableError, check_bwrap, system_roots
 from harness.runner.score_phase import ScoreJob, Scorer
 from harness.runner.train_phase import CANDIDATE_FILE, WEIGHTS_FILE, TrainJob, TrainOutcome, run_train_phase
 
@@ -145,16 +145,30 @@ def warm_up(
     unsafe_no_sandbox: bool = False,
     work_root: Path | None = None,
     device: str | None = None,
+    wait: bool = False,
 ) -> None:
     """Start the train sandbox of the next run now, at idle priority, for a worker that is about to
     wait for work: then even its first experiment skips the interpreter start and `import torch`.
-    Takes the same arguments as the run_experiment calls it prepares for; raises like them."""
+    Takes the same arguments as the run_experiment calls it prepares for; raises like them.
+
+    With `wait`, the sandbox starts at normal priority and this returns only once it is ready (a
+    worker's preflight round trip: a real sandbox imported torch and the train entry, and on CUDA
+    computed on the GPU); SandboxUnavailableError, with the sandbox's own last words, if it exited
+    first."""
     sandboxed = not unsafe_no_sandbox
     if sandboxed:
         check_bwrap()
     device = resolve_device(device)
     key, job = train_job(settings, read_manifest(settings), device, sandboxed, work_root)
-    keep_spare(prepare_run(key, job, work_root, idle=True))
+    run = prepare_run(key, job, work_root, idle=not wait)
+    try:
+        if wait and not run.sandbox.wait_ready():
+            why = run.sandbox.why_not_ready()
+            raise SandboxUnavailableError(f"the train sandbox exited before it was ready: {why}")
+    except BaseException:
+        discard(run)
+        raise
+    keep_spare(run)
 
 
 def train_job(

@@ -95,6 +95,12 @@ def main(config: dict[str, Any]) -> None:
 
         from harness.context import TrainContext
         from harness.runner.feed_client import FeedClient
+
+        if config["device"].startswith("cuda"):  # a driver or device node missing shows here
+            if not torch.cuda.is_available():
+                raise RuntimeError("torch sees no GPU inside the sandbox")
+            if int(torch.ones(4, device=config["device"]).sum().item()) != 4:
+                raise RuntimeError("a sum on the GPU came back wrong")
     except BaseException as exc:  # the harness itself failed: report and stop
         reporter.error("harness", exc)
         finish(1)

@@ -175,6 +175,7 @@ class TrainSandbox:
         self.events_r = events_r
         self.reader = LineReader()
         self.early: list[dict[str, Any]] = []  # messages that came with or before `ready`
+        self.ready = False  # `ready` came (and was taken out of `early`)
         self.go_w = go_w
         self.fds = [events_r, go_w]
         self.output = OutputTail(log_r)
@@ -199,13 +200,14 @@ class TrainSandbox:
         return spawned_at
 
     def wait_ready(self) -> bool:
-        """Wait until the entry has started and imported torch (harness code only, so its `ready`
-        can be believed); False if it exited first."""
+        """Wait until the entry has started, imported torch and, on CUDA, computed on the GPU
+        (harness code only, so its `ready` can be believed); False if it exited first."""
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
+        while not self.ready:
             for message in self.early:
                 if message["ev"] == "ready":
                     self.early.remove(message)
+                    self.ready = True
                     return True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -222,6 +224,16 @@ class TrainSandbox:
                 self.early.extend(self.reader.feed(data))
             elif not self.alive():
                 return False
+        return True
+
+    def why_not_ready(self) -> str:
+        """One line on why the sandbox exited before `ready`: the harness's own error, else the
+        last line it printed, else its exit status (call after wait_ready returned False)."""
+        errors = [m for m in self.early if m["ev"] == "error"]
+        if errors:
+            return str(errors[-1].get("message", "an error"))
+        lines = self.output.text(timeout=1.0).strip().splitlines()
+        return lines[-1] if lines else f"exit status {self.launched.popen.poll()}"
 
     def close(self) -> None:
         """Kill the sandbox, stop its feeder and close its pipes; safe to repeat (a closed fd

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harness.config import HarnessSettings
 from harness.result import ProgressEvent
 from harness.runner import close_warm_sandbox, run_experiment, warm_up
 from harness.runner.run_setup import take_spare
+from harness.runner.sandbox import SandboxUnavailableError
 from tests.proc_scan import processes_left, processes_mentioning
 from tests.runner.candidates import FOLDER
 from tests.runner.conftest import STARTUP_ROOM_S
@@ -47,13 +50,16 @@ def test_the_next_run_uses_the_spare_sandbox_and_closing_leaves_nothing(
     assert processes_left(str(work_root)) == [] and list(work_root.iterdir()) == []
 
 
-def test_warm_up_starts_the_sandbox_the_first_run_uses(settings: HarnessSettings, tmp_path: Path) -> None:
-    """What a worker does before its first claim."""
+@pytest.mark.parametrize("wait", [False, True], ids=["idle", "waited_for"])
+def test_warm_up_starts_the_sandbox_the_first_run_uses(
+    settings: HarnessSettings, tmp_path: Path, wait: bool
+) -> None:
+    """What a worker's preflight does before its first claim (waited for: the round trip)."""
     work_root = tmp_path / "runs"
     work_root.mkdir()
     chosen = settings.model_copy(update={"compile_allowance": STARTUP_ROOM_S, "time_budget": 1.0})
     try:
-        warm_up(chosen, work_root=work_root, device="cpu")
+        warm_up(chosen, work_root=work_root, device="cpu", wait=wait)
         spare = list(processes_mentioning(str(work_root)))
         assert spare and len(list(work_root.iterdir())) == 1
 
@@ -74,3 +80,20 @@ def test_warm_up_starts_the_sandbox_the_first_run_uses(settings: HarnessSettings
 def test_closing_without_a_spare_is_harmless() -> None:
     close_warm_sandbox()
     close_warm_sandbox()
+
+
+def test_waiting_for_a_sandbox_that_dies_before_ready_says_why_and_leaves_nothing(
+    settings: HarnessSettings, tmp_path: Path
+) -> None:
+    """The worker's preflight round trip: here the harness's `import torch` fails inside the
+    sandbox (its address space capped far below what torch maps), and the error says so."""
+    work_root = tmp_path / "runs"
+    work_root.mkdir()
+    starved = settings.model_copy(update={"memory_limit_gb": 0.1})
+    try:
+        with pytest.raises(SandboxUnavailableError, match=r"exited before it was ready: .*Error"):
+            warm_up(starved, work_root=work_root, device="cpu", wait=True)
+        assert take_spare("anything") is None  # nothing was kept as a spare
+    finally:
+        close_warm_sandbox()
+    assert processes_left(str(work_root)) == [] and list(work_root.iterdir()) == []
