@@ -57,7 +57,7 @@ def _draw(
         source, change = mutate_constants(best.train_py, rng)
         if not skip_tried:
             break
-        tried = tried_by(client.similar_to(train_py=source, base=best.commit).similar)
+        tried = tried_by(client.similar(train_py=source, base=best.commit).similar)
         if tried is None:
             break
         how = f"{tried.status}, {tried.kind}"

@@ -12,11 +12,11 @@ from client.schemas import KeepRatesOut, NearMissesOut
 def register(subparsers: argparse._SubParsersAction) -> None:
     near = subparsers.add_parser(
         "near-misses",
-        help="changes not kept that may still be better (candidates to combine)",
-        description="Reverted experiments whose effect may still be below zero (effect - sigmas x se "
-        "< 0), most promising first: candidates to combine into one change.",
+        help="changes not kept that measured a gain (candidates to combine)",
+        description="Reverted experiments that measured better than their reference (effect < 0, "
+        "short of significance), strongest evidence (z = effect / se) first: candidates to combine "
+        "into one change.",
     )
-    near.add_argument("--sigmas", type=float, help="k of the rule effect - k x se < 0 (server default)")
     near.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
     near.add_argument("--json", action="store_true", help="print the API's answer as JSON")
     add_connection_args(near)
@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_near_misses(args: argparse.Namespace) -> int:
     client = connect(args, "near-misses", token_required=False)
     with reporting("near-misses", client):
-        answer = client.near_misses(sigmas=args.sigmas, limit=args.limit)
+        answer = client.near_misses(limit=args.limit)
     print(views.as_json(answer) if args.json else near_misses_table(answer))
     return 0
 
@@ -55,10 +55,11 @@ def run_keep_rates(args: argparse.Namespace) -> int:
 
 def near_misses_table(answer: NearMissesOut) -> str:
     if not answer.items:
-        return f"no near misses (effect - {answer.sigmas:g} x se < 0)"
-    lines = [f"{'id':>5}  {'effect':>8}  {'se':>7}  {'runs':>4}  description"]
+        return "no near misses (no reverted change measured a gain)"
+    lines = [f"{'id':>5}  {'effect':>8}  {'se':>7}  {'z':>5}  {'runs':>4}  description"]
     for item in answer.items:
-        numbers = f"{item.experiment_id:>5}  {item.effect:+.4f}  {item.se:.4f}  {item.runs:>4}"
+        evidence = f"{item.effect:+.4f}  {item.se:.4f}  {item.z:+5.1f}"
+        numbers = f"{item.experiment_id:>5}  {evidence}  {item.runs:>4}"
         lines.append(f"{numbers}  {item.description}")
     return "\n".join(lines)
 

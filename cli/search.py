@@ -1,5 +1,5 @@
 """`autoresearch search`: experiments by what they changed or say (GET /experiments; MCP's
-`search_experiments`), before trying something again."""
+`search`), before trying something again."""
 
 from __future__ import annotations
 

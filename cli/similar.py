@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             kind, text = read_change(args.file, args.kind, command="similar")
             change = {"patch": text} if kind == "patch" else {"train_py": text}
-            answer = client.similar_to(base=args.base, **change)
+            answer = client.similar(base=args.base, **change)
     if args.json:
         print(views.as_json(answer))
     elif not answer.similar:

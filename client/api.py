@@ -261,21 +261,28 @@ class Client:
             if cursor is None:
                 return
 
-    def similar(self, experiment_id: int) -> SimilarOut:
-        """The other experiments whose change is the same or nearly the
-        same as this one's, most alike first, with their outcomes."""
-        return self._call(SimilarOut, "GET", f"/experiments/{experiment_id}/similar")
-
-    def similar_to(
-        self, *, patch: str | None = None, train_py: str | None = None, base: str | None = None
+    def similar(
+        self,
+        experiment_id: int | None = None,
+        *,
+        patch: str | None = None,
+        train_py: str | None = None,
+        base: str | None = None,
     ) -> SimilarOut:
-        """Has this been tried? Before submitting a change (a diff against `base`, default the best,
-        or a whole train.py): the experiments that made the same or nearly the same one. Checked
-        as a submission is (ApiError if not valid); nothing is stored."""
-        body = {"patch": patch, "train_py": train_py, "base": base}
-        return self._call(
-            SimilarOut, "POST", "/similar", json={k: v for k, v in body.items() if v is not None}
-        )
+        """Has this been tried? The experiments that made the same or nearly the same change, most
+        alike first, with their outcomes: as an experiment (`experiment_id`), or as a change not
+        submitted (a `patch` against `base`, default the best, or a whole `train_py`; checked as a
+        submission is, ApiError if not valid; nothing is stored)."""
+        change = {
+            k: v for k, v in {"patch": patch, "train_py": train_py, "base": base}.items() if v is not None
+        }
+        if (experiment_id is None) == (not change):
+            raise ValueError(
+                "similar(): give an experiment_id, or a patch or train_py (and a base), not both"
+            )
+        if experiment_id is not None:
+            return self._call(SimilarOut, "GET", f"/experiments/{experiment_id}/similar")
+        return self._call(SimilarOut, "POST", "/similar", json=change)
 
     def diff(self, experiment_id: int) -> str:
         return self._send("GET", f"/experiments/{experiment_id}/diff").text
@@ -293,7 +300,7 @@ class Client:
         params = {"run": run} if run is not None else None
         return self._send("GET", f"/experiments/{experiment_id}/log", params=params).text
 
-    def run_progress(self, experiment_id: int, run: int | None = None) -> ProgressOut:
+    def progress(self, experiment_id: int, run: int | None = None) -> ProgressOut:
         """A run's stored progress (default: the latest run's)."""
         params = {"run": run} if run is not None else None
         return self._call(ProgressOut, "GET", f"/experiments/{experiment_id}/progress", params=params)
@@ -350,14 +357,11 @@ class Client:
             NotePage, "GET", "/notes", params={k: v for k, v in params.items() if v is not None}
         )
 
-    def near_misses(self, *, sigmas: float | None = None, limit: int = 20) -> NearMissesOut:
-        """Reverted experiments that may still be better than
-        what they were measured against (effect - sigmas * se < 0), most promising first, with what
-        each changed: candidates to combine."""
-        params = {"sigmas": sigmas, "limit": limit}
-        return self._call(
-            NearMissesOut, "GET", "/near-misses", params={k: v for k, v in params.items() if v is not None}
-        )
+    def near_misses(self, *, limit: int = 20) -> NearMissesOut:
+        """Reverted experiments that measured better than what they were measured against (effect
+        below zero, short of significance), strongest evidence first, with what each changed:
+        candidates to combine."""
+        return self._call(NearMissesOut, "GET", "/near-misses", params={"limit": limit})
 
     def keep_rates(
         self, *, part: Part | None = None, name: str | None = None, min_tried: int = 1, limit: int = 100
@@ -376,9 +380,7 @@ class Client:
         headers = {"Content-Type": "text/tab-separated-values"}
         return self._call(ImportOut, "POST", "/import/results.tsv", content=tsv.encode(), headers=headers)
 
-    def wait_for_decision(
-        self, experiment_id: int, timeout: float = 3600.0, poll_s: float = 2.0
-    ) -> ExperimentOut:
+    def wait(self, experiment_id: int, timeout: float = 3600.0, poll_s: float = 2.0) -> ExperimentOut:
         """Poll until the experiment reaches a final state; return it (TimeoutError after `timeout`)."""
         deadline = time.monotonic() + timeout
         while True:
@@ -438,7 +440,7 @@ class Client:
     def heartbeat(self, lease_id: str) -> HeartbeatOut:
         return self._call(HeartbeatOut, "POST", f"/worker/leases/{lease_id}/heartbeat", json={})
 
-    def progress(self, lease_id: str, events: Iterable[BaseModel | Mapping[str, Any]]) -> None:
+    def send_progress(self, lease_id: str, events: Iterable[BaseModel | Mapping[str, Any]]) -> None:
         self._send(
             "POST", f"/worker/leases/{lease_id}/progress", json={"events": [_plain(e) for e in events]}
         )

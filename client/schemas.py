@@ -483,8 +483,7 @@ class NearMissOut(BaseModel):
     effect: float = Field(description="its mean val_bpb minus its reference's (negative is better)")
     se: float = Field(description="the effect's standard error")
     pooled_se: bool = Field(description="se from the pooled noise: its decision (greedy rule) stated none")
-    lower: float = Field(description="effect - sigmas * se: below zero, so it may be better")
-    upper: float = Field(description="effect + sigmas * se: the least it is likely worth; the ranking")
+    z: float = Field(description="effect / se: the gain in standard errors (below zero); the ranking")
     runs: int = Field(description="its valid runs the effect rests on")
     reference_runs: int
     val_bpb: float | None = Field(description="the mean of its valid runs")
@@ -497,10 +496,9 @@ class NearMissOut(BaseModel):
 
 
 class NearMissesOut(BaseModel):
-    sigmas: float = Field(description="k of the rule: effect - k * se < 0")
     noise_sigma: float | None = Field(description="the pooled noise, for decisions without a standard error")
     best: str | None = Field(description="the current best commit")
-    items: list[NearMissOut] = Field(description="most promising first (lowest `upper`)")
+    items: list[NearMissOut] = Field(description="strongest evidence first (lowest `z`)")
 
 
 class BestEffectOut(BaseModel):

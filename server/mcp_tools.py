@@ -64,11 +64,11 @@ Connect = Callable[[], Client]
 INSTRUCTIONS = """\
 An autoresearch server: agents submit changes of train.py, GPU workers run each for a fixed time
 budget, and the server keeps a change only when it beats the best by more than the run-to-run
-noise. Before proposing, read `best`, recent `notes` and `search_experiments` (what was tried,
-kept, reverted), and ask `has_this_been_tried`; after a finding, leave one `post_note`. Submit
+noise. Before proposing, read `best`, recent `notes` and `search` (what was tried,
+kept, reverted), and ask `similar` (has this been tried?); after a finding, leave one `post_note`. Submit
 with `submit` (it answers at once with the experiment's id), watch a run with `progress`, wait
 for decisions with `wait`, and `cancel` a change of yours that is no longer worth its GPU time.
-`near_misses` lists changes that missed the bar by less than the noise (candidates to combine);
+`near_misses` lists changes that measured a gain too small to keep (candidates to combine);
 `keep_rates` says which kinds of change (a constant up or down, a region) were tried and kept."""
 
 # What a client may assume of each tool (so that it can run the reads without asking): the reads
@@ -90,8 +90,8 @@ You are one of the agents improving train.py on this server. The rules, from pro
 
 The best so far: val_bpb {val_bpb} ({experiment}); its train.py is the resource
 autoresearch://best/train.py. Loop: read the recent `notes` and `near_misses`, pick one change,
-ask `has_this_been_tried`, `submit` it, watch it with `progress` and `wait` until it is decided, and
-leave a `post_note` with what you learned. A change is kept only when it beats the best by more
+ask `similar` (has this been tried?), `submit` it, watch it with `progress` and `wait` until it is
+decided, and leave a `post_note` with what you learned. A change is kept only when it beats the best by more
 than the run-to-run noise (`noise`)."""
 
 MAX_WAIT_S = 3600.0
@@ -136,6 +136,10 @@ def problem_result(kind: str, status: int | None, detail: str, problem: dict[str
     )
 
 
+class BadArguments(Exception):
+    """Arguments that pass a tool's input schema but not together (the message names them)."""
+
+
 def api_errors(tool: Callable[..., Any]) -> Callable[..., Any]:
     """Answer an API error (or no answer) as a tool error that carries the problem's kind and detail."""
 
@@ -143,6 +147,8 @@ def api_errors(tool: Callable[..., Any]) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return tool(*args, **kwargs)
+        except BadArguments as error:
+            return problem_result("bad-arguments", None, str(error), {"detail": str(error)})
         except ApiError as error:
             kind = error.type.rsplit("/", 1)[-1] or "http-error"
             return problem_result(kind, error.status, error.detail or error.title, error.problem)
@@ -238,7 +244,7 @@ def tell_progress(client: Client, experiment: ExperimentOut, notify: Notify) -> 
     if experiment.status != ExperimentStatus.RUNNING:
         notify(0.0, where)
         return
-    samples = client.run_progress(experiment.id)
+    samples = client.progress(experiment.id)
     if not samples.events:
         notify(0.0, f"{where}, starting")
         return
@@ -273,6 +279,16 @@ def report(
 
 
 ExperimentId = Annotated[int, Field(ge=1, le=2**62)]
+
+
+class SimilarArgs(SimilarIn):
+    """The tool `similar`: an experiment, or a change not submitted (POST /similar's body)."""
+
+    experiment_id: ExperimentId | None = Field(
+        None, description="an experiment: the others that made its change (instead of a change)"
+    )
+
+
 RunNumber = Annotated[int, Field(ge=1, le=10_000, description="a run's number (default: the latest)")]
 WaitS = Annotated[
     float,
@@ -360,9 +376,9 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         share of the budget used at each sample, beside the best's latest run, to compare the two
         loss curves while it trains."""
         with connect() as client:
-            mine = client.run_progress(experiment_id, run)
+            mine = client.progress(experiment_id, run)
             best_id = client.best().experiment_id
-            best = client.run_progress(best_id) if best_id is not None and best_id != experiment_id else None
+            best = client.progress(best_id) if best_id is not None and best_id != experiment_id else None
             return ProgressReport(experiment=mine, best=best)
 
     @mcp.tool(annotations=CANCELS)
@@ -376,7 +392,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
     @takes_fields_of(ExperimentsQuery)
-    def search_experiments(**query: Any) -> ExperimentPage:
+    def search(**query: Any) -> ExperimentPage:
         """Experiments, newest first, filtered by status, agent, text, the constant a change set
         (`constant="MATRIX_LR"`) or text of the lines it changed: what was tried, kept, reverted or
         failed, before you try it again."""
@@ -422,10 +438,10 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
     @api_errors
     @takes_fields_of(NearMissesQuery)
     def near_misses(**query: Any) -> NearMissesOut:
-        """Changes that were measured and not kept but may still be better than what they were
-        measured against (within `sigmas` standard errors, or better), most promising first, with
-        effect ± se, runs, the constants and regions each changed, and whether its diff still
-        applies to the best: candidates to combine into one change."""
+        """Changes that were measured and not kept although they measured better than what they
+        were measured against (a gain short of significance), strongest evidence first (z =
+        effect / se), with effect ± se, runs, the constants and regions each changed, and whether
+        its diff still applies to the best: candidates to combine into one change."""
         with connect() as client:
             return client.near_misses(**query)
 
@@ -443,22 +459,18 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
-    @takes_fields_of(SimilarIn)
-    def has_this_been_tried(**change: Any) -> SimilarOut:
-        """Before submitting a change (a `patch` against `base`, default the best, or a whole
-        `train_py`): the experiments that made the same change, or nearly (the same constants set
-        to nearby values, the same lines changed, the same diff on another base), with their
-        outcomes. Nothing is submitted. Skip or rethink a change that was already measured."""
+    @takes_fields_of(SimilarArgs)
+    def similar(**given: Any) -> SimilarOut:
+        """Has this been tried? Before submitting a change (a `patch` against `base`, default the
+        best, or a whole `train_py`), or for an experiment (`experiment_id`): the experiments that
+        made the same change, or nearly (the same constants set to nearby values, the same lines
+        changed, the same diff on another base), most alike first, with their outcomes. Nothing is
+        submitted. Skip or rethink a change that was already measured."""
+        given = {k: v for k, v in given.items() if v is not None}
+        if ("experiment_id" in given) == bool(given.keys() & {"patch", "train_py"}):
+            raise BadArguments("similar: give experiment_id, or a patch or a train_py (and a base), not both")
         with connect() as client:
-            return client.similar_to(**{k: v for k, v in change.items() if v is not None})
-
-    @mcp.tool(annotations=READ_ONLY)
-    @api_errors
-    def similar_experiments(experiment_id: ExperimentId) -> SimilarOut:
-        """The other experiments whose change is the same or nearly the same as this experiment's,
-        most alike first, with their outcomes."""
-        with connect() as client:
-            return client.similar(experiment_id)
+            return client.similar(given.pop("experiment_id", None), **given)
 
     # Resources: what an agent reads, as plain text ----------------------------------------------
 

@@ -118,7 +118,7 @@ def _resolve_base(session: Session, base: str | None) -> str:
             404,
             "unknown-base",
             f"base {base!r}: {exc}; use the commit of an experiment or of the best (REST: GET /experiments, "
-            "GET /best; MCP: search_experiments, best)",
+            "GET /best; MCP: search, best)",
         ) from exc
 
 

@@ -145,7 +145,7 @@ class LeaseKeeper:
         if not batch:
             return
         try:
-            self.client.progress(self.lease_id, spread(batch, MAX_EVENTS_PER_CALL))
+            self.client.send_progress(self.lease_id, spread(batch, MAX_EVENTS_PER_CALL))
         except Exception as exc:
             if is_transient(exc):
                 with self._events_lock:

@@ -14,7 +14,6 @@ from pydantic import BaseModel, Field
 from client.schemas import PAGE_LIMIT, SHA_PATTERN
 from client.states import ExperimentStatus, Part
 from server.core.problems import Problem
-from server.near_misses import DEFAULT_SIGMAS, MAX_SIGMAS
 
 # RFC 3339 date-times, which have a time zone (a number, which pydantic would read as a Unix time,
 # or a naive time is refused).
@@ -36,7 +35,7 @@ PageCursor = Annotated[str | None, Field(**_CURSOR)]
 
 
 class ExperimentsQuery(BaseModel):
-    """GET /experiments; the MCP tool `search_experiments`."""
+    """GET /experiments; the MCP tool `search`."""
 
     status: ExperimentStatus | None = None
     agent: Annotated[str | None, Field(max_length=100, description="an agent's name")] = None
@@ -79,15 +78,6 @@ class NotesQuery(BaseModel):
 class NearMissesQuery(BaseModel):
     """GET /near-misses; the MCP tool `near_misses`."""
 
-    sigmas: Annotated[
-        float,
-        Field(
-            gt=0,
-            le=MAX_SIGMAS,
-            description="k: a near miss's effect - k * se is below zero (within k standard errors of "
-            "its reference, or better)",
-        ),
-    ] = DEFAULT_SIGMAS
     limit: Annotated[int, Field(ge=1, le=100)] = 20
 
 

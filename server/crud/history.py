@@ -6,7 +6,6 @@ by kind of change, as the API and the pages show them. The rules are pure functi
 from __future__ import annotations
 
 import functools
-import math
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -51,29 +50,24 @@ _REVERTED_AND_MEASURED = select(
 )
 
 
-def near_miss_list(session: Session, repo: ResearchRepo, sigmas: float, limit: int) -> NearMissesOut:
-    """The `limit` most promising near misses on the project's platform (server/near_misses.py)."""
+def near_miss_list(session: Session, repo: ResearchRepo, limit: int) -> NearMissesOut:
+    """The `limit` strongest near misses on the project's platform (server/near_misses.py)."""
     project = load_project(session)
     estimate = noise_crud.noise(session, project.platform, project.harness_id)
     noise_sigma = estimate.sigma if estimate is not None else None
-    # Most reverted experiments are clearly worse: only those that may pass the rule are read. The
-    # rule itself is near_misses(); this is a superset of it (a pooled se is at most
-    # sigma * sqrt(2), one run on each side).
-    se = EXPERIMENTS.c.effect_se
-    may_pass = se.is_not(None) & (EXPERIMENTS.c.effect < sigmas * se)
-    if noise_sigma is not None:
-        may_pass |= se.is_(None) & (EXPERIMENTS.c.effect < sigmas * noise_sigma * math.sqrt(2))
-    statement = _REVERTED_AND_MEASURED.where(EXPERIMENTS.c.platform == project.platform, may_pass)
+    # Most reverted experiments measured worse: only gains are read (the rule is near_misses()).
+    gained = EXPERIMENTS.c.effect < 0
+    statement = _REVERTED_AND_MEASURED.where(EXPERIMENTS.c.platform == project.platform, gained)
 
     def ranked() -> list[NearMiss]:
         measured = [
             Measured(row.id, row.effect, row.effect_se, row.compared_runs, row.best_runs or 0)
             for row in session.execute(statement)
         ]
-        return near_misses(measured, sigmas, noise_sigma)
+        return near_misses(measured, noise_sigma)
 
     # The pooled noise changes with runs, not decisions: it is one of the arguments.
-    found = NEAR_MISSES.get(session, (project.platform, sigmas, noise_sigma), ranked)[:limit]
+    found = NEAR_MISSES.get(session, (project.platform, noise_sigma), ranked)[:limit]
     experiments = {
         e.id: e
         for e in session.scalars(
@@ -94,8 +88,7 @@ def near_miss_list(session: Session, repo: ResearchRepo, sigmas: float, limit: i
                 effect=near.effect,
                 se=near.se,
                 pooled_se=near.pooled_se,
-                lower=near.lower,
-                upper=near.upper,
+                z=near.z,
                 runs=e.compared_runs or 0,
                 reference_runs=e.best_runs or 0,
                 val_bpb=e.val_bpb,
@@ -109,7 +102,7 @@ def near_miss_list(session: Session, repo: ResearchRepo, sigmas: float, limit: i
                 finished_at=e.finished_at,
             )
         )
-    return NearMissesOut(sigmas=sigmas, noise_sigma=noise_sigma, best=best, items=items)
+    return NearMissesOut(noise_sigma=noise_sigma, best=best, items=items)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -195,7 +188,7 @@ class SinceLastDecision:
     """
 
     def __init__(self, size: int = 64) -> None:
-        # Bounded: the arguments come from query strings (another `sigmas`, another entry).
+        # Bounded: the arguments come from query strings (another `part` or `limit`, another entry).
         self._computed: LRUCache[tuple[Any, ...], tuple[tuple[int, int], Any]] = LRUCache(maxsize=size)
         self._lock = threading.Lock()
 

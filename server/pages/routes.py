@@ -23,7 +23,6 @@ from server.crud.leases import progress_of
 from server.crud.notes import list_notes
 from server.crud.similar import similar_to_experiment
 from server.models import Experiment, Result
-from server.near_misses import DEFAULT_SIGMAS
 from server.pages import queries
 from server.pages.diff_view import render_diff
 from server.pages.templating import templates
@@ -36,7 +35,7 @@ LEADERBOARD_EVENTS = f"queued,started,{DECISION_EVENTS}"
 SUMMARISED = "summarised"  # near misses and keep rates count a decision once its change is summarised
 LOG_LIMIT = 200_000  # characters of the log shown on the page; the API's /log has all of it
 NOTES_SHOWN = 100  # notes per page (the newest); GET /api/v1/notes pages through all of them
-NEAR_MISSES_SHOWN = 10  # on the leaderboard, most promising first; GET /api/v1/near-misses has more
+NEAR_MISSES_SHOWN = 10  # on the leaderboard, strongest first; GET /api/v1/near-misses has more
 KEEP_RATES_SHOWN = 50  # kinds of change on the agents page, most tried first; GET /api/v1/keep-rates
 
 
@@ -76,7 +75,7 @@ def leaderboard(
             session, status=status, agent=agent, sort=sort, descending=order == "desc", page=page
         )
         agents = queries.agent_choices(session)
-        near = history.near_miss_list(session, ctx.repo, DEFAULT_SIGMAS, NEAR_MISSES_SHOWN)
+        near = history.near_miss_list(session, ctx.repo, NEAR_MISSES_SHOWN)
     params = {"status": status, "agent": agent, "sort": sort, "order": order, "page": table.page}
 
     def table_url(**changes: object) -> str:

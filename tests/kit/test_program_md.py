@@ -96,5 +96,5 @@ def test_every_mcp_tool_it_names_exists() -> None:
     named = set(re.findall(r"`(\w+)`", listed.group(1)))
     for pair in re.findall(r"MCP tools? `(\w+)`(?: and `(\w+)`)?", TEXT):
         named |= {name for name in pair if name}
-    assert {"notes", "post_note", "has_this_been_tried", "near_misses", "keep_rates"} <= named
+    assert {"notes", "post_note", "similar", "near_misses", "keep_rates"} <= named
     assert named <= tools, named - tools

@@ -74,7 +74,7 @@ class Research:
 
     def progress(self, lease: Lease, fraction: float, step: int, loss: float) -> None:
         event = dict(step=step, loss=loss, fraction=fraction, phase="train", elapsed_s=300 * fraction)
-        self.worker.progress(lease.lease_id, [{**event, "tokens_per_s": 250_000.0}])
+        self.worker.send_progress(lease.lease_id, [{**event, "tokens_per_s": 250_000.0}])
 
     def report(self, lease: Lease, val_bpb: float | None, log: str = "") -> ResultOutcome:
         """Send the run's result: ok with `val_bpb`, or a crash when it is None."""

@@ -45,7 +45,7 @@ def research(
         for value in (1.0, 1.002, 0.998):  # the baseline and its repeats: sigma 0.002
             lab.run_next(value)
         ids = {"near": lab.submit("matrix lr, near", agent="alice")}
-        # Promising on its first run, not any more on its second: reverted within the noise.
+        # Promising on its first run, less on its second: a gain short of significance, reverted.
         assert decide(lab, ids["near"], 0.9985, 0.9995).decision == "revert"
         ids["worse"] = lab.submit("matrix lr, worse", agent="bob")
         assert decide(lab, ids["worse"], 1.006).decision == "revert"
@@ -67,7 +67,8 @@ def test_the_leaderboard_lists_near_misses_with_effect_runs_and_change(
     row = rows.first
     assert row.get_attribute("data-id") == str(ids["near"])
     expect(row.locator('[data-field="effect"]')).to_have_text(f"{near.effect:+.4f} ± {near.se:.4f}")
-    expect(row.locator("td").nth(2)).to_have_text(f"{near.runs} vs {near.reference_runs}")
+    expect(row.locator('[data-field="z"]')).to_have_text(f"{near.z:+.1f}")
+    expect(row.locator("td").nth(3)).to_have_text(f"{near.runs} vs {near.reference_runs}")
     constant = near.changes.constants[0]
     expect(row.locator(".constant")).to_have_text(f"MATRIX_LR {constant.old:g} → {constant.new:g}")
     expect(row.locator('[data-field="applies"]')).to_have_text("yes")  # measured on the best, still applies

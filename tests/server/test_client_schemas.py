@@ -65,7 +65,7 @@ def test_the_sdk_returns_the_models_the_server_answers_with(live: Live, baseline
     assert [e.id for e in agent.iter_experiments(limit=1)] == [first.id, 1]
     noise = agent.noise()
     assert isinstance(noise, NoiseListOut) and noise.rule.decision_rule is Rule.GREEDY
-    similar = agent.similar_to(train_py=changed)
+    similar = agent.similar(train_py=changed)
     assert isinstance(similar, SimilarOut) and [s.experiment_id for s in similar.similar] == [first.id]
 
 

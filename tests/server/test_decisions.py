@@ -41,9 +41,9 @@ def test_keep_revert_and_reasons(live, worker_factory, baseline_source: str) -> 
     }
     best = agent.best()
     assert (best.experiment_id, best.val_bpb, best.train_py) == (ids[2], 0.98, sources[2])
-    assert agent.wait_for_decision(ids[2], timeout=5).decision == "keep"
+    assert agent.wait(ids[2], timeout=5).decision == "keep"
     with pytest.raises(TimeoutError, match="still queued"):
-        agent.wait_for_decision(ids[3], timeout=0.2, poll_s=0.05)
+        agent.wait(ids[3], timeout=0.2, poll_s=0.05)
     assert git(live, "rev-parse", "best") == best.commit
     # The last one, queued on the baseline, never runs there: its change goes onto the new best
     # first, where it no longer applies (both set DEPTH).

@@ -61,7 +61,7 @@ def test_events_follow_an_experiment_from_queued_to_kept(live, worker_factory, b
         time.sleep(0.01)
     experiment = live.client("agent").submit("lr", train_py=baseline_source.replace("0.01", "0.02"))
     claim = worker.claim()
-    worker.client.progress(claim.lease_id, [{"step": 1, "loss": 4.0, "fraction": 0.1}])
+    worker.client.send_progress(claim.lease_id, [{"step": 1, "loss": 4.0, "fraction": 0.1}])
     worker.report(claim, 0.9)
     reader.join(20)
     assert not reader.is_alive()

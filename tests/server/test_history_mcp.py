@@ -39,19 +39,19 @@ def test_history_tools_answer_what_the_api_answers(history: Any, transport: str)
             tools = {tool.name: tool for tool in (await client.list_tools()).tools}
             out: dict[str, Any] = {"tools": tools}
             out["near"] = await call(client, "near_misses", {})
-            out["near_wide"] = await call(client, "near_misses", {"sigmas": 2.0, "limit": 5})
+            out["near_one"] = await call(client, "near_misses", {"limit": 1})
             out["rates"] = await call(client, "keep_rates", {})
             out["leaderboard"] = await call(client, "leaderboard", {})
             out["noise"] = await call(client, "noise", {})
             out["lr"] = await call(client, "keep_rates", {"part": "constant", "name": "LEARNING_RATE"})
-            out["bad_sigmas"] = await client.call_tool("near_misses", {"sigmas": 0})
+            out["bad_limit"] = await client.call_tool("near_misses", {"limit": 0})
             out["bad_part"] = await client.call_tool("keep_rates", {"part": "function"})
             return out
 
     out = asyncio.run(scenario())
     with Client(live.url) as reader:
         assert out["near"] == reader.near_misses().model_dump(mode="json")
-        assert out["near_wide"] == reader.near_misses(sigmas=2.0, limit=5).model_dump(mode="json")
+        assert out["near_one"] == reader.near_misses(limit=1).model_dump(mode="json")
         assert out["rates"] == reader.keep_rates().model_dump(mode="json")
         lr = reader.keep_rates(part="constant", name="LEARNING_RATE")
         assert out["lr"] == lr.model_dump(mode="json")
@@ -63,10 +63,10 @@ def test_history_tools_answer_what_the_api_answers(history: Any, transport: str)
         ("LEARNING_RATE", "down"),
     ]
     # Inputs and outputs are the API's: limits in the input schema, the response model as output.
-    schema = out["tools"]["near_misses"].input_schema["properties"]["sigmas"]
-    assert (schema["exclusiveMinimum"], schema["maximum"]) == (0, 3.0)
+    schema = out["tools"]["near_misses"].input_schema["properties"]["limit"]
+    assert (schema["minimum"], schema["maximum"]) == (1, 100)
     assert out["tools"]["keep_rates"].input_schema["$defs"]["Part"]["enum"] == ["constant", "region"]
     assert "kinds" in out["tools"]["keep_rates"].output_schema["properties"]
-    for bad in (out["bad_sigmas"], out["bad_part"]):
+    for bad in (out["bad_limit"], out["bad_part"]):
         assert bad.is_error
-    assert "sigmas" in "".join(getattr(block, "text", "") for block in out["bad_sigmas"].content)
+    assert "limit" in "".join(getattr(block, "text", "") for block in out["bad_limit"].content)

@@ -24,8 +24,8 @@ def test_submit_answers_at_once_then_progress_wait_and_cancel_follow_it(
     worker: SimWorker = worker_factory(live)
     baseline = worker.claim()
     assert baseline is not None
-    worker.client.progress(baseline.lease_id, [{"step": 1, "loss": 4.0, "fraction": 0.1}])
-    worker.client.progress(baseline.lease_id, [{"step": 2, "loss": 3.5, "fraction": 0.2}])
+    worker.client.send_progress(baseline.lease_id, [{"step": 1, "loss": 4.0, "fraction": 0.1}])
+    worker.client.send_progress(baseline.lease_id, [{"step": 2, "loss": 3.5, "fraction": 0.2}])
     worker.report(baseline, 1.0)
     token = live.token("agent")
 
@@ -43,7 +43,7 @@ def test_submit_answers_at_once_then_progress_wait_and_cancel_follow_it(
             claim = await asyncio.to_thread(worker.claim)
             assert claim is not None and claim.experiment_id == first
             await asyncio.to_thread(
-                worker.client.progress, claim.lease_id, [{"step": 1, "loss": 4.2, "fraction": 0.1}]
+                worker.client.send_progress, claim.lease_id, [{"step": 1, "loss": 4.2, "fraction": 0.1}]
             )
             out["progress"] = await call(client, "progress", {"experiment_id": first})
             heard: list[tuple[float, float | None, str | None]] = []

@@ -20,7 +20,7 @@ from server.mcp_tools import build_mcp
 
 # tool -> the route it mirrors (GET, query parameters)
 QUERY_TOOLS = {
-    "search_experiments": "/experiments",
+    "search": "/experiments",
     "notes": "/notes",
     "near_misses": "/near-misses",
     "keep_rates": "/keep-rates",
@@ -29,9 +29,9 @@ QUERY_TOOLS = {
 BODY_TOOLS: dict[str, type[BaseModel]] = {
     "submit": SubmitIn,
     "post_note": NoteIn,
-    "has_this_been_tried": SimilarIn,
+    "similar": SimilarIn,
 }
-TOOL_EXTRAS = {"submit": {"wait_s", "log_lines"}}
+TOOL_EXTRAS = {"submit": {"wait_s", "log_lines"}, "similar": {"experiment_id"}}
 
 
 def resolved(schema: Any, definitions: dict[str, Any]) -> Any:

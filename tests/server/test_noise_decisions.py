@@ -117,8 +117,8 @@ def test_a_promising_candidate_is_confirmed_ahead_of_newer_work_and_kept_as_effe
     assert view.comparison.runs == 1 and view.comparison.reference_runs == 3
     claim = worker.claim()
     assert (claim.experiment_id, claim.run, claim.seed) == (good.id, 2, run_seed(good.id, 2))
-    worker.client.progress(claim.lease_id, [{"step": 7, "loss": 3.0, "fraction": 0.5}])
-    shown = agent.run_progress(good.id)
+    worker.client.send_progress(claim.lease_id, [{"step": 7, "loss": 3.0, "fraction": 0.5}])
+    shown = agent.progress(good.id)
     assert shown.run == 2 and [e.step for e in shown.events] == [7]
     assert agent.experiment(good.id).status == "running"
     kept = worker.report(claim, 0.995)

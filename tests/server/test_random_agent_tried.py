@@ -21,7 +21,7 @@ def test_a_draw_that_was_tried_is_drawn_again(live: Live) -> None:
     source, _ = _draw(agent, best, random.Random(5), said.append, skip_tried=True)
     assert source != first
     assert said[0].startswith(f"skipping {change}: tried in experiment 2 (queued, identical)")
-    assert tried_by(agent.similar_to(train_py=source).similar) is None  # what it submits is new
+    assert tried_by(agent.similar(train_py=source).similar) is None  # what it submits is new
     unchecked, _ = _draw(agent, best, random.Random(5), said.append, skip_tried=False)
     assert unchecked == first
 
@@ -31,14 +31,10 @@ def test_a_nearby_value_counts_as_tried_and_a_cancelled_one_does_not(live: Live)
     near = agent.submit(
         "lr 0.0201", train_py=BASELINE.replace("LEARNING_RATE = 0.01", "LEARNING_RATE = 0.0201")
     )
-    similar = agent.similar_to(
-        train_py=BASELINE.replace("LEARNING_RATE = 0.01", "LEARNING_RATE = 0.02")
-    ).similar
+    similar = agent.similar(train_py=BASELINE.replace("LEARNING_RATE = 0.01", "LEARNING_RATE = 0.02")).similar
     assert tried_by(similar).experiment_id == near.id
     agent.cancel(near.id)
-    similar = agent.similar_to(
-        train_py=BASELINE.replace("LEARNING_RATE = 0.01", "LEARNING_RATE = 0.02")
-    ).similar
+    similar = agent.similar(train_py=BASELINE.replace("LEARNING_RATE = 0.01", "LEARNING_RATE = 0.02")).similar
     assert [s.status for s in similar] == ["cancelled"] and tried_by(similar) is None
 
 

@@ -50,12 +50,12 @@ def test_the_submit_answer_and_both_endpoints_find_nearby_values_with_their_outc
 
     # Before submitting: nothing is stored, the nearest first, the same train.py is `identical`.
     before = _count(live)
-    asked = agent.similar_to(train_py=_lr("0.0205"))
+    asked = agent.similar(train_py=_lr("0.0205"))
     assert asked.experiment_id is None
     assert _kinds(asked.similar) == [(near.id, "nearby_constants"), (first.id, "nearby_constants")]
-    same = agent.similar_to(patch=make_patch(BASELINE, _lr("0.021"))).similar
+    same = agent.similar(patch=make_patch(BASELINE, _lr("0.021"))).similar
     assert _kinds(same) == [(near.id, "identical"), (first.id, "nearby_constants")]
-    assert agent.similar_to(train_py=_lr("0.2")).similar == []
+    assert agent.similar(train_py=_lr("0.2")).similar == []
     assert _count(live) == before
 
 
@@ -81,12 +81,12 @@ def test_changes_of_code_that_mostly_agree_are_found(live_any_db: Live) -> None:
     one = agent.submit(
         "build", train_py=BASELINE.replace(body, "    model = None\n    return model\n\n\ndef train")
     )
-    asked = agent.similar_to(
+    asked = agent.similar(
         train_py=BASELINE.replace(body, "    model = None\n    return model\n    # done\n\n\ndef train")
     ).similar
     assert _kinds(asked) == [(one.id, "overlapping_code")]
     assert asked[0].detail == "3 of its 3 changed code lines are the same"
-    other = agent.similar_to(train_py=BASELINE.replace("    raise NotImplementedError\n", "    pass\n", 1))
+    other = agent.similar(train_py=BASELINE.replace("    raise NotImplementedError\n", "    pass\n", 1))
     assert other.similar == []
 
 
@@ -120,7 +120,6 @@ def test_bad_input_is_refused_precisely_and_changes_nothing(live_any_db: Live) -
     before = _count(live)
     cases = [
         ({"patch": make_patch(BASELINE, _lr("0.02")), "train_py": _lr("0.02")}, 422, "patch-or-train-py"),
-        ({}, 422, "patch-or-train-py"),
         ({"patch": "--- a/train.py\n+++ b/train.py\n@@ -1,1 +1,1 @@\n-nope\n+yes\n"}, 422, None),
         ({"train_py": _lr("0.02"), "base": "abcdef12"}, 404, "unknown-base"),
         ({"train_py": BASELINE}, 422, "empty-change"),
@@ -128,12 +127,17 @@ def test_bad_input_is_refused_precisely_and_changes_nothing(live_any_db: Live) -
     ]
     for body, status, kind in cases:
         with pytest.raises(ApiError) as caught:
-            agent.similar_to(**body)
+            agent.similar(**body)
         assert caught.value.status == status, body
         if kind is not None:
             assert caught.value.problem["type"].endswith(kind)
     response = agent.http.post("/similar", json={"train_py": _lr("0.02"), "extra": 1})
     assert response.status_code == 422 and response.headers["content-type"] == "application/problem+json"
+    response = agent.http.post("/similar", json={})
+    assert response.status_code == 422 and response.json()["type"].endswith("patch-or-train-py")
+    for neither_or_both in ({}, {"experiment_id": 1, "train_py": _lr("0.02")}):
+        with pytest.raises(ValueError, match="not both"):  # the SDK asks which before sending
+            agent.similar(**neither_or_both)
     with pytest.raises(ApiError) as caught:
         agent.similar(999)
     assert caught.value.status == 404

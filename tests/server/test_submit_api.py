@@ -131,7 +131,7 @@ def test_precise_refusals(live, refused: Callable[..., ApiError], baseline_sourc
             dict(patch=good, base="0123456789abcdef0123456789abcdef01234567"),
             404,
             "unknown-base",
-            "(REST: GET /experiments, GET /best; MCP: search_experiments, best)",
+            "(REST: GET /experiments, GET /best; MCP: search, best)",
         ),
         (dict(patch=good, base="not-hex"), 422, "validation-error", "base"),
         (dict(patch=good, description=""), 422, "validation-error", "description"),

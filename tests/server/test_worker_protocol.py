@@ -49,7 +49,7 @@ def test_claim_heartbeat_progress_result(live, worker_factory) -> None:
     assert beat.cancel is False and beat.lease_expires_at >= claim.lease_expires_at
     events = [{"step": s, "loss": 5.0 - s / 10, "fraction": s / 10, "elapsed_s": float(s)} for s in range(10)]
     events.append({"step": 10, "loss": float("nan"), "fraction": 1.0})  # a diverged loss is kept as null
-    worker.client.progress(claim.lease_id, events)
+    worker.client.send_progress(claim.lease_id, events)
     answer = worker.report(claim, val_bpb=1.25, mfu_percent=31.5)
     assert answer.model_dump() == {
         "experiment_id": 1,
@@ -226,7 +226,8 @@ def test_progress_is_thinned_evenly_to_its_bound(live_factory, worker_factory) -
     worker = worker_factory(live)
     claim = worker.claim()
     for first in range(0, 40, 5):
-        worker.client.progress(claim.lease_id, [{"step": s, "loss": 1.0} for s in range(first, first + 5)])
+        events = [{"step": s, "loss": 1.0} for s in range(first, first + 5)]
+        worker.client.send_progress(claim.lease_id, events)
     steps = [e["step"] for e in live.client().http.get("/experiments/1/progress").json()["events"]]
     assert len(steps) <= 8
     assert steps[0] == 0 and steps[-1] == 39  # the whole run stays covered, start to end

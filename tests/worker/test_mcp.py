@@ -34,13 +34,12 @@ TOOLS = {
     "best",
     "submit",
     "experiment",
-    "search_experiments",
+    "search",
     "leaderboard",
     "noise",
     "notes",
     "post_note",
-    "has_this_been_tried",
-    "similar_experiments",
+    "similar",
 }
 TOOLS |= {"near_misses", "keep_rates"}  # has this been tried (tests/server/test_history_mcp.py)
 TOOLS |= {"wait", "progress", "cancel"}  # following without blocking (tests/server/test_mcp_follow.py)
@@ -137,7 +136,7 @@ def test_an_agent_lists_tools_submits_and_follows_a_change_to_its_decision(
             },
         )
         followed = await call(client, "experiment", {"experiment_id": decided["experiment"]["id"]})
-        found = await call(client, "search_experiments", {"text": "0.05 -> 0.2"})
+        found = await call(client, "search", {"text": "0.05 -> 0.2"})
         return {
             "tools": tools,
             "best": best,

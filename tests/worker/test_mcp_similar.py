@@ -36,11 +36,14 @@ def test_an_agent_asks_whether_a_change_was_tried_and_searches_by_what_changes_t
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         return {
             "tools": tools,
-            "by_constant": await call(client, "search_experiments", {"constant": "LEARNING_RATE"}),
-            "by_line": await call(client, "search_experiments", {"line": "set_to_none=False"}),
-            "nearby": await call(client, "has_this_been_tried", {"train_py": bigram(0.21)}),
-            "far": await call(client, "has_this_been_tried", {"train_py": bigram(0.9)}),
-            "of_tried": await call(client, "similar_experiments", {"experiment_id": tried.id}),
+            "by_constant": await call(client, "search", {"constant": "LEARNING_RATE"}),
+            "by_line": await call(client, "search", {"line": "set_to_none=False"}),
+            "nearby": await call(client, "similar", {"train_py": bigram(0.21)}),
+            "far": await call(client, "similar", {"train_py": bigram(0.9)}),
+            "of_tried": await call(client, "similar", {"experiment_id": tried.id}),
+            "both": await tool_error(
+                client, "similar", {"experiment_id": tried.id, "train_py": bigram(0.21)}
+            ),
             "submitted": await call(
                 client, "submit", {"description": "lr 0.205", "train_py": bigram(0.205), "wait_s": 0}
             ),
@@ -49,14 +52,14 @@ def test_an_agent_asks_whether_a_change_was_tried_and_searches_by_what_changes_t
             ),
             "bad": await tool_error(
                 client,
-                "has_this_been_tried",
+                "similar",
                 {"patch": "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-no\n+x\n"},
             ),
         }
 
     out = run(project, transport, scenario)
     # The tool's inputs are the REST body's (SimilarIn), flat.
-    schema = out["tools"]["has_this_been_tried"].input_schema
+    schema = out["tools"]["similar"].input_schema
     assert "unified diff" in schema["properties"]["patch"]["description"] and "required" not in schema
     assert [e["id"] for e in out["by_constant"]["items"]] == [tried.id]
     assert [e["id"] for e in out["by_line"]["items"]] == [code.id]
@@ -65,6 +68,9 @@ def test_an_agent_asks_whether_a_change_was_tried_and_searches_by_what_changes_t
     assert nearby["status"] == "queued" and nearby["detail"] == "LEARNING_RATE 0.2 (here 0.21)"
     assert out["far"]["similar"] == []
     assert out["of_tried"] == {"experiment_id": tried.id, "similar": []}
+    text, problem = out["both"]  # an experiment and a change: which one?
+    assert text.startswith("bad-arguments: similar: give experiment_id, or")
+    assert problem["kind"] == "bad-arguments"
     assert [s["experiment_id"] for s in out["submitted"]["similar"]] == [tried.id]
     # A change given as a patch of the best: queued on it, its diff the patch's.
     submitted = out["as_patch"]

@@ -20,7 +20,7 @@ def get_near_misses(ctx: Ctx, _reader: Reader, query: Annotated[NearMissesQuery,
     """Reverted experiments that may still be better than what they were measured against, most
     promising first: candidates to combine (docs/api.md, "Near misses")."""
     with ctx.db.read() as session:
-        return history.near_miss_list(session, ctx.repo, query.sigmas, query.limit)
+        return history.near_miss_list(session, ctx.repo, query.limit)
 
 
 @router.get("/keep-rates", responses=_AUTH)
