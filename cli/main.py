@@ -13,6 +13,7 @@ from cli import (
     db,
     history,
     init,
+    integrity,
     mcp,
     notes,
     prepare,
@@ -32,7 +33,7 @@ from cli import (
 # The commands, in the order `autoresearch --help` lists them; each module's `register(subparsers)`
 # adds its command(s) and sets `func`.
 COMMANDS = (work, prepare, serve, db, init, token, up, submit, status, best, results_tsv, agent, run, retry)
-COMMANDS += (notes, mcp, similar, search, cancel, history)
+COMMANDS += (notes, mcp, similar, search, cancel, history, integrity)
 
 
 def build_parser() -> argparse.ArgumentParser:

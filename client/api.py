@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -41,10 +41,13 @@ from client.schemas import (
     CancelOut,
     ChildrenOut,
     ClaimOut,
+    Edit,
     ExperimentOut,
     ExperimentPage,
     HeartbeatOut,
     ImportOut,
+    IntegrityEventOut,
+    IntegrityEventsOut,
     KeepRatesOut,
     LeaderboardOut,
     NearMissesOut,
@@ -193,11 +196,13 @@ class Client:
         *,
         patch: str | None = None,
         train_py: str | None = None,
+        edits: Sequence[Edit | Mapping[str, str]] | None = None,
         base: str | None = None,
         hypothesis: str | None = None,
         idempotency_key: str | None = None,
     ) -> Submitted:
-        """Queue a change of train.py (a unified diff against `base`, or a whole `train_py`).
+        """Queue a change of train.py: a unified diff against `base`, a whole `train_py`, or
+        search/replace `edits` ([{"old", "new"}], each `old` occurring once).
 
         Returns the experiment; `existing` is true when the same train.py was already run.
         """
@@ -205,6 +210,7 @@ class Client:
             "description": description,
             "patch": patch,
             "train_py": train_py,
+            "edits": _edits(edits),
             "base": base,
             "hypothesis": hypothesis,
         }
@@ -267,19 +273,17 @@ class Client:
         *,
         patch: str | None = None,
         train_py: str | None = None,
+        edits: Sequence[Edit | Mapping[str, str]] | None = None,
         base: str | None = None,
     ) -> SimilarOut:
         """Has this been tried? The experiments that made the same or nearly the same change, most
         alike first, with their outcomes: as an experiment (`experiment_id`), or as a change not
-        submitted (a `patch` against `base`, default the best, or a whole `train_py`; checked as a
-        submission is, ApiError if not valid; nothing is stored)."""
-        change = {
-            k: v for k, v in {"patch": patch, "train_py": train_py, "base": base}.items() if v is not None
-        }
+        submitted (a `patch` or `edits` against `base`, default the best, or a whole `train_py`;
+        checked as a submission is, ApiError if not valid; nothing is stored)."""
+        given = {"patch": patch, "train_py": train_py, "edits": _edits(edits), "base": base}
+        change = {k: v for k, v in given.items() if v is not None}
         if (experiment_id is None) == (not change):
-            raise ValueError(
-                "similar(): give an experiment_id, or a patch or train_py (and a base), not both"
-            )
+            raise ValueError("similar(): an experiment_id or a change (patch, train_py, edits), not both")
         if experiment_id is not None:
             return self._call(SimilarOut, "GET", f"/experiments/{experiment_id}/similar")
         return self._call(SimilarOut, "POST", "/similar", json=change)
@@ -311,6 +315,17 @@ class Client:
     def retry(self, experiment_id: int) -> ExperimentOut:
         """Queue an infra_failed or cancelled experiment again (admin token)."""
         return self._call(ExperimentOut, "POST", f"/experiments/{experiment_id}/retry")
+
+    def integrity_events(self, *, open_only: bool = False, limit: int = 50) -> IntegrityEventsOut:
+        """Runs that ended in an integrity class, newest first, with their evidence (`open_only`:
+        those not cleared, which hold their agent's queued experiments)."""
+        params = {"open": open_only, "limit": limit}
+        return self._call(IntegrityEventsOut, "GET", "/integrity-events", params=params)
+
+    def clear_integrity_event(self, event_id: int, note: str) -> IntegrityEventOut:
+        """Clear an integrity event, saying why (admin token)."""
+        path = f"/integrity-events/{event_id}/clear"
+        return self._call(IntegrityEventOut, "POST", path, json={"note": note})
 
     def best(self) -> BestOut:
         return self._call(BestOut, "GET", "/best")
@@ -452,3 +467,10 @@ class Client:
     def release(self, lease_id: str, reason: str, count_attempt: bool = False) -> None:
         body = {"reason": reason, "count_attempt": count_attempt}
         self._send("POST", f"/worker/leases/{lease_id}/release", json=body)
+
+
+def _edits(edits: Sequence[Edit | Mapping[str, str]] | None) -> list[dict[str, str]] | None:
+    """Edits as JSON: models or {"old", "new"} mappings (the server checks them)."""
+    if edits is None:
+        return None
+    return [e.model_dump() if isinstance(e, Edit) else dict(e) for e in edits]

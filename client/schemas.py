@@ -69,13 +69,28 @@ class Strict(Input):
 # Agents ---------------------------------------------------------------------------------------
 
 
+class Edit(Strict):
+    """One search/replace edit of train.py (server/edits.py)."""
+
+    old: str = Field(min_length=1, description="text of train.py to replace: it must occur exactly once")
+    new: str = Field(description="what replaces it (empty: delete it)")
+
+
+MAX_EDITS = 50
+EDITS_DESCRIPTION = (
+    "search/replace edits applied in order to base's train.py (instead of patch or train_py); each "
+    "`old` must occur exactly once in the text the edits before it left"
+)
+
+
 class SubmitIn(Strict):
-    # Exactly one of the two, as a string (`submit` refuses anything else with 422).
+    # Exactly one of the three (`submit` refuses anything else with 422).
     model_config = ConfigDict(
         json_schema_extra={
             "oneOf": [
                 {"required": ["patch"], "properties": {"patch": {"type": "string"}}},
                 {"required": ["train_py"], "properties": {"train_py": {"type": "string"}}},
+                {"required": ["edits"], "properties": {"edits": {"type": "array"}}},
             ]
         }
     )
@@ -85,6 +100,7 @@ class SubmitIn(Strict):
     base: Sha | None = Field(None, description="commit to apply the change to; default: the current best")
     patch: str | None = Field(None, description="unified diff of train.py against base")
     train_py: str | None = Field(None, description="the whole new train.py (instead of patch)")
+    edits: list[Edit] | None = Field(None, min_length=1, max_length=MAX_EDITS, description=EDITS_DESCRIPTION)
 
 
 class BestBefore(BaseModel):
@@ -243,6 +259,11 @@ class AgentStanding(BaseModel):
     best_val_bpb: float | None
     improvement: float = Field(description="total val_bpb this agent's kept experiments took off the best")
     last_submitted_at: datetime | None
+    integrity_events: list[int] = Field(
+        default_factory=list,
+        description="its integrity events not cleared (GET /integrity-events); while any is, its queued "
+        "experiments are held",
+    )
 
 
 class NoiseOut(BaseModel):
@@ -293,6 +314,32 @@ class ChildrenOut(BaseModel):
 
 class AgentsOut(BaseModel):
     agents: list[AgentStanding]
+
+
+class IntegrityEventOut(BaseModel):
+    """A run that ended in an integrity class: what it was, its evidence, and whether it was cleared."""
+
+    id: int
+    agent: str
+    experiment_id: int
+    run: int
+    error_class: str = Field(description="non_causal or score_over_budget (docs/runner.md)")
+    evidence: str | None = Field(description="the harness's message: which check failed, with its figures")
+    result_id: str = Field(description="the run's result, kept: GET /experiments/{experiment_id} and its log")
+    created_at: datetime
+    cleared_at: datetime | None
+    cleared_by: str | None
+    clear_note: str | None = Field(description="why the admin cleared it")
+
+
+class IntegrityEventsOut(BaseModel):
+    items: list[IntegrityEventOut] = Field(description="newest first")
+
+
+class ClearIn(Strict):
+    """An admin clears an integrity event: the agent's queued experiments run again once none is open."""
+
+    note: str = Field(min_length=1, max_length=2000, description="why it is cleared (kept with the event)")
 
 
 class CancelOut(BaseModel):
@@ -547,6 +594,7 @@ class SimilarIn(Strict):
     base: Sha | None = Field(None, description="commit the change is made on; default: the current best")
     patch: str | None = Field(None, description="unified diff of train.py against base")
     train_py: str | None = Field(None, description="the whole new train.py (instead of patch)")
+    edits: list[Edit] | None = Field(None, min_length=1, max_length=MAX_EDITS, description=EDITS_DESCRIPTION)
 
 
 class SimilarExperiment(BaseModel):

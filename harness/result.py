@@ -27,6 +27,11 @@ ErrorClass = Literal[
     "cancelled",  # stopped by the caller (e.g. the server cancelled the experiment)
 ]
 
+# The classes only an attempt to inflate the score ends in (an honest train.py cannot: its
+# predictions depend on its weights and the row's prefix alone, and its forward fits the bound):
+# the server records each as an integrity event and holds its agent (docs/api.md, "Integrity").
+INTEGRITY_CLASSES: frozenset[ErrorClass] = frozenset({"non_causal", "score_over_budget"})
+
 
 class ProgressEvent(BaseModel):
     """A live progress sample, sent at most once a second."""

@@ -323,8 +323,10 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
     def submit(
         ctx: Context, wait_s: WaitS = 0.0, log_lines: LogLines = 40, **change: Any
     ) -> ExperimentReport:
-        """Submit a change of train.py (a unified diff `patch` against `base`, default the best, or
-        a whole `train_py`) with a one-line description. Answers at once with the experiment (its
+        """Submit a change of train.py with a one-line description: search/replace `edits`
+        ([{old, new}], each `old` copied exactly from the base and occurring once; the most
+        reliable form), a unified diff `patch` against `base` (default the best), or a whole
+        `train_py`. Answers at once with the experiment (its
         id, queued); with `wait_s`, first waits that long for the decision: kept (it beat the best
         beyond the noise) or not, with effect ± noise and the reason. The same train.py submitted
         again returns the existing experiment (`existing`). While it waits, it sends progress
@@ -461,14 +463,14 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
     @api_errors
     @takes_fields_of(SimilarArgs)
     def similar(**given: Any) -> SimilarOut:
-        """Has this been tried? Before submitting a change (a `patch` against `base`, default the
-        best, or a whole `train_py`), or for an experiment (`experiment_id`): the experiments that
-        made the same change, or nearly (the same constants set to nearby values, the same lines
-        changed, the same diff on another base), most alike first, with their outcomes. Nothing is
-        submitted. Skip or rethink a change that was already measured."""
+        """Has this been tried? Before submitting a change (`edits` or a `patch` against `base`,
+        default the best, or a whole `train_py`), or for an experiment (`experiment_id`): the
+        experiments that made the same change, or nearly (the same constants set to nearby values,
+        the same lines changed, the same diff on another base), most alike first, with their
+        outcomes. Nothing is submitted. Skip or rethink a change that was already measured."""
         given = {k: v for k, v in given.items() if v is not None}
-        if ("experiment_id" in given) == bool(given.keys() & {"patch", "train_py"}):
-            raise BadArguments("similar: give experiment_id, or a patch or a train_py (and a base), not both")
+        if ("experiment_id" in given) == bool(given.keys() & {"patch", "train_py", "edits"}):
+            raise BadArguments("similar: give experiment_id or a change (edits, patch, train_py), not both")
         with connect() as client:
             return client.similar(given.pop("experiment_id", None), **given)
 

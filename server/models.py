@@ -290,6 +290,24 @@ class IdempotencyKey(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class IntegrityEvent(Base):
+    """A run that ended in an integrity class (harness.result.INTEGRITY_CLASSES): its agent's
+    queued experiments are held until an admin clears the event. The result row is the evidence."""
+
+    __tablename__ = "integrity_events"
+    __table_args__ = (Index("ix_integrity_events_open", "cleared_at", "agent_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    agent_id: Mapped[int] = mapped_column(ForeignKey("api_tokens.id"))
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"))
+    result_id: Mapped[str] = mapped_column(ForeignKey("results.id"), unique=True)
+    error_class: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    cleared_at: Mapped[datetime | None]
+    cleared_by: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id"))
+    clear_note: Mapped[str | None] = mapped_column(Text)
+
+
 class ImportedResult(Base):
     """A row of an imported results.tsv: history as the log claimed it, never compared with `best`."""
 
@@ -349,6 +367,7 @@ RESULTS = cast(Table, Result.__table__)
 PROJECT = cast(Table, Project.__table__)
 NOISE = cast(Table, NoiseEstimate.__table__)
 CHANGE_KINDS = cast(Table, ChangeKind.__table__)
+INTEGRITY_EVENTS = cast(Table, IntegrityEvent.__table__)
 
 
 # "Has this been tried?" (server/similarity.py, server/crud/similar.py): what each experiment's

@@ -27,6 +27,7 @@ from server.crud.project import current_best, load_project
 from server.crud.similar import find_similar, similar_to_experiment
 from server.crud.tokens import Principal
 from server.decisions import queue_best_repeats
+from server.edits import EditError, apply_edits
 from server.models import Experiment, IdempotencyKey, Project
 from server.patches import PatchError, apply_patch, parse_patch
 from server.research_repo import blob_sha
@@ -124,9 +125,24 @@ def _resolve_base(session: Session, base: str | None) -> str:
 
 def _new_train_py(ctx: AppContext, body: SubmitIn | SimilarIn, base_source: str) -> str:
     settings = ctx.settings
-    if (body.patch is None) == (body.train_py is None):
-        raise Problem(422, "patch-or-train-py", "send exactly one of `patch` (a unified diff) or `train_py`")
-    if body.patch is not None:
+    if sum(form is not None for form in (body.patch, body.train_py, body.edits)) != 1:
+        raise Problem(
+            422,
+            "patch-or-train-py",
+            "send exactly one of `patch` (a unified diff), `train_py` (the whole file) or `edits` "
+            "(search/replace pairs)",
+        )
+    if body.edits is not None:
+        size = sum(len(e.old.encode()) + len(e.new.encode()) for e in body.edits)
+        if size > settings.patch_max_bytes:
+            raise Problem(
+                413, "patch-too-large", f"the edits are {size} bytes; the limit is {settings.patch_max_bytes}"
+            )
+        try:
+            new = apply_edits(base_source, body.edits)
+        except EditError as exc:
+            raise Problem(422, exc.kind, exc.detail) from exc
+    elif body.patch is not None:
         size = len(body.patch.encode())
         if size > settings.patch_max_bytes:
             raise Problem(

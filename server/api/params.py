@@ -81,6 +81,13 @@ class NearMissesQuery(BaseModel):
     limit: Annotated[int, Field(ge=1, le=100)] = 20
 
 
+class IntegrityQuery(BaseModel):
+    """GET /integrity-events."""
+
+    open: bool = Field(False, description="only the events not cleared (those that hold an agent)")
+    limit: Annotated[int, Field(ge=1, le=PAGE_LIMIT)] = 50
+
+
 class KeepRatesQuery(BaseModel):
     """GET /keep-rates; the MCP tool `keep_rates`."""
 

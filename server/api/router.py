@@ -2,7 +2,18 @@
 
 from fastapi import APIRouter
 
-from server.api.routes import events, experiments, history, notes, ops, project, similar, tsv, worker
+from server.api.routes import (
+    events,
+    experiments,
+    history,
+    integrity,
+    notes,
+    ops,
+    project,
+    similar,
+    tsv,
+    worker,
+)
 
 ROUTERS: tuple[APIRouter, ...] = (
     experiments.router,
@@ -14,4 +25,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     ops.router,
     similar.router,
     history.router,  # near misses and keep rates
+    integrity.router,
 )

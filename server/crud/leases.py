@@ -23,6 +23,7 @@ from client.schemas import ClaimOut, HeartbeatOut, ProgressEventIn
 from client.states import RETRYABLE_STATUSES, ExperimentStatus, LeaseState, Rule, RunState
 from server.context import AppContext, Tx
 from server.core.problems import Problem
+from server.crud import integrity
 from server.crud import noise as noise_crud
 from server.crud.project import load_project
 from server.crud.runs import cancel_queued_runs, live_runs
@@ -69,12 +70,15 @@ def _touch(ctx: AppContext, session: Session, worker_id: str) -> None:
 
 
 def _claim_statement(gated: bool) -> Update:
-    """Take the first claimable queued run: one UPDATE ... RETURNING around a locked pick.
+    """Take the first claimable queued run: one UPDATE ... RETURNING around a locked pick. Runs of
+    experiments held for their agent's integrity event (server/crud/integrity.py) are skipped.
 
     The worker endpoints are what a fleet calls most, so their statements are plain Core, built
     once here and run on the transaction's connection: no ORM unit of work, no identity map.
     """
-    pick = select(RUNS.c.id).where(RUNS.c.status == RunState.QUEUED)
+    pick = select(RUNS.c.id).where(
+        RUNS.c.status == RunState.QUEUED, RUNS.c.experiment_id.not_in(integrity.HELD_EXPERIMENTS)
+    )
     if gated:
         pick = pick.where(RUNS.c.experiment_id == bindparam("gate"))
     pick = pick.order_by(RUNS.c.queued_at, RUNS.c.id).limit(1)

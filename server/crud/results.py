@@ -9,8 +9,10 @@ from sqlalchemy.orm import Session
 from client.events import EventType, Finished
 from client.schemas import ResultIn, ResultOutcome
 from client.states import LeaseState, RunState
+from harness.result import INTEGRITY_CLASSES
 from server.context import AppContext
 from server.core.problems import Problem
+from server.crud import integrity
 from server.crud.leases import locked_lease, require_held, set_lease
 from server.crud.tokens import Principal
 from server.decisions import decide
@@ -108,6 +110,15 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
         )
         changes: dict[str, object] = {"platform": measured.device}
         changes |= decide(ctx, tx, experiment, run, measured)
+        if measured.error_class in INTEGRITY_CLASSES and experiment.agent_id is not None:
+            event = integrity.record_event(
+                connection, experiment.agent_id, experiment.id, result_id, measured.error_class, now
+            )
+            if "decision_reason" in changes:
+                changes["decision_reason"] = (
+                    f"{changes['decision_reason']}; integrity event {event}: this agent's queued "
+                    "experiments are held until an admin clears it"
+                )
         if "status" in changes:
             check_experiment_move(experiment.status, str(changes["status"]))
         connection.execute(_UPDATE_EXPERIMENT, {"experiment_id": experiment.id, **changes})

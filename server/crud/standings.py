@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from client.schemas import AgentStanding, BestOut, LineageEntry, RankedResult
 from client.states import AGENT_KINDS, ExperimentStatus
+from server.crud import integrity
 from server.crud import noise as noise_crud
 from server.crud.experiments import BASELINE_AGENT, agent_names
 from server.crud.project import best_sample, load_project
@@ -129,9 +130,11 @@ def agent_standings(session: Session, totals: dict[int, Row[Any]] | None = None)
     if totals is None:
         totals = agent_totals(session)
     tokens = session.execute(select(ApiToken.id, ApiToken.name).where(ApiToken.kind.in_(AGENT_KINDS)))
+    held = integrity.open_events(session)
     standings = []
     for token_id, name in tokens:
         row = totals.get(token_id)
+        events = held.get(token_id, [])
         if row is None:
             if name != ENV_ADMIN_NAME:  # the environment's admin token is listed once it submitted
                 standings.append(
@@ -146,6 +149,7 @@ def agent_standings(session: Session, totals: dict[int, Row[Any]] | None = None)
                         best_val_bpb=None,
                         improvement=0.0,
                         last_submitted_at=None,
+                        integrity_events=events,
                     )
                 )
             continue
@@ -161,6 +165,7 @@ def agent_standings(session: Session, totals: dict[int, Row[Any]] | None = None)
                 best_val_bpb=row.best_val_bpb,
                 improvement=row.improvement or 0.0,
                 last_submitted_at=row.last_submitted_at,
+                integrity_events=events,
             )
         )
     standings.sort(

@@ -76,13 +76,21 @@ class Research:
         event = dict(step=step, loss=loss, fraction=fraction, phase="train", elapsed_s=300 * fraction)
         self.worker.send_progress(lease.lease_id, [{**event, "tokens_per_s": 250_000.0}])
 
-    def report(self, lease: Lease, val_bpb: float | None, log: str = "") -> ResultOutcome:
-        """Send the run's result: ok with `val_bpb`, or a crash when it is None."""
+    def report(
+        self,
+        lease: Lease,
+        val_bpb: float | None,
+        log: str = "",
+        failure: tuple[str, str, str] = ("crash", "train_error", "RuntimeError: loss is NaN at step 12"),
+    ) -> ResultOutcome:
+        """Send the run's result: ok with `val_bpb`, or, when it is None, `failure` (status, error
+        class, message)."""
+        status, error_class, message = ("ok", None, None) if val_bpb is not None else failure
         result: dict[str, Any] = {
-            "status": "ok" if val_bpb is not None else "crash",
+            "status": status,
             "val_bpb": val_bpb,
-            "error_class": None if val_bpb is not None else "train_error",
-            "error_message": None if val_bpb is not None else "RuntimeError: loss is NaN at step 12",
+            "error_class": error_class,
+            "error_message": message,
             "training_seconds": 300.0,
             "total_seconds": 330.0,
             "peak_memory_mb": 44_000.0,

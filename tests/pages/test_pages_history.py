@@ -111,3 +111,22 @@ def test_a_new_near_miss_appears_on_an_open_leaderboard(
     expect(page.locator("#near-misses tbody tr")).to_have_count(before + 1, timeout=10_000)
     expect(page.locator(f'#near-misses tr[data-id="{another}"]')).to_be_visible()
     assert page.evaluate("window.loadedOnce") is True
+
+
+def test_the_agents_page_marks_an_agent_held_for_an_integrity_event(
+    page: Page, research: tuple[LiveServer, Research, dict[str, int]], save_screenshot: Shoot
+) -> None:
+    """Last in this module: bob's run ends non_causal, and the agents page says he is held."""
+    server, lab, _ids = research
+    lab.submit("looks ahead", agent="bob")
+    lease = lab.claim()
+    failure = ("invalid", "non_causal", "a probe row's prediction changed with the text after its cut")
+    assert lab.report(lease, None, failure=failure).decision == "revert"
+    (event,) = lab.agent("bob").integrity_events(open_only=True).items
+    page.goto(f"{server.url}/agents")
+    expect(page.locator('tr[data-agent="bob"] [data-field="held"]')).to_have_text(
+        f"held: integrity event #{event.id}"
+    )
+    expect(page.locator('tr[data-agent="alice"] [data-field="held"]')).to_have_count(0)
+    expect(page.get_by_text("Its queued experiments wait until an admin")).to_be_visible()
+    save_screenshot(page, "agents-held")

@@ -67,6 +67,9 @@ def test_submit_answers_at_once_then_progress_wait_and_cancel_follow_it(
             out["cancelled"] = await call(client, "cancel", {"experiment_id": second})
             out["waited"] = await call(client, "wait", {"experiment_ids": [first, second], "timeout_s": 30})
             out["cancel_again"] = await tool_error(client, "cancel", {"experiment_id": second})
+            out["bad_edit"] = await tool_error(
+                client, "submit", {"description": "x", "edits": [{"old": "no such text", "new": "y"}]}
+            )
             out["ids"] = (first, second)
         return out
 
@@ -91,3 +94,5 @@ def test_submit_answers_at_once_then_progress_wait_and_cancel_follow_it(
     assert waited["undecided"] == {str(first): "running"}
     text, problem = out["cancel_again"]
     assert problem["kind"] == "already-finished" and f"experiment {second} is already cancelled" in text
+    text, problem = out["bad_edit"]  # the edit that names no place of train.py, in words
+    assert text.startswith("edit-not-found (422): edit 1: `old` does not occur") and "'no such text'" in text

@@ -31,6 +31,7 @@ TABLES = {
     "experiment_changes",
     "experiment_constants",
     "experiment_code_lines",
+    "integrity_events",
 }
 
 
@@ -44,9 +45,11 @@ def _tables(url: str) -> set[str]:
 
 def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     upgrade(database_url)
-    assert current_revision(database_url) == "0009"
+    assert current_revision(database_url) == "0010"
     assert _tables(database_url) == TABLES
-    similar = {"experiment_changes", "experiment_constants", "experiment_code_lines"}
+    downgrade(database_url, "0009")  # integrity events go
+    assert _tables(database_url) == TABLES - {"integrity_events"}
+    similar = {"experiment_changes", "experiment_constants", "experiment_code_lines", "integrity_events"}
     downgrade(database_url, "0008")  # what changes touched (for similar experiments) goes
     assert _tables(database_url) == TABLES - similar
     downgrade(database_url, "0004")  # notes and change kinds go too, everything else stays

@@ -61,6 +61,23 @@ def test_a_whole_train_py_is_accepted_too(live, baseline_source: str) -> None:
     assert agent.diff(experiment.id) == make_patch(baseline_source, new)
 
 
+def test_search_replace_edits_are_applied_in_order_to_the_base(live, baseline_source: str) -> None:
+    agent = live.client("agent")
+    edits = [
+        {"old": "DEPTH = 4", "new": "DEPTH = 6"},
+        {"old": "DEPTH = 6", "new": "DEPTH = 7"},  # the text the first edit left
+        {"old": "LEARNING_RATE = 0.01", "new": "LEARNING_RATE = 0.02"},
+    ]
+    new = _edit(
+        _edit(baseline_source, "DEPTH = 4", "DEPTH = 7"), "LEARNING_RATE = 0.01", "LEARNING_RATE = 0.02"
+    )
+    experiment = agent.submit("deeper, faster", edits=edits)
+    assert experiment.status == "queued" and not experiment.existing
+    assert agent.diff(experiment.id) == make_patch(baseline_source, new)
+    assert agent.submit("the same, whole", train_py=new).id == experiment.id  # the same train.py
+    assert [s.experiment_id for s in agent.similar(edits=edits).similar] == [experiment.id]
+
+
 def test_the_same_train_py_returns_the_existing_experiment(live_any_db: Live, baseline_source: str) -> None:
     live = live_any_db
     alice, bob = live.client("agent"), live.client("agent")
@@ -120,6 +137,28 @@ def test_precise_refusals(live, refused: Callable[..., ApiError], baseline_sourc
         (dict(patch="--- a/train.py\n+++ b/train.py\n"), 422, "empty-change", "no hunks"),
         (dict(train_py=baseline_source), 422, "empty-change", "exactly as it is"),
         (dict(patch=good, train_py=baseline_source), 422, "patch-or-train-py", "exactly one"),
+        (
+            dict(patch=good, edits=[{"old": "DEPTH = 4", "new": "DEPTH = 8"}]),
+            422,
+            "patch-or-train-py",
+            "`edits`",
+        ),
+        (
+            dict(edits=[{"old": "DEPTH = 5", "new": "DEPTH = 8"}]),
+            422,
+            "edit-not-found",
+            "edit 1: `old` does not occur",
+        ),
+        (
+            dict(edits=[{"old": "DEPTH = 4", "new": "DEPTH = 8"}, {"old": " = ", "new": "="}]),
+            422,
+            "edit-ambiguous",
+            "edit 2: `old` occurs",
+        ),
+        (dict(edits=[{"old": "DEPTH = 4", "new": "DEPTH = 4"}]), 422, "empty-change", "exactly as it is"),
+        (dict(edits=[]), 422, "validation-error", "edits"),
+        (dict(edits=[{"old": "", "new": "x"}]), 422, "validation-error", "old"),
+        (dict(edits=[{"old": "DEPTH = 4", "new": "x" * 300_000}]), 413, "patch-too-large", "edits"),
         (dict(), 422, "patch-or-train-py", "exactly one"),
         (
             dict(patch=good, base="0123456789abcdef0123456789abcdef01234567"),

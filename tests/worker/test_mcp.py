@@ -47,14 +47,19 @@ TRANSPORTS = ["stdio", "http"]
 
 
 @asynccontextmanager
-async def mcp_client(project: Project, transport: str, token: str | None = None) -> AsyncIterator[Client]:
-    async with connect_mcp(project.url, token or project.agent_token, transport) as client:
+async def mcp_client(
+    project: Project, transport: str, token: str | None = None, read_timeout_s: float = 600
+) -> AsyncIterator[Client]:
+    async with connect_mcp(project.url, token or project.agent_token, transport, read_timeout_s) as client:
         yield client
 
 
 @asynccontextmanager
-async def connect_mcp(url: str, token: str, transport: str) -> AsyncIterator[Client]:
-    """The SDK's client of the server at `url`: `autoresearch mcp` over stdio, or /mcp/ over HTTP."""
+async def connect_mcp(
+    url: str, token: str, transport: str, read_timeout_s: float = 600
+) -> AsyncIterator[Client]:
+    """The SDK's client of the server at `url`: `autoresearch mcp` over stdio, or /mcp/ over HTTP,
+    giving up on any answer after `read_timeout_s`."""
     if transport == "stdio":
         params = StdioServerParameters(
             command=sys.executable,
@@ -62,19 +67,25 @@ async def connect_mcp(url: str, token: str, transport: str) -> AsyncIterator[Cli
             env={SERVER_ENV: url, TOKEN_ENV: token},
             cwd=REPO_ROOT,
         )
-        async with Client(params) as client:
+        async with Client(params, read_timeout_seconds=read_timeout_s) as client:
             yield client
         return
     http = httpx2.AsyncClient(
-        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=600)
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=read_timeout_s)
     )
-    async with http, Client(streamable_http_client(f"{url}/mcp/", http_client=http)) as client:
+    mcp_http = streamable_http_client(f"{url}/mcp/", http_client=http)
+    async with http, Client(mcp_http, read_timeout_seconds=read_timeout_s) as client:
         yield client
 
 
-def run(project: Project, transport: str, scenario: Callable[[Client], Awaitable[Any]]) -> Any:
+def run(
+    project: Project,
+    transport: str,
+    scenario: Callable[[Client], Awaitable[Any]],
+    read_timeout_s: float = 600,
+) -> Any:
     async def main() -> Any:
-        async with mcp_client(project, transport) as client:
+        async with mcp_client(project, transport, read_timeout_s=read_timeout_s) as client:
             return await scenario(client)
 
     return asyncio.run(main())
@@ -124,7 +135,7 @@ def test_an_agent_lists_tools_submits_and_follows_a_change_to_its_decision(
             best_by_rest = agent.best().train_py
             baseline = agent.experiment(1).commit  # the base, kept or not by the other transport
         best = await call(client, "best", {})
-        decided = await call(
+        submitted = await call(
             client,
             "submit",
             {
@@ -132,10 +143,16 @@ def test_an_agent_lists_tools_submits_and_follows_a_change_to_its_decision(
                 "hypothesis": "the bigram underfits at 0.05",
                 "train_py": bigram(0.2),
                 "base": baseline,
-                "wait_s": 300,
             },
         )
-        followed = await call(client, "experiment", {"experiment_id": decided["experiment"]["id"]})
+        experiment_id = submitted["experiment"]["id"]
+        # As an agent with a 10 s read timeout would: short waits until the decision comes.
+        for _ in range(60):
+            waited = await call(client, "wait", {"experiment_ids": [experiment_id], "timeout_s": 5})
+            if waited["decided"]:
+                break
+        decided = await call(client, "experiment", {"experiment_id": experiment_id})
+        followed = await call(client, "experiment", {"experiment_id": experiment_id})
         found = await call(client, "search", {"text": "0.05 -> 0.2"})
         return {
             "tools": tools,
@@ -146,7 +163,7 @@ def test_an_agent_lists_tools_submits_and_follows_a_change_to_its_decision(
             "found": found,
         }
 
-    out = run(project, transport, scenario)
+    out = run(project, transport, scenario, read_timeout_s=10)
     assert set(out["tools"]) == TOOLS
     # Inputs and descriptions are the REST API's request body (SubmitIn), flat.
     submit_schema = out["tools"]["submit"].input_schema

@@ -69,7 +69,7 @@ def test_an_agent_asks_whether_a_change_was_tried_and_searches_by_what_changes_t
     assert out["far"]["similar"] == []
     assert out["of_tried"] == {"experiment_id": tried.id, "similar": []}
     text, problem = out["both"]  # an experiment and a change: which one?
-    assert text.startswith("bad-arguments: similar: give experiment_id, or")
+    assert text.startswith("bad-arguments: similar: give experiment_id or a change")
     assert problem["kind"] == "bad-arguments"
     assert [s["experiment_id"] for s in out["submitted"]["similar"]] == [tried.id]
     # A change given as a patch of the best: queued on it, its diff the patch's.

@@ -17,8 +17,8 @@ _AUTH = {401: {"description": "reads need a token (PUBLIC_READS=false)"}}
 
 @router.get("/near-misses", responses=_AUTH)
 def get_near_misses(ctx: Ctx, _reader: Reader, query: Annotated[NearMissesQuery, Query()]) -> NearMissesOut:
-    """Reverted experiments that may still be better than what they were measured against, most
-    promising first: candidates to combine (docs/api.md, "Near misses")."""
+    """Reverted experiments that measured a gain short of significance, strongest evidence first:
+    candidates to combine (docs/api.md, "Near misses")."""
     with ctx.db.read() as session:
         return history.near_miss_list(session, ctx.repo, query.limit)
 
