@@ -44,7 +44,7 @@ def sandbox_round_trip(
     """Start the next run's train sandbox and wait until it is ready; it stays, as the spare the
     next experiment trains in (harness.runner.run_setup), so the check costs no interpreter."""
     try:
-        warm_up(settings, unsafe_no_sandbox=unsafe_no_sandbox, work_root=work_root, device=device, wait=True)
+        warm_up(settings, unsafe_no_sandbox=unsafe_no_sandbox, work_root=work_root, device=device)
     except (SandboxUnavailableError, DataError) as exc:
         where = "on the GPU " if device.startswith("cuda") else ""
         raise PreflightError(f"a sandbox {where}could not run the harness: {exc}") from exc

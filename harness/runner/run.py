@@ -145,24 +145,21 @@ def warm_up(
     unsafe_no_sandbox: bool = False,
     work_root: Path | None = None,
     device: str | None = None,
-    wait: bool = False,
 ) -> None:
-    """Start the train sandbox of the next run now, at idle priority, for a worker that is about to
-    wait for work: then even its first experiment skips the interpreter start and `import torch`.
-    Takes the same arguments as the run_experiment calls it prepares for; raises like them.
-
-    With `wait`, the sandbox starts at normal priority and this returns only once it is ready (a
-    worker's preflight round trip: a real sandbox imported torch and the train entry, and on CUDA
-    computed on the GPU); SandboxUnavailableError, with the sandbox's own last words, if it exited
-    first."""
+    """Start the train sandbox of the next run now and wait until it is ready: a worker's
+    preflight round trip (a real sandbox imported torch and the train entry and, on CUDA, computed
+    on the GPU) whose sandbox then serves the worker's first experiment, which so skips the
+    interpreter start and `import torch`. Takes the same arguments as the run_experiment calls it
+    prepares for; raises like them, and SandboxUnavailableError, with the sandbox's own last words,
+    if it exited before it was ready."""
     sandboxed = not unsafe_no_sandbox
     if sandboxed:
         check_bwrap()
     device = resolve_device(device)
     key, job = train_job(settings, read_manifest(settings), device, sandboxed, work_root)
-    run = prepare_run(key, job, work_root, idle=not wait)
+    run = prepare_run(key, job, work_root, idle=False)
     try:
-        if wait and not run.sandbox.wait_ready():
+        if not run.sandbox.wait_ready():
             why = run.sandbox.why_not_ready()
             raise SandboxUnavailableError(f"the train sandbox exited before it was ready: {why}")
     except BaseException:

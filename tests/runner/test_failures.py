@@ -12,23 +12,29 @@ from tests.runner.candidates import compose
 
 pytestmark = pytest.mark.heavy
 
-# (candidate part, status, error class, text the message must contain)
+# (candidate part, status, error class, texts the message must contain). A failure in train()
+# also names the candidate's line: the traceback's tail is the candidate's, not the harness's.
 CASES = [
-    ("broken/build_model_raises.py", "crash", "build_model_error", "n_layer must be positive"),
-    ("broken/train_raises.py", "crash", "train_error", "shape mismatch in the attention block"),
-    ("broken/segfault.py", "crash", "killed", "SIGSEGV"),
-    ("broken/wrong_shape.py", "invalid", "invalid_output", "expected (16, 64, 512)"),
-    ("broken/nan_logits.py", "invalid", "invalid_output", "NaN"),
+    ("broken/build_model_raises.py", "crash", "build_model_error", ("n_layer must be positive",)),
+    (
+        "broken/train_raises.py",
+        "crash",
+        "train_error",
+        ("shape mismatch in the attention block", 'train.py", line', "in train"),
+    ),
+    ("broken/segfault.py", "crash", "killed", ("SIGSEGV",)),
+    ("broken/wrong_shape.py", "invalid", "invalid_output", ("expected (16, 64, 512)",)),
+    ("broken/nan_logits.py", "invalid", "invalid_output", ("NaN",)),
 ]
 
 
-@pytest.mark.parametrize(("part", "status", "error_class", "text"), CASES)
+@pytest.mark.parametrize(("part", "status", "error_class", "texts"), CASES)
 def test_failure_is_classified(
-    run_candidate, tmp_path: Path, part: str, status: str, error_class: str, text: str
+    run_candidate, tmp_path: Path, part: str, status: str, error_class: str, texts: tuple[str, ...]
 ) -> None:
     result = run_candidate(compose(tmp_path, part), time_budget=1.0)
     assert (result.status, result.error_class) == (status, error_class), result.log_tail
-    assert text in result.error_message
+    assert all(text in result.error_message for text in texts), result.error_message
     assert result.val_bpb is None
 
 
@@ -38,11 +44,6 @@ def test_syntax_error_is_reported_with_its_line(run_candidate, tmp_path: Path) -
     result = run_candidate(broken, time_budget=1.0)
     assert (result.status, result.error_class) == ("crash", "syntax_error"), result.log_tail
     assert "SyntaxError" in result.error_message and "line 3" in result.error_message
-
-
-def test_traceback_tail_names_the_candidate_line(run_candidate, tmp_path: Path) -> None:
-    result = run_candidate(compose(tmp_path, "broken/train_raises.py"), time_budget=1.0)
-    assert 'train.py", line' in result.error_message and "in train" in result.error_message
 
 
 def test_unbounded_allocation_fails_cleanly_at_the_memory_limit(run_candidate, tmp_path: Path) -> None:

@@ -50,16 +50,14 @@ def test_the_next_run_uses_the_spare_sandbox_and_closing_leaves_nothing(
     assert processes_left(str(work_root)) == [] and list(work_root.iterdir()) == []
 
 
-@pytest.mark.parametrize("wait", [False, True], ids=["idle", "waited_for"])
-def test_warm_up_starts_the_sandbox_the_first_run_uses(
-    settings: HarnessSettings, tmp_path: Path, wait: bool
-) -> None:
-    """What a worker's preflight does before its first claim (waited for: the round trip)."""
+def test_warm_up_starts_the_sandbox_the_first_run_uses(settings: HarnessSettings, tmp_path: Path) -> None:
+    """What a worker's preflight does before its first claim: the round trip through a sandbox
+    that then serves the first experiment."""
     work_root = tmp_path / "runs"
     work_root.mkdir()
     chosen = settings.model_copy(update={"compile_allowance": STARTUP_ROOM_S, "time_budget": 1.0})
     try:
-        warm_up(chosen, work_root=work_root, device="cpu", wait=wait)
+        warm_up(chosen, work_root=work_root, device="cpu")
         spare = list(processes_mentioning(str(work_root)))
         assert spare and len(list(work_root.iterdir())) == 1
 
@@ -92,7 +90,7 @@ def test_waiting_for_a_sandbox_that_dies_before_ready_says_why_and_leaves_nothin
     starved = settings.model_copy(update={"memory_limit_gb": 0.1})
     try:
         with pytest.raises(SandboxUnavailableError, match=r"exited before it was ready: .*Error"):
-            warm_up(starved, work_root=work_root, device="cpu", wait=True)
+            warm_up(starved, work_root=work_root, device="cpu")
         assert take_spare("anything") is None  # nothing was kept as a spare
     finally:
         close_warm_sandbox()
