@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import get_args
 
 from harness.config import PRESETS, DataSource, load_settings
 from harness.data.errors import DataError
@@ -20,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "tokenize the training data into token files and fix the evaluation rows. Re-running is cheap.",
     )
     parser.add_argument("--preset", choices=sorted(PRESETS), help="settings preset (default: $PRESET or cpu)")
-    parser.add_argument("--source", choices=list(get_args(DataSource)), help="data source ($DATA_SOURCE)")
+    sources = [source.value for source in DataSource]
+    parser.add_argument("--source", choices=sources, help="data source ($DATA_SOURCE)")
     parser.add_argument("--data-dir", type=Path, help="where prepared data lives ($DATA_DIR)")
     parser.add_argument("--local-dir", type=Path, help="folder of parquet/jsonl/txt files for --source local")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -6,6 +6,7 @@ Every value that can change a score is part of the harness id (see `scoring_fiel
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,7 +14,15 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PresetName = Literal["h100", "cpu", "test", "gpu-check"]
-DataSource = Literal["builtin", "local", "climbmix"]
+
+
+class DataSource(StrEnum):
+    """Where a project's text comes from (harness/data/sources.py)."""
+
+    BUILTIN = "builtin"  # a corpus built from this Python installation's own documentation
+    LOCAL = "local"  # files in LOCAL_DATA_DIR
+    CLIMBMIX = "climbmix"  # the autoresearch dataset, downloaded
+
 
 # Preset defaults. h100 mirrors the autoresearch project; cpu is a demo that learns something on
 # a 2-core laptop in about a minute; test runs an experiment in seconds for the test suite;
@@ -84,7 +93,7 @@ class HarnessSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", frozen=True)
 
     preset: PresetName = "cpu"
-    data_source: DataSource = "builtin"
+    data_source: DataSource = DataSource.BUILTIN
     data_dir: Path = Path("data")
     local_data_dir: Path | None = None  # the folder for data_source=local
     climbmix_url: str = CLIMBMIX_URL
@@ -131,6 +140,7 @@ def load_settings(preset: str | None = None, **overrides: Any) -> HarnessSetting
 
 def scoring_fields(settings: HarnessSettings) -> dict[str, Any]:
     """The values that define what a score means; they go into the harness id."""
+    source = settings.data_source
     return {
         "preset": settings.preset,
         "data_source": settings.data_source,
@@ -142,6 +152,6 @@ def scoring_fields(settings: HarnessSettings) -> dict[str, Any]:
         "train_tokens_max": settings.train_tokens_max,
         "corpus_max_bytes": settings.corpus_max_bytes,
         "tokenizer_max_chars": settings.tokenizer_max_chars,
-        "climbmix_train_shards": settings.climbmix_train_shards if settings.data_source == "climbmix" else 0,
-        "local_val_file": settings.local_val_file if settings.data_source == "local" else None,
+        "climbmix_train_shards": settings.climbmix_train_shards if source == DataSource.CLIMBMIX else 0,
+        "local_val_file": settings.local_val_file if source == DataSource.LOCAL else None,
     }

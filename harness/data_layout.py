@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config import HarnessSettings, scoring_fields
+from harness.config import DataSource, HarnessSettings, scoring_fields
 from harness.data.errors import DataError
 from harness.manifest import compute_harness_id, harness_source_sha256
 
@@ -44,7 +44,7 @@ def prepared_paths(settings: HarnessSettings) -> PreparedPaths:
 def prepare_command(settings: HarnessSettings) -> str:
     """The command that prepares data for these settings, for error messages."""
     command = f"autoresearch prepare --preset {settings.preset}"
-    if settings.data_source != "builtin":
+    if settings.data_source != DataSource.BUILTIN:
         command += f" --source {settings.data_source}"
     return command + f" --data-dir {settings.data_dir}"
 

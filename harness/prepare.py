@@ -28,7 +28,7 @@ import numpy as np
 from filelock import FileLock
 from tqdm import tqdm
 
-from harness.config import HarnessSettings, scoring_fields
+from harness.config import DataSource, HarnessSettings, scoring_fields
 from harness.data.builtin import max_validation_tokens, stdlib_root
 from harness.data.errors import DataError
 from harness.data.packing import best_fit_batches
@@ -115,14 +115,14 @@ def check_builtin_fits(settings: HarnessSettings) -> None:
 
 def _source_inputs(settings: HarnessSettings) -> dict[str, Any]:
     """What the raw shards depend on, per source."""
-    if settings.data_source == "builtin":
+    if settings.data_source == DataSource.BUILTIN:
         return {
             "python": sys.version,
             "stdlib": str(stdlib_root()),
             "max_bytes": settings.corpus_max_bytes,
             "code": module_sha256("data/builtin.py", "data/shards.py"),
         }
-    if settings.data_source == "local":
+    if settings.data_source == DataSource.LOCAL:
         folder = settings.local_data_dir
         listing = None
         if folder is not None and folder.is_dir():
@@ -281,7 +281,7 @@ def _write_manifest(settings: HarnessSettings, paths: PreparedPaths, train_meta:
         "tokenizer_sha256": tokenizer_sha,
         "harness_source_sha256": source_sha,
         "scoring": scoring,
-        "python_version": sys.version.split()[0] if settings.data_source == "builtin" else None,
+        "python_version": sys.version.split()[0] if settings.data_source == DataSource.BUILTIN else None,
     }
     text = json.dumps(manifest, indent=1, sort_keys=True)
     if not paths.manifest_path.exists() or paths.manifest_path.read_text() != text:
@@ -294,7 +294,7 @@ def prepare(settings: HarnessSettings, progress: bool = True) -> PreparedPaths:
     """Prepare data, tokenizer, token files and evaluation rows for `settings`; idempotent."""
     check_settings(settings)
     paths = prepared_paths(settings)
-    if settings.data_source == "builtin" and not paths.val_dir.is_dir():
+    if settings.data_source == DataSource.BUILTIN and not paths.val_dir.is_dir():
         check_builtin_fits(settings)
     created = not paths.root.exists()
     try:
@@ -311,7 +311,7 @@ def prepare(settings: HarnessSettings, progress: bool = True) -> PreparedPaths:
     except DataError:
         # A first attempt that failed on bad input leaves nothing behind; downloaded shards stay,
         # so that the next attempt resumes.
-        if created and settings.data_source != "climbmix":
+        if created and settings.data_source != DataSource.CLIMBMIX:
             shutil.rmtree(paths.root, ignore_errors=True)
         raise
     return paths

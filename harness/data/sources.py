@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from harness.config import HarnessSettings
+from harness.config import DataSource, HarnessSettings
 from harness.data.builtin import fetch_builtin
 from harness.data.climbmix import fetch_climbmix
 from harness.data.errors import DataError
@@ -21,15 +21,15 @@ def fetch_raw(settings: HarnessSettings, raw_dir: Path, progress: bool) -> None:
     sources are cheap to rebuild, so they are built in a fresh folder that replaces `raw_dir`
     only when complete: no stale shard survives, and a failure leaves the old shards as they were.
     """
-    if settings.data_source == "climbmix":
+    if settings.data_source == DataSource.CLIMBMIX:
         fetch_climbmix(settings, raw_dir, progress)
         return
     building = raw_dir.with_name(f".{raw_dir.name}.tmp-{os.getpid()}")
     shutil.rmtree(building, ignore_errors=True)
     try:
-        if settings.data_source == "builtin":
+        if settings.data_source == DataSource.BUILTIN:
             fetch_builtin(building, settings.corpus_max_bytes)
-        elif settings.data_source == "local":
+        elif settings.data_source == DataSource.LOCAL:
             fetch_local(settings.local_data_dir, building, settings.local_val_file, settings.corpus_max_bytes)
         else:
             raise DataError(f"DATA_SOURCE={settings.data_source!r}: use builtin, local or climbmix")
