@@ -1,8 +1,9 @@
-"""Random mutation of the hyperparameter constants at the top level of `train.py`.
+"""Random mutation of the hyperparameter constants of `train.py`.
 
 A constant is what client/constants.py finds: `NAME = <number>` at module level, NAME
-UPPER_CASE. Only the text of the chosen values is rewritten, so comments, formatting and the
-rest of the file stay byte for byte the same.
+UPPER_CASE, and the knobs set inside such an assignment (`DEVICE_SETTINGS["cpu"].width`). Only
+the text of the chosen values is rewritten, so comments, formatting and the rest of the file
+stay byte for byte the same.
 
 How a value moves (so that a random walk stays in sensible territory):
 - a power-of-two int (batch sizes, widths, head counts) doubles or halves and stays a power of two;
@@ -96,7 +97,7 @@ def _mutate(constant: Constant, rng: random.Random) -> str:
 
 
 def mutate_constants(source: str, rng: random.Random) -> tuple[str, str]:
-    """Change one (sometimes two) top-level constants of `source`.
+    """Change one (sometimes two) constants of `source` (client/constants.py).
 
     Returns the new source and a one-line description such as `DEPTH 8 -> 16`.
     Raises SyntaxError if `source` does not parse and NoConstantsError if it has nothing to mutate.

@@ -1,6 +1,12 @@
-"""The hyperparameter constants of a train.py: module-level assignments `NAME = <number>` (or
-`NAME: type = <number>`) where NAME is UPPER_CASE and the value is a number or an arithmetic
-expression of numbers (`2**19`, `40 * 524288`), with where each value sits in the source.
+"""The hyperparameter constants of a train.py, with where each value sits in the source: every
+number set at module level under an UPPER_CASE name (`NAME = <number>` or `NAME: type = <number>`),
+the value a number or an arithmetic expression of numbers (`2**19`, `40 * 524288`), and the knobs
+set inside such an assignment, named by their path:
+- an entry of a dict literal: `DEVICE_SETTINGS["cuda"]` (an int key: `LAYERS[0]`);
+- a keyword argument of a call: `DEVICE_SETTINGS["cuda"].width` for
+  `DEVICE_SETTINGS = {"cuda": DeviceSettings(width=512, ...)}`, `OPTIMIZER.lr` for
+  `OPTIMIZER = Adam(lr=3e-4)`; nested as deep as the literal goes.
+A knob set per device is one knob per device.
 
 Shared by the random agent (which rewrites their values, agent/mutation.py) and the server (which
 tells what a change set, server/changes.py).
@@ -9,9 +15,10 @@ tells what a change set, server/changes.py).
 from __future__ import annotations
 
 import ast
+import json
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 _UPPER_CASE = re.compile(r"[A-Z][A-Z0-9_]*\Z")
@@ -32,7 +39,7 @@ _MAX_MAGNITUDE = 1e300
 
 @dataclass(frozen=True)
 class Constant:
-    """A top-level constant and where its value expression sits in the source."""
+    """A constant (or a knob, by its path) and where its value expression sits in the source."""
 
     name: str
     value: int | float
@@ -94,6 +101,24 @@ def _offset(source: str, starts: list[int], lineno: int, col_utf8: int) -> int:
     return line_start + len(line.encode("utf-8")[:col_utf8].decode("utf-8"))
 
 
+MAX_NAME_CHARS = 200  # as stored (server/models.py); a longer path is not a hyperparameter
+
+
+def _knobs(name: str, node: ast.expr) -> Iterator[tuple[str, ast.expr]]:
+    """(path, expression) of everything set under `name`: the expression itself, or, for a dict
+    literal, its entries with string or int keys, and for a call its keyword arguments, nested."""
+    if isinstance(node, ast.Dict):
+        for key, value in zip(node.keys, node.values, strict=True):
+            if isinstance(key, ast.Constant) and type(key.value) in (str, int):
+                yield from _knobs(f"{name}[{json.dumps(key.value)}]", value)
+    elif isinstance(node, ast.Call):
+        for keyword in node.keywords:
+            if keyword.arg is not None:  # not **kwargs
+                yield from _knobs(f"{name}.{keyword.arg}", keyword.value)
+    else:
+        yield name, node
+
+
 def find_constants(source: str) -> list[Constant]:
     """The constants of `source` in file order. Raises SyntaxError if it does not parse."""
     return constants_in(ast.parse(source), source)
@@ -112,17 +137,18 @@ def constants_in(tree: ast.Module, source: str) -> list[Constant]:
             continue
         if not isinstance(target, ast.Name) or not _UPPER_CASE.match(target.id):
             continue
-        value = _evaluate(value_node)
-        if value is None:
-            continue
-        assert value_node.end_lineno is not None and value_node.end_col_offset is not None
-        found.append(
-            Constant(
-                name=target.id,
-                value=value,
-                start=_offset(source, starts, value_node.lineno, value_node.col_offset),
-                end=_offset(source, starts, value_node.end_lineno, value_node.end_col_offset),
-                power_form=_is_power_form(value_node),
+        for name, node in _knobs(target.id, value_node):
+            value = _evaluate(node)
+            if value is None or len(name) > MAX_NAME_CHARS:
+                continue
+            assert node.end_lineno is not None and node.end_col_offset is not None
+            found.append(
+                Constant(
+                    name=name,
+                    value=value,
+                    start=_offset(source, starts, node.lineno, node.col_offset),
+                    end=_offset(source, starts, node.end_lineno, node.end_col_offset),
+                    power_form=_is_power_form(node),
+                )
             )
-        )
     return found

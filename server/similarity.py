@@ -12,13 +12,17 @@ similar in one of these ways, tried in this order:
 - `same_change_other_base`: the same lines removed and added, on another base.
 - `nearby_constants`: the same constants set (the same names; none that the other did not set),
   each to a nearby value (`value_distance` at most NEARBY), and the same code lines.
+- `contained`: every change the earlier one made is part of the new one, which makes more: each
+  constant it set is set to the same value, and each of its changed code lines (as multisets) is
+  among the new one's. The new change combines it with others (e.g. two near misses).
 - `overlapping_code`: both changed code (not only constants) and most of it is the same: the
   Jaccard index of their changed code lines (removed lines marked `-`, added ones `+`, counted as
   multisets) is at least MIN_OVERLAP. Their constants may differ.
 
 Changes of different constants, or of the same constant to far values, are not similar. The
 distance of a match (0 for the same change) is the largest value distance of its constants for
-`nearby_constants`, and 1 - Jaccard for `overlapping_code`. `rank` orders matches by kind (in
+`nearby_constants`, 1 - its share of the new change's constants and code lines for `contained`,
+and 1 - Jaccard for `overlapping_code`. `rank` orders matches by kind (in
 the order above), then distance, then newest first.
 """
 
@@ -113,16 +117,28 @@ def code_lines(summary: ChangeSummary) -> Counter[str]:
     assignment = _assignment_of(summary.constants)
     lines: Counter[str] = Counter()
     for sign, side in (("-", summary.removed), ("+", summary.added)):
-        lines.update(sign + line for line in side if assignment is None or not assignment.match(line))
+        lines.update(sign + line for line in side if assignment is None or not assignment.search(line))
     return lines
 
 
+_KNOB_END = re.compile(r"\.(\w+)\Z|\[(.+)\]\Z")  # the last part of a knob's path (client/constants.py)
+
+
 def _assignment_of(constants: tuple[ConstantChange, ...]) -> re.Pattern[str] | None:
-    """A line that assigns one of these constants (`NAME = ...`, `NAME: type = ...`)."""
+    """A line that sets one of these constants: `NAME = ...` or `NAME: type = ...` at its start;
+    for a knob, its keyword argument (`width=...`) or dict entry (`"cpu": ...`) anywhere in it."""
     if not constants:
         return None
-    names = "|".join(re.escape(change.name) for change in constants)
-    return re.compile(rf"(?:{names}) ?(?::[^=]*)?=(?!=)")
+    patterns = []
+    for change in constants:
+        end = _KNOB_END.search(change.name)
+        if end is None:
+            patterns.append(rf"^{re.escape(change.name)} ?(?::[^=]*)?=(?!=)")
+        elif end.group(1) is not None:
+            patterns.append(rf"\b{re.escape(end.group(1))} ?=(?!=)")
+        else:
+            patterns.append(rf"{re.escape(end.group(2))} ?:")
+    return re.compile("|".join(patterns))
 
 
 def compare(new: Change, old: Change) -> Similarity | None:
@@ -143,6 +159,9 @@ def compare(new: Change, old: Change) -> Similarity | None:
         nearby = _nearby_constants(a.constants, b.constants)
         if nearby is not None:
             return nearby
+    contained = _contained(a, b, code_a, code_b)
+    if contained is not None:
+        return contained
     if code_a and code_b:
         shared = sum((code_a & code_b).values())
         jaccard = shared / sum((code_a | code_b).values())
@@ -153,6 +172,30 @@ def compare(new: Change, old: Change) -> Similarity | None:
                 f"{shared} of its {sum(code_b.values())} changed code lines are the same",
             )
     return None
+
+
+def _contained(
+    new: ChangeSummary, old: ChangeSummary, code_new: Counter[str], code_old: Counter[str]
+) -> Similarity | None:
+    """`contained` when `old`'s whole change is part of `new`'s, which makes more."""
+    values = {change.name: change.new for change in new.constants}
+    if any(change.name not in values or values[change.name] != change.new for change in old.constants):
+        return None
+    if code_old - code_new:  # a line of its code that this change does not make
+        return None
+    size_old = len(old.constants) + sum(code_old.values())
+    size_new = len(new.constants) + sum(code_new.values())
+    if size_old == 0 or size_old >= size_new:
+        return None
+    constants = ", ".join(f"{change.name} {_shown(change.new)}" for change in old.constants)
+    lines = sum(code_old.values())
+    parts = [constants] if constants else []
+    parts += [f"{lines} code line{'s' if lines != 1 else ''}"] if lines else []
+    return Similarity(
+        SimilarityKind.CONTAINED,
+        1.0 - size_old / size_new,
+        f"all of its change is part of this one: {'; '.join(parts)}",
+    )
 
 
 def _nearby_constants(new: tuple[ConstantChange, ...], old: tuple[ConstantChange, ...]) -> Similarity | None:

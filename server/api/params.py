@@ -47,7 +47,12 @@ class ExperimentsQuery(BaseModel):
     ] = None
     constant: Annotated[
         str | None,
-        Field(min_length=1, max_length=200, description="the name of a constant the change set"),
+        Field(
+            min_length=1,
+            max_length=200,
+            description="a constant the change set: its name; for a knob its path, its last part "
+            "(`width`) or a path above it (`DEVICE_SETTINGS`)",
+        ),
     ] = None
     line: Annotated[
         str | None,

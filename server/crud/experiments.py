@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, bindparam, select
+from sqlalchemy import Select, bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from client.schemas import BestBefore, ComparisonOut, ExperimentOut, ExperimentPage, ResultOut, RunOut
@@ -218,16 +219,26 @@ def by_commit(session: Session, commit: str) -> Experiment | None:
 
 @dataclass(frozen=True)
 class Touched:
-    """GET /experiments (and MCP's search) by what a change touched: a constant it set (its exact
-    name), or text one of its changed lines contains (case-sensitive, whitespace collapsed as
-    the stored lines are)."""
+    """GET /experiments (and MCP's search) by what a change touched: a constant it set (its name;
+    for a knob, client/constants.py, also its last part or a path above it: `width` and
+    `DEVICE_SETTINGS` both find `DEVICE_SETTINGS["cuda"].width`), or text one of its changed
+    lines contains (case-sensitive, whitespace collapsed as the stored lines are)."""
 
     constant: str | None = None
     line: str | None = None
 
     def filter(self, statement: Select[Any]) -> Select[Any]:
         if self.constant is not None:
-            setting = select(ExperimentConstant.experiment_id).where(ExperimentConstant.name == self.constant)
+            name, wanted = ExperimentConstant.name, self.constant
+            setting = select(ExperimentConstant.experiment_id).where(
+                or_(
+                    name == wanted,
+                    name.endswith(f".{wanted}", autoescape=True),
+                    name.endswith(f"[{json.dumps(wanted)}]", autoescape=True),
+                    name.startswith(f"{wanted}.", autoescape=True),
+                    name.startswith(f"{wanted}[", autoescape=True),
+                )
+            )
             statement = statement.where(Experiment.id.in_(setting))
         if self.line is not None:
             text = " ".join(self.line.split())

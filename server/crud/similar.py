@@ -10,7 +10,8 @@ then runs on those alone:
 - the same removed and added lines (`lines_sha`: same_change, same_change_other_base);
 - the same constants set and the same code lines (`shape_sha`), with the first constant's new
   value within `nearby_range` (experiment_constants' value index: nearby_constants);
-- a code line in common (experiment_code_lines: overlapping_code needs most of them in common).
+- a constant set to the same value (contained: all of them), or a code line in common
+  (experiment_code_lines: overlapping_code needs most of them in common, contained all of its).
 """
 
 from __future__ import annotations
@@ -156,8 +157,16 @@ def _candidates(session: Session, change: Change, exclude: set[int], before_id: 
             low, high = nearby_range(first.new)
             setting = setting.where(ExperimentConstant.value.between(low, high))
         conditions.append((ExperimentChange.shape_sha == shape) & ExperimentChange.experiment_id.in_(setting))
+    if summary.parsed and summary.constants:  # contained: a constant set to the same value
+        same_value = [
+            (ExperimentConstant.name == c.name)
+            & (ExperimentConstant.value.is_(None) if c.new is None else ExperimentConstant.value == c.new)
+            for c in summary.constants
+        ]
+        setting_one = select(ExperimentConstant.experiment_id).where(or_(*same_value))
+        conditions.append(ExperimentChange.experiment_id.in_(setting_one))
     code = code_lines(summary) if summary.parsed else None
-    if code:  # overlapping_code: at least one code line in common
+    if code:  # overlapping_code and contained: at least one code line in common
         sharing = select(ExperimentCodeLine.experiment_id).where(
             ExperimentCodeLine.line_sha.in_({_line_sha(line) for line in code})
         )

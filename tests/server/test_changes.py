@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.mutation import mutate_constants
+from client.constants import find_constants
 from server.changes import MODULE, ConstantChange, summarize
 
 BASELINE = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()
@@ -25,9 +26,36 @@ def test_a_mutation_of_the_baseline_is_summarized_as_the_constants_it_set() -> N
         described = {part.split()[0] for part in description.split(", ")}
         assert {change.name for change in summary.constants} == described
         assert summary.parsed and summary.regions == (MODULE,)
-        assert len(summary.removed) == len(summary.added) == len(described)
+        # One line each, unless both knobs sit on one line (a device's settings).
+        assert 1 <= len(summary.removed) == len(summary.added) <= len(described)
         for change in summary.constants:
             assert change.old is not None and change.new is not None and change.old != change.new
+
+
+def test_knobs_are_named_by_their_path_and_each_device_is_its_own() -> None:
+    source = (
+        "SETTINGS = {\n"
+        '    "cuda": Settings(depth=8, width=2**9, bf16=True, **extra),\n'
+        '    "cpu": {"depth": 2, "sizes": {0: 4 * 256}, "name": "small"},\n'
+        "}\n"
+        "OPTIMIZER = Adam(lr=3e-4, betas=(0.9, 0.95))\n"
+        "lower = dict(width=5)\n"
+    )
+    found = {c.name: (c.value, source[c.start : c.end], c.power_form) for c in find_constants(source)}
+    assert found == {
+        'SETTINGS["cuda"].depth': (8, "8", False),
+        'SETTINGS["cuda"].width': (512, "2**9", True),
+        'SETTINGS["cpu"]["depth"]': (2, "2", False),
+        'SETTINGS["cpu"]["sizes"][0]': (1024, "4 * 256", False),
+        "OPTIMIZER.lr": (3e-4, "3e-4", False),
+    }  # no booleans, strings, tuples, **kwargs or lower-case names
+    wider = BASELINE.replace("depth=2, width=128", "depth=2, width=192")
+    assert summarize(BASELINE, wider).constants == (ConstantChange('DEVICE_SETTINGS["cpu"].width', 128, 192),)
+    both = wider.replace("depth=8, width=512", "depth=8, width=768")
+    assert {c.name for c in summarize(BASELINE, both).constants} == {
+        'DEVICE_SETTINGS["cpu"].width',
+        'DEVICE_SETTINGS["cuda"].width',
+    }
 
 
 def test_a_changed_function_body_is_its_region_and_its_lines() -> None:

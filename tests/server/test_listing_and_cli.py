@@ -173,7 +173,7 @@ def test_cli_init_token_db_and_serve(tmp_path: Path, baseline_source: str, cli: 
     assert token.code == 0 and token.out.startswith("ara_")
     assert "exists already" in cli(env, "token", "create", "--kind", "agent", "--name", "alice").err
     assert "--name" in cli(env, "token", "create", "--kind", "agent", "--name", "bad name!").err
-    assert cli(env, "db", "current").out.strip() == "0010"
+    assert cli(env, "db", "current").out.strip() == "0011"
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--log-level", "warning"],

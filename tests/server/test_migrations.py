@@ -8,11 +8,19 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import MetaData, Table, inspect, text
+from sqlalchemy.orm import Session
 
 from server.core.db import create_db_engine
 from server.core.migrate import current_revision, downgrade, upgrade
 from server.crud.runs import run_seed
-from server.models import Base
+from server.models import (
+    Base,
+    ChangeKind,
+    Experiment,
+    ExperimentChange,
+    ExperimentCodeLine,
+    ExperimentConstant,
+)
 
 TABLES = {
     "project",
@@ -45,7 +53,7 @@ def _tables(url: str) -> set[str]:
 
 def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     upgrade(database_url)
-    assert current_revision(database_url) == "0010"
+    assert current_revision(database_url) == "0011"
     assert _tables(database_url) == TABLES
     downgrade(database_url, "0009")  # integrity events go
     assert _tables(database_url) == TABLES - {"integrity_events"}
@@ -299,3 +307,43 @@ def test_the_noise_is_computed_again_from_measuring_runs(database_url: str) -> N
         )
     finally:
         engine.dispose()
+
+
+def test_summaries_of_changes_are_forgotten_to_be_made_again_with_knobs(database_url: str) -> None:
+    """Revision 0011: what each change set is derived data, summarised again at the next start
+    (then with knobs); nothing else goes."""
+    upgrade(database_url, "0010")
+    engine = create_db_engine(database_url)
+    derived = ("experiment_code_lines", "experiment_constants", "experiment_changes", "change_kinds")
+    try:
+        with Session(engine) as session, session.begin():
+            session.add(
+                Experiment(
+                    id=1, source="agent", description="wider", base_commit="a" * 40, commit_sha="b" * 40,
+                    status="reverted", decision="revert", changes_parsed=True,
+                )
+            )  # fmt: skip
+            session.flush()
+            session.add_all(
+                [
+                    ExperimentChange(
+                        experiment_id=1, parsed=True, lines_sha="c" * 64, shape_sha=None, code_lines=0,
+                        summary={}, touched="",
+                    ),
+                    ExperimentConstant(experiment_id=1, name="WIDTH", value=2.0),
+                    ExperimentCodeLine(experiment_id=1, line_sha="d" * 64),
+                    ChangeKind(
+                        experiment_id=1, part="constant", name="WIDTH", direction="up", old=1.0, new=2.0
+                    ),
+                ]
+            )  # fmt: skip
+        upgrade(database_url)
+        with engine.connect() as connection:
+            counts = {
+                table: connection.execute(text(f"SELECT count(*) FROM {table}")).scalar() for table in derived
+            }
+            experiment = connection.execute(text("SELECT description, changes_parsed FROM experiments")).one()
+    finally:
+        engine.dispose()
+    assert counts == dict.fromkeys(derived, 0)
+    assert tuple(experiment) == ("wider", None)

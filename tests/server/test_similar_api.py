@@ -5,6 +5,7 @@ precise refusals, and the backfill of experiments stored before their changes we
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from sqlalchemy import delete, func, select
@@ -15,6 +16,9 @@ from server.main import create_app
 from server.models import Experiment, ExperimentChange, ExperimentCodeLine, ExperimentConstant
 from server.patches import make_patch
 from tests.server.conftest import BASELINE, Live, LiveFactory, serve
+from tests.server.test_history_api import summarised
+
+REAL_BASELINE = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()
 
 
 def _lr(value: str, source: str = BASELINE) -> str:
@@ -82,10 +86,15 @@ def test_changes_of_code_that_mostly_agree_are_found(live_any_db: Live) -> None:
         "build", train_py=BASELINE.replace(body, "    model = None\n    return model\n\n\ndef train")
     )
     asked = agent.similar(
-        train_py=BASELINE.replace(body, "    model = None\n    return model\n    # done\n\n\ndef train")
+        train_py=BASELINE.replace(body, "    model = None\n    return model  # done\n\n\ndef train")
     ).similar
     assert _kinds(asked) == [(one.id, "overlapping_code")]
-    assert asked[0].detail == "3 of its 3 changed code lines are the same"
+    assert asked[0].detail == "2 of its 3 changed code lines are the same"
+    more = agent.similar(  # all of its lines, and one more: it is part of this change
+        train_py=BASELINE.replace(body, "    model = None\n    return model\n    # done\n\n\ndef train")
+    ).similar
+    assert _kinds(more) == [(one.id, "contained")]
+    assert more[0].detail == "all of its change is part of this one: 3 code lines"
     other = agent.similar(train_py=BASELINE.replace("    raise NotImplementedError\n", "    pass\n", 1))
     assert other.similar == []
 
@@ -112,6 +121,68 @@ def test_search_by_the_constant_set_or_the_lines_changed(live_any_db: Live) -> N
     assert set(ids(line="NotImplementedError")) == {code.id}  # its removed line
     assert ids(line="%") == []  # LIKE's wildcards are plain text here
     assert ids(constant="DEPTH", line="LEARNING") == []
+
+
+def test_the_real_baselines_knobs_are_found_by_name_by_last_part_and_by_what_holds_them(
+    live_factory: LiveFactory, database_url: str, worker_factory: Callable
+) -> None:
+    """The knobs an agent changes in the real baseline: per-device settings (keyword arguments in
+    a dict entry), learning rates and the schedule (module-level constants)."""
+    live = live_factory(database_url, REAL_BASELINE)
+    worker = worker_factory(live)
+    worker.run_next(1.0)
+    agent = live.client("agent")
+    cpu = 'DEVICE_SETTINGS["cpu"]'
+    cpu_line = "depth=2, width=128, head_dim=64, device_batch=4"
+
+    def knob(description: str, old: str, new: str) -> int:
+        return agent.submit(description, edits=[{"old": old, "new": new}]).id
+
+    wider = knob("wider", cpu_line, cpu_line.replace("width=128", "width=192"))
+    deeper = knob("deeper", cpu_line, cpu_line.replace("depth=2", "depth=3"))
+    batch = knob("bigger batch", cpu_line, cpu_line.replace("device_batch=4", "device_batch=8"))
+    lr = knob("matrix lr", "MATRIX_LR = 0.04", "MATRIX_LR = 0.05")
+    schedule = knob("longer warmdown", "WARMDOWN_FRACTION = 0.5", "WARMDOWN_FRACTION = 0.7")
+
+    def ids(**filters: str) -> list[int]:
+        return [e.id for e in agent.experiments(**filters).items]
+
+    assert ids(constant="width") == ids(constant=f"{cpu}.width") == [wider]
+    assert ids(constant="depth") == [deeper] and ids(constant="device_batch") == [batch]
+    assert ids(constant=cpu) == ids(constant="DEVICE_SETTINGS") == [batch, deeper, wider]
+    assert ids(constant='DEVICE_SETTINGS["cuda"]') == [] and ids(constant="idth") == []
+    assert ids(constant="MATRIX_LR") == [lr] and ids(constant="WARMDOWN_FRACTION") == [schedule]
+    nearby = [{"old": cpu_line, "new": cpu_line.replace("width=128", "width=190")}]
+    (near,) = agent.similar(edits=nearby).similar
+    assert (near.experiment_id, near.kind) == (wider, "nearby_constants")
+    assert near.detail == f"{cpu}.width 192 (here 190)"
+    for expected in (wider, deeper, batch, lr, schedule):  # decided: the kinds keep rates count
+        assert worker.run_next(1.01).experiment_id == expected
+    summarised(live)
+    kinds = {(k.name, k.direction) for k in agent.keep_rates(part="constant").kinds}
+    assert {(f"{cpu}.width", "up"), (f"{cpu}.depth", "up"), ("MATRIX_LR", "up")} <= kinds
+
+
+def test_a_change_that_combines_two_earlier_ones_names_them_with_their_outcomes(
+    live: Live, worker_factory: Callable
+) -> None:
+    worker = worker_factory(live)
+    worker.run_next(1.0)
+    agent = live.client("agent")
+    lr = agent.submit("lr", train_py=_lr("0.02")).id
+    depth = agent.submit("depth", train_py=BASELINE.replace("DEPTH = 4", "DEPTH = 6")).id
+    worker.run_next(1.001)  # both measured, neither kept
+    worker.run_next(1.002)
+    both = agent.submit("lr and depth", train_py=_lr("0.02", BASELINE.replace("DEPTH = 4", "DEPTH = 6")))
+    contained = {s.experiment_id: s for s in both.similar if s.kind == "contained"}
+    assert set(contained) == {lr, depth}
+    for experiment_id in (lr, depth):
+        earlier, view = contained[experiment_id], agent.experiment(experiment_id)
+        assert view.comparison is not None and earlier.decision == view.decision == "revert"
+        assert (earlier.effect, earlier.se) == (view.comparison.effect, view.comparison.se)
+        assert earlier.detail.startswith("all of its change is part of this one")
+    assert "LEARNING_RATE 0.02" in contained[lr].detail and "DEPTH 6" in contained[depth].detail
+    assert [s.kind for s in agent.similar(both.id).similar] == ["contained", "contained"]
 
 
 def test_bad_input_is_refused_precisely_and_changes_nothing(live_any_db: Live) -> None:

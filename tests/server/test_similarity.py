@@ -121,10 +121,13 @@ def test_code_changes_overlap_when_most_of_their_lines_are_the_same() -> None:
     both = base.replace("    a = x\n    b = a\n", "    a = x * 2\n    b = a + 1\n")
     one = _change(base, both)
     more = _change(base, both.replace("    return b\n", "    return b * 3\n").replace("LR = 0.1", "LR = 0.5"))
-    similarity = compare(more, one)
-    # One: -a=x -b=a +a=x*2 +b=a+1; more: those and -return b +return b*3 (LR is a constant).
-    assert similarity == Similarity(
-        SimilarityKind.OVERLAPPING_CODE, 1 - 4 / 6, "4 of its 4 changed code lines are the same"
+    # One: -a=x -b=a +a=x*2 +b=a+1; more: those, -return b +return b*3, and LR (a constant).
+    assert compare(more, one) == Similarity(
+        SimilarityKind.CONTAINED, 1 - 4 / 7, "all of its change is part of this one: 4 code lines"
+    )
+    other = _change(base, both.replace("b = a + 1", "b = a + 2"))  # 3 of one's 4 lines, and another
+    assert compare(other, one) == Similarity(
+        SimilarityKind.OVERLAPPING_CODE, 1 - 3 / 5, "3 of its 4 changed code lines are the same"
     )
     unrelated = _change(base, base.replace("    return b\n", "    return -b\n"))
     assert compare(unrelated, one) is None
@@ -201,11 +204,19 @@ sources = st.lists(lines, max_size=7).map(lambda chosen: "\n".join(chosen) + "\n
 
 
 @given(sources, sources, sources, st.booleans())
-def test_the_verdict_is_symmetric_and_a_change_is_the_same_as_itself(
+def test_the_verdict_is_symmetric_but_for_containment_and_a_change_is_the_same_as_itself(
     base: str, a: str, b: str, same_base: bool
 ) -> None:
     one, two = _change(base, a), Change(summarize(base, b), BASE_A if same_base else BASE_B)
     forward, back = compare(one, two), compare(two, one)
+    contained = SimilarityKind.CONTAINED
+    if contained in (getattr(forward, "kind", None), getattr(back, "kind", None)):
+        # One way only: the larger change contains the smaller; the other way it may overlap.
+        assert {getattr(forward, "kind", None), getattr(back, "kind", None)} - {contained} <= {
+            None,
+            SimilarityKind.OVERLAPPING_CODE,
+        }
+        return
     assert (forward is None) == (back is None)
     if forward is not None and back is not None:
         assert forward.kind == back.kind and math.isclose(forward.distance, back.distance)
@@ -254,3 +265,19 @@ def test_the_nearby_range_holds_every_nearby_value(
     if value_distance(value, other) <= NEARBY:
         assert low <= other <= high
     assert value_distance(value, low * (1 - 1e-6) if value > 0 else low * (1 + 1e-6)) > NEARBY
+
+
+def test_a_change_that_combines_earlier_ones_contains_each_of_them() -> None:
+    lr = _set(BASELINE, "MATRIX_LR", "0.05")
+    relu = "return self.c_proj(F.relu(self.c_fc(x)).square())"
+    assert BASELINE.count(relu) == 1
+    code = BASELINE.replace(relu, relu.replace("F.relu", "F.gelu"))
+    combined = _change(BASELINE, _set(code, "MATRIX_LR", "0.05"))
+    for part, what in ((lr, "MATRIX_LR 0.05"), (code, "2 code lines")):
+        found = compare(combined, _change(BASELINE, part))
+        assert found is not None and found.kind == SimilarityKind.CONTAINED, found
+        assert what in found.detail and 0 < found.distance < 1
+        reverse = compare(_change(BASELINE, part), combined)  # the smaller does not contain the larger
+        assert reverse is None or reverse.kind != SimilarityKind.CONTAINED
+    other_value = _change(BASELINE, _set(code, "MATRIX_LR", "0.06"))
+    assert compare(other_value, _change(BASELINE, lr)) is None  # a constant set to another value
