@@ -49,6 +49,9 @@ from server.similarity import (
 log = logging.getLogger(__name__)
 
 MAX_SIMILAR = 20  # the most alike first; more is rarely read
+# A change contained in one that sets more constants than this is found through its first ones
+# only (or its code lines): the OR of one term per constant stays a bounded statement.
+MAX_CONSTANTS_ASKED = 64
 _BACKFILL_BATCH = 200
 
 
@@ -161,7 +164,7 @@ def _candidates(session: Session, change: Change, exclude: set[int], before_id: 
         same_value = [
             (ExperimentConstant.name == c.name)
             & (ExperimentConstant.value.is_(None) if c.new is None else ExperimentConstant.value == c.new)
-            for c in summary.constants
+            for c in summary.constants[:MAX_CONSTANTS_ASKED]
         ]
         setting_one = select(ExperimentConstant.experiment_id).where(or_(*same_value))
         conditions.append(ExperimentChange.experiment_id.in_(setting_one))

@@ -185,6 +185,17 @@ def test_a_change_that_combines_two_earlier_ones_names_them_with_their_outcomes(
     assert [s.kind for s in agent.similar(both.id).similar] == ["contained", "contained"]
 
 
+def test_a_change_that_sets_over_a_thousand_constants_is_answered(live_any_db: Live) -> None:
+    """Each constant could add a term to the search for changes contained in it: bounded
+    (MAX_CONSTANTS_ASKED), so that SQLite's limit on an expression's depth (1000) is never met."""
+    agent = live_any_db.client("agent")
+    many = BASELINE + "".join(f"K{i} = {i}\n" for i in range(1, 1201))
+    first = agent.submit("1200 constants", train_py=many)
+    assert first.status == "queued"
+    again = agent.similar(train_py=many.replace("K1200 = 1200", "K1200 = 1201"))
+    assert first.id in [s.experiment_id for s in again.similar]
+
+
 def test_bad_input_is_refused_precisely_and_changes_nothing(live_any_db: Live) -> None:
     live = live_any_db
     agent = live.client("agent")
