@@ -7,7 +7,7 @@ import argparse
 
 from cli import views
 from cli.connection import add_connection_args, connect, reporting
-from cli.submit import read_change
+from cli.submit import CHANGE_KINDS, change_fields, read_change
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,9 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("file", metavar="FILE", nargs="?", help="a patch of train.py or a train.py")
     parser.add_argument("-e", "--experiment", type=int, metavar="ID", help="an existing experiment instead")
     parser.add_argument("--base", metavar="COMMIT", help="commit FILE applies to (default: the best)")
-    parser.add_argument(
-        "--as", dest="kind", choices=["patch", "train.py"], help="how to read FILE (default: guessed)"
-    )
+    parser.add_argument("--as", dest="kind", choices=CHANGE_KINDS, help="how to read FILE (default: guessed)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     add_connection_args(parser)
     parser.set_defaults(func=run)
@@ -42,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
             answer = client.similar(args.experiment)
         else:
             kind, text = read_change(args.file, args.kind, command="similar")
-            change = {"patch": text} if kind == "patch" else {"train_py": text}
+            change = change_fields(kind, text, args.file, command="similar")
             answer = client.similar(base=args.base, **change)
     if args.json:
         print(views.as_json(answer))

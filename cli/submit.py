@@ -1,11 +1,13 @@
-"""`autoresearch submit`: queue a change of train.py (a patch file or an edited train.py)."""
+"""`autoresearch submit`: queue a change of train.py (a patch file, an edited train.py, or edits)."""
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from cli import views
 from cli.connection import add_connection_args, connect, reporting
@@ -13,6 +15,7 @@ from cli.follow import follow
 from client.states import ExperimentStatus
 
 EXIT_NOT_KEPT = 3  # --wait: the experiment finished without becoming the new best
+CHANGE_KINDS = ["patch", "train.py", "edits"]  # how FILE may be read
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,21 +24,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="queue a change of train.py (patch file or edited train.py); prints the experiment id",
         description="Send a change of train.py to the server, which validates it at once, commits it on "
         "top of the base (default: the current best) and queues it for a worker. FILE is a unified diff "
-        "of train.py (e.g. from `git diff` or `diff -u`) or a whole edited train.py (*.py); - reads "
-        "standard input. An identical train.py that was already submitted is not run again: its "
-        "experiment is shown instead.",
+        "of train.py (e.g. from `git diff` or `diff -u`), a whole edited train.py (*.py), or search/replace "
+        'edits as JSON (*.json: [{"old": ..., "new": ...}], each old occurring once); - reads standard '
+        "input. An identical train.py that was already submitted is not run again: its experiment is "
+        "shown instead.",
         epilog=f"exit status with --wait: 0 kept (the new best), {EXIT_NOT_KEPT} finished but not kept "
         "(reverted, stale, cancelled, failed), 1 on errors.",
     )
-    parser.add_argument("file", metavar="FILE", help="a patch of train.py or a train.py; - reads stdin")
+    parser.add_argument("file", metavar="FILE", help="a patch, a train.py or edits (JSON); - reads stdin")
     parser.add_argument(
         "-m", "--description", required=True, help="what this change is, in one line (shown everywhere)"
     )
     parser.add_argument("--hypothesis", help="why it should help (kept with the experiment for other agents)")
     parser.add_argument("--base", metavar="COMMIT", help="commit the change applies to (default: the best)")
-    parser.add_argument(
-        "--as", dest="kind", choices=["patch", "train.py"], help="how to read FILE (default: guessed)"
-    )
+    parser.add_argument("--as", dest="kind", choices=CHANGE_KINDS, help="how to read FILE (default: guessed)")
     parser.add_argument("--wait", action="store_true", help="follow the experiment live until its decision")
     parser.add_argument(
         "--timeout", type=float, metavar="S", help="with --wait: give up after S seconds (default: never)"
@@ -57,7 +59,7 @@ def looks_like_patch(text: str) -> bool:
 
 
 def read_change(path: str, kind: str | None, command: str = "submit") -> tuple[str, str]:
-    """("patch" | "train.py", text) of FILE; exits with the fix when it cannot be used."""
+    """("patch" | "train.py" | "edits", text) of FILE; exits with the fix when it cannot be used."""
     name = "standard input" if path == "-" else path
     try:
         data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
@@ -72,7 +74,10 @@ def read_change(path: str, kind: str | None, command: str = "submit") -> tuple[s
     if not text.strip():
         raise SystemExit(f"autoresearch {command}: {name} is empty; give a patch of train.py or a train.py")
     if kind is None:
-        kind = "train.py" if path.endswith(".py") or not looks_like_patch(text) else "patch"
+        if path.endswith(".json"):
+            kind = "edits"
+        else:
+            kind = "train.py" if path.endswith(".py") or not looks_like_patch(text) else "patch"
     if kind == "patch" and not looks_like_patch(text):
         raise SystemExit(
             f"autoresearch {command}: {name} is not a unified diff (no ---/+++/@@ lines); "
@@ -81,13 +86,39 @@ def read_change(path: str, kind: str | None, command: str = "submit") -> tuple[s
     return kind, text
 
 
+def change_fields(kind: str, text: str, path: str, command: str = "submit") -> dict[str, Any]:
+    """The request's change (`patch`, `train_py` or `edits`) from FILE as read_change read it."""
+    if kind == "patch":
+        return {"patch": text}
+    if kind == "train.py":
+        return {"train_py": text}
+    name = "standard input" if path == "-" else path
+    try:
+        edits = json.loads(text)
+    except ValueError as exc:
+        raise SystemExit(f"autoresearch {command}: {name}: not JSON ({exc})") from None
+    shape_ok = (
+        isinstance(edits, list)
+        and edits
+        and all(
+            isinstance(e, dict) and set(e) == {"old", "new"} and all(isinstance(v, str) for v in e.values())
+            for e in edits
+        )
+    )
+    if not shape_ok:
+        raise SystemExit(
+            f'autoresearch {command}: {name}: give a JSON list of edits, [{{"old": "...", "new": "..."}}]'
+        )
+    return {"edits": edits}
+
+
 def run(args: argparse.Namespace) -> int:
     kind, text = read_change(args.file, args.kind)
     if args.timeout is not None and args.timeout <= 0:
         raise SystemExit("autoresearch submit: --timeout must be a positive number of seconds")
     client = connect(args, "submit", token_required=True)
     with reporting("submit", client):
-        change = {"patch": text} if kind == "patch" else {"train_py": text}
+        change = change_fields(kind, text, args.file)
         experiment = client.submit(args.description, base=args.base, hypothesis=args.hypothesis, **change)
         # With -q or --json, stdout carries only the id or the JSON; the live report goes to stderr.
         stream = sys.stderr if args.quiet or args.json else sys.stdout

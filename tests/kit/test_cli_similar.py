@@ -52,6 +52,31 @@ def test_similar_refuses_what_it_cannot_use(
     assert missing.code == 1 and f"autoresearch similar: {tmp_path / 'nope.py'}: no such file" in missing.err
     unknown = in_process(capsys, "similar", "-e", "99999", server=project.url)
     assert unknown.code == 1 and "99999" in unknown.err
+    for text in ("not json", '[{"old": "x"}]', "[]"):
+        bad = in_process(capsys, "similar", str(write(tmp_path / "edits.json", text)), server=project.url)
+        assert bad.code == 1 and f"autoresearch similar: {tmp_path / 'edits.json'}: " in bad.err, bad.err
+        assert "not JSON" in bad.err or 'give a JSON list of edits, [{"old": "...", "new": "..."}]' in bad.err
+
+
+def test_edits_as_json_are_a_change_like_a_patch(
+    project: Project, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with project.agent() as agent:
+        best = agent.best().train_py
+    line = next(line for line in best.splitlines() if line.startswith("LEARNING_RATE = "))
+    edits = [{"old": line, "new": "LEARNING_RATE = 0.613"}]
+    asked = in_process(
+        capsys, "similar", str(write(tmp_path / "lr.json", json.dumps(edits))), "--json", server=project.url
+    )
+    assert asked.code == 0, asked.err
+    assert json.loads(asked.out)["experiment_id"] is None  # asked, not submitted
+    missing = [{"old": "LEARNING_RATE = 12345", "new": "x"}]
+    refused = in_process(
+        capsys, "similar", str(write(tmp_path / "no.json", json.dumps(missing))), server=project.url
+    )
+    assert (
+        refused.code == 1 and "422 Edit not found" in refused.err and "LEARNING_RATE = 12345" in refused.err
+    )
 
 
 def test_search_finds_experiments_by_the_constant_they_set_and_their_words(
