@@ -189,26 +189,12 @@ TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 def cpu_seconds(pid: int, reaped_children: bool = False) -> float:
     """User and system CPU seconds process `pid` (all its threads) used so far, from /proc; with
     `reaped_children`, also those of the children it has waited for (which hold their own waited-for
-    children's in turn). OSError once it is gone.
-
-    /proc/PID/stat counts in clock ticks (10 ms), so a short step (a small model's forward) can
-    read 0; the scheduler's own count of each live thread (schedstat, in ns) is finer, but misses
-    threads that have ended, which the ticks hold: the larger of the two."""
+    children's in turn). OSError once it is gone."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    own = (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime, stime (fields 14 and 15)
-    seconds = max(own, _live_threads_seconds(pid))
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
     if reaped_children:
-        seconds += (int(fields[13]) + int(fields[14])) / TICKS_PER_S  # cutime, cstime (16 and 17)
-    return seconds
-
-
-def _live_threads_seconds(pid: int) -> float:
-    """The time on a CPU of `pid`'s live threads, from each one's schedstat (nanoseconds)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError, ValueError, IndexError):  # a thread that just ended
-            total += int((task / "schedstat").read_text().split()[0])
-    return total / 1e9
+        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime (fields 16 and 17)
+    return ticks / TICKS_PER_S
 
 
 def tree_cpu_seconds(pids: Sequence[int]) -> float:
