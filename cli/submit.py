@@ -9,13 +9,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from cli import views
 from cli.connection import add_connection_args, connect, reporting
 from cli.follow import follow
+from client.schemas import Edits
 from client.states import ExperimentStatus
 
 EXIT_NOT_KEPT = 3  # --wait: the experiment finished without becoming the new best
 CHANGE_KINDS = ["patch", "train.py", "edits"]  # how FILE may be read
+EDITS: TypeAdapter[list[Any]] = TypeAdapter(Edits)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -97,18 +101,12 @@ def change_fields(kind: str, text: str, path: str, command: str = "submit") -> d
         edits = json.loads(text)
     except ValueError as exc:
         raise SystemExit(f"autoresearch {command}: {name}: not JSON ({exc})") from None
-    shape_ok = (
-        isinstance(edits, list)
-        and edits
-        and all(
-            isinstance(e, dict) and set(e) == {"old", "new"} and all(isinstance(v, str) for v in e.values())
-            for e in edits
-        )
-    )
-    if not shape_ok:
+    try:  # the request's own type for them, checked before sending
+        EDITS.validate_python(edits)
+    except ValidationError:
         raise SystemExit(
             f'autoresearch {command}: {name}: give a JSON list of edits, [{{"old": "...", "new": "..."}}]'
-        )
+        ) from None
     return {"edits": edits}
 
 

@@ -33,7 +33,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from client.errors import ApiError, SchemaError
+from client.errors import ApiError, ArgumentsError, SchemaError
 from client.events import EventType, ServerEvent, parse_stream
 from client.schemas import (
     AgentsOut,
@@ -283,7 +283,7 @@ class Client:
         given = {"patch": patch, "train_py": train_py, "edits": _edits(edits), "base": base}
         change = {k: v for k, v in given.items() if v is not None}
         if (experiment_id is None) == (not change):
-            raise ValueError("similar(): an experiment_id or a change (patch, train_py, edits), not both")
+            raise ArgumentsError("give experiment_id or a change (edits, patch, train_py), not both")
         if experiment_id is not None:
             return self._call(SimilarOut, "GET", f"/experiments/{experiment_id}/similar")
         return self._call(SimilarOut, "POST", "/similar", json=change)

@@ -104,17 +104,40 @@ def _offset(source: str, starts: list[int], lineno: int, col_utf8: int) -> int:
 MAX_NAME_CHARS = 200  # as stored (server/models.py); a longer path is not a hyperparameter
 
 
+# A knob's path, written once here: `.arg` for a keyword argument, `[key]` (JSON) for a dict entry.
+STEP_STARTS = (".", "[")
+
+
+def argument_step(arg: str) -> str:
+    return f".{arg}"
+
+
+def entry_step(key: str | int) -> str:
+    return f"[{json.dumps(key)}]"
+
+
+_LAST_STEP = re.compile(r"\.(?P<arg>\w+)\Z|\[(?P<key>.+)\]\Z")
+
+
+def last_step(name: str) -> tuple[str, str] | None:
+    """("arg", the keyword) or ("key", the JSON key) of a knob's path; None for a plain constant."""
+    found = _LAST_STEP.search(name)
+    if found is None:
+        return None
+    return ("arg", found["arg"]) if found["arg"] is not None else ("key", found["key"])
+
+
 def _knobs(name: str, node: ast.expr) -> Iterator[tuple[str, ast.expr]]:
     """(path, expression) of everything set under `name`: the expression itself, or, for a dict
     literal, its entries with string or int keys, and for a call its keyword arguments, nested."""
     if isinstance(node, ast.Dict):
         for key, value in zip(node.keys, node.values, strict=True):
             if isinstance(key, ast.Constant) and type(key.value) in (str, int):
-                yield from _knobs(f"{name}[{json.dumps(key.value)}]", value)
+                yield from _knobs(name + entry_step(key.value), value)
     elif isinstance(node, ast.Call):
         for keyword in node.keywords:
             if keyword.arg is not None:  # not **kwargs
-                yield from _knobs(f"{name}.{keyword.arg}", keyword.value)
+                yield from _knobs(name + argument_step(keyword.arg), keyword.value)
     else:
         yield name, node
 

@@ -1,5 +1,5 @@
-"""The SDK's errors: an HTTP error answer with its problem+json body, and an answer that is not
-the documented model."""
+"""The SDK's errors: an HTTP error answer with its problem+json body, an answer that is not the
+documented model, and arguments that do not go together (refused before anything is sent)."""
 
 from __future__ import annotations
 
@@ -42,3 +42,7 @@ class SchemaError(Exception):
         self.model = model
         self.detail = detail
         super().__init__(f"{endpoint}: the answer is not a valid {model}: {detail}")
+
+
+class ArgumentsError(ValueError):
+    """Arguments of an SDK call that do not go together; nothing was sent."""

@@ -76,11 +76,16 @@ class Edit(Strict):
     new: str = Field(description="what replaces it (empty: delete it)")
 
 
-MAX_EDITS = 50
-EDITS_DESCRIPTION = (
-    "search/replace edits applied in order to base's train.py (instead of patch or train_py); each "
-    "`old` must occur exactly once in the text the edits before it left"
-)
+# Search/replace edits applied in order to the base's train.py, the change's third form.
+Edits = Annotated[
+    list[Edit],
+    Field(
+        min_length=1,
+        max_length=50,
+        description="search/replace edits applied in order to base's train.py (instead of patch or "
+        "train_py); each `old` must occur exactly once in the text the edits before it left",
+    ),
+]
 
 
 class SubmitIn(Strict):
@@ -100,7 +105,7 @@ class SubmitIn(Strict):
     base: Sha | None = Field(None, description="commit to apply the change to; default: the current best")
     patch: str | None = Field(None, description="unified diff of train.py against base")
     train_py: str | None = Field(None, description="the whole new train.py (instead of patch)")
-    edits: list[Edit] | None = Field(None, min_length=1, max_length=MAX_EDITS, description=EDITS_DESCRIPTION)
+    edits: Edits | None = None
 
 
 class BestBefore(BaseModel):
@@ -594,7 +599,7 @@ class SimilarIn(Strict):
     base: Sha | None = Field(None, description="commit the change is made on; default: the current best")
     patch: str | None = Field(None, description="unified diff of train.py against base")
     train_py: str | None = Field(None, description="the whole new train.py (instead of patch)")
-    edits: list[Edit] | None = Field(None, min_length=1, max_length=MAX_EDITS, description=EDITS_DESCRIPTION)
+    edits: Edits | None = None
 
 
 class SimilarExperiment(BaseModel):

@@ -143,7 +143,7 @@ def scoring_fields(settings: HarnessSettings) -> dict[str, Any]:
     source = settings.data_source
     return {
         "preset": settings.preset,
-        "data_source": settings.data_source,
+        "data_source": source,
         "time_budget": settings.time_budget,
         "seq_len": settings.seq_len,
         "vocab_size": settings.vocab_size,

@@ -35,7 +35,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
-from client import ApiError, Client, SchemaError
+from client import ApiError, ArgumentsError, Client, SchemaError
 from client.api import Submitted
 from client.schemas import (
     BestOut,
@@ -468,11 +468,12 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         experiments that made the same change, or nearly (the same constants set to nearby values,
         the same lines changed, the same diff on another base), most alike first, with their
         outcomes. Nothing is submitted. Skip or rethink a change that was already measured."""
-        given = {k: v for k, v in given.items() if v is not None}
-        if ("experiment_id" in given) == bool(given.keys() & {"patch", "train_py", "edits"}):
-            raise BadArguments("similar: give experiment_id or a change (edits, patch, train_py), not both")
+        experiment_id = given.pop("experiment_id")
         with connect() as client:
-            return client.similar(given.pop("experiment_id", None), **given)
+            try:
+                return client.similar(experiment_id, **given)
+            except ArgumentsError as error:  # the SDK's rule: one or the other
+                raise BadArguments(f"similar: {error}") from error
 
     # Resources: what an agent reads, as plain text ----------------------------------------------
 

@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from client.constants import last_step
 from client.states import SimilarityKind
 from server.changes import ChangeSummary, ConstantChange
 
@@ -121,9 +122,6 @@ def code_lines(summary: ChangeSummary) -> Counter[str]:
     return lines
 
 
-_KNOB_END = re.compile(r"\.(\w+)\Z|\[(.+)\]\Z")  # the last part of a knob's path (client/constants.py)
-
-
 def _assignment_of(constants: tuple[ConstantChange, ...]) -> re.Pattern[str] | None:
     """A line that sets one of these constants: `NAME = ...` or `NAME: type = ...` at its start;
     for a knob, its keyword argument (`width=...`) or dict entry (`"cpu": ...`) anywhere in it."""
@@ -131,13 +129,13 @@ def _assignment_of(constants: tuple[ConstantChange, ...]) -> re.Pattern[str] | N
         return None
     patterns = []
     for change in constants:
-        end = _KNOB_END.search(change.name)
-        if end is None:
-            patterns.append(rf"^{re.escape(change.name)} ?(?::[^=]*)?=(?!=)")
-        elif end.group(1) is not None:
-            patterns.append(rf"\b{re.escape(end.group(1))} ?=(?!=)")
-        else:
-            patterns.append(rf"{re.escape(end.group(2))} ?:")
+        match last_step(change.name):
+            case None:
+                patterns.append(rf"^{re.escape(change.name)} ?(?::[^=]*)?=(?!=)")
+            case ("arg", arg):
+                patterns.append(rf"\b{re.escape(arg)} ?=(?!=)")
+            case (_, key):
+                patterns.append(rf"{re.escape(key)} ?:")
     return re.compile("|".join(patterns))
 
 

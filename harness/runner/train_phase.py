@@ -202,8 +202,10 @@ class TrainSandbox:
     def wait_ready(self) -> bool:
         """Wait until the entry has started, imported torch and, on CUDA, computed on the GPU
         (harness code only, so its `ready` can be believed); False if it exited first."""
+        if self.ready:  # waited for before (a worker's preflight), then taken by its first run
+            return True
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not self.ready:
+        while True:
             for message in self.early:
                 if message["ev"] == "ready":
                     self.early.remove(message)
@@ -224,7 +226,6 @@ class TrainSandbox:
                 self.early.extend(self.reader.feed(data))
             elif not self.alive():
                 return False
-        return True
 
     def why_not_ready(self) -> str:
         """One line on why the sandbox exited before `ready`: the harness's own error, else the

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -11,6 +10,7 @@ from typing import Any
 from sqlalchemy import Select, bindparam, or_, select
 from sqlalchemy.orm import Session
 
+from client.constants import STEP_STARTS, argument_step, entry_step
 from client.schemas import BestBefore, ComparisonOut, ExperimentOut, ExperimentPage, ResultOut, RunOut
 from client.states import AGENT_KINDS, RunState
 from server.crud.runs import runs_of
@@ -233,10 +233,9 @@ class Touched:
             setting = select(ExperimentConstant.experiment_id).where(
                 or_(
                     name == wanted,
-                    name.endswith(f".{wanted}", autoescape=True),
-                    name.endswith(f"[{json.dumps(wanted)}]", autoescape=True),
-                    name.startswith(f"{wanted}.", autoescape=True),
-                    name.startswith(f"{wanted}[", autoescape=True),
+                    name.endswith(argument_step(wanted), autoescape=True),
+                    name.endswith(entry_step(wanted), autoescape=True),
+                    *(name.startswith(wanted + start, autoescape=True) for start in STEP_STARTS),
                 )
             )
             statement = statement.where(Experiment.id.in_(setting))
