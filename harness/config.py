@@ -35,6 +35,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "vocab_size": 8192,
         "eval_tokens": 40 * 524288,
         "eval_batch_rows": 64,
+        "probe_share": 0.001,
         "compile_allowance": 120.0,
         "train_tokens_max": 0,
         "memory_limit_gb": 0.0,
@@ -48,6 +49,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         # 128 rows: scoring stays well under the 60 s of training on 2 cores.
         "eval_tokens": 128 * 256,
         "eval_batch_rows": 32,
+        "probe_share": 0.01,
         # The clock starts after `import torch`; what is left of startup (importing train.py,
         # build_model, optimizers) takes the baseline about 1.5 s of CPU. The allowance also bounds what a
         # candidate can compute before it asks for data (docs/runner.md, "Time accounting").
@@ -62,6 +64,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "vocab_size": 512,
         "eval_tokens": 32 * 64,
         "eval_batch_rows": 16,
+        "probe_share": 0.01,
         "compile_allowance": 15.0,  # the suite runs many sandboxes at once on 2 cores
         "train_tokens_max": 2_000_000,
         "memory_limit_gb": 4.0,
@@ -76,6 +79,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         # 8 rows: a few seconds to score on a GPU, and the --cpu dry run's scoring stays short.
         "eval_tokens": 8 * 2048,
         "eval_batch_rows": 8,
+        # The h100 share (0.1 %) would take 350 probe batches against this evaluation's 2: the check
+        # runs the probe at 1 % (38 batches) and docs/runner.md states h100's cost from its shapes.
+        "probe_share": 0.01,
         "compile_allowance": 120.0,
         "train_tokens_max": 0,
         "memory_limit_gb": 0.0,
@@ -113,6 +119,9 @@ class HarnessSettings(BaseSettings):
     vocab_size: int = 0
     eval_tokens: int = 0
     eval_batch_rows: int = 0
+    # The share of scored positions a lookahead may use and still be caught by one run's probe with
+    # probability harness.runner.score_plan.PROBE_POWER: it sets the probe's size (docs/runner.md).
+    probe_share: float = Field(default=0.01, gt=0.0, lt=1.0)
     compile_allowance: float = 0.0  # seconds of startup/compile not counted as training
     train_tokens_max: int = 0  # 0 = all prepared training tokens
     memory_limit_gb: float = 0.0  # 0 = no limit beyond the machine's

@@ -8,6 +8,11 @@ from each batch command to its answer; on a CPU in the CPU seconds of its whole 
 `go` on (measured_in_cpu_seconds). The sum may not exceed the process's bound:
 
     bound = startup + batches x (forward + TRANSFER_SLACK x transfer)
+
+and it holds at every point: while the model works on its k-th batch, it may have used at most
+startup + max(1, k) x (forward + TRANSFER_SLACK x transfer). Work a model front-loads before its
+first answer (training on rows it carried in its weights, to match in every later batch) is
+therefore bounded by one batch's allowance, however many batches follow.
     startup = max(STARTUP_MIN_S, STARTUP_FRACTION x budget)
     forward = FORWARD_SLACK[device] x FORWARD_SHARE x rows x seq_len x training_seconds / tokens
 
@@ -62,18 +67,24 @@ class ProcessBudget:
     forward_s: float  # per batch, slack included
     logits_bytes: int  # per batch
 
-    def bound(self, transfer_s: float | None) -> float:
-        """Seconds this process may run, given the scorer's measured transfer per batch (None: not
-        measured yet, assume FIRST_TRANSFER_BYTES_PER_S)."""
-        transfer = self.logits_bytes / FIRST_TRANSFER_BYTES_PER_S if transfer_s is None else transfer_s
-        return self.startup_s + self.batches * (self.forward_s + TRANSFER_SLACK * transfer)
+    def bound(self, transfer_s: float | None, given: int | None = None) -> float:
+        """Seconds this process may have run by the time it works on its `given`-th batch (None: all
+        of them), given the scorer's measured transfer per batch (None: not measured yet, assume
+        FIRST_TRANSFER_BYTES_PER_S)."""
+        batches = self.batches if given is None else min(max(1, given), self.batches)
+        return self.startup_s + batches * (self.forward_s + TRANSFER_SLACK * self.transfer(transfer_s))
 
-    def explain(self, transfer_s: float | None, unit: str = "s") -> str:
-        transfer = self.logits_bytes / FIRST_TRANSFER_BYTES_PER_S if transfer_s is None else transfer_s
-        batches = f"{self.batches} batch" + ("" if self.batches == 1 else "es")
+    def transfer(self, transfer_s: float | None) -> float:
+        return self.logits_bytes / FIRST_TRANSFER_BYTES_PER_S if transfer_s is None else transfer_s
+
+    def explain(self, transfer_s: float | None, unit: str = "s", given: int | None = None) -> str:
+        count = self.batches if given is None else min(max(1, given), self.batches)
+        batches = f"{count} batch" + ("" if count == 1 else "es")
+        so_far = "" if count == self.batches else f" (its first {batches} of {self.batches})"
+        transfer = self.transfer(transfer_s)
         return (
-            f"{self.bound(transfer_s):.2f} {unit} = startup {self.startup_s:.2f} + {batches} x "
-            f"(forward {self.forward_s:.4f} + logits transfer {TRANSFER_SLACK:g} x {transfer:.4f})"
+            f"{self.bound(transfer_s, given):.2f} {unit}{so_far} = startup {self.startup_s:.2f} + {batches} "
+            f"x (forward {self.forward_s:.4f} + logits transfer {TRANSFER_SLACK:g} x {transfer:.4f})"
         )
 
 

@@ -33,12 +33,14 @@ class ScoreJob:
     candidate: Path
     weights_dir: Path
     val_dir: Path
+    donor_dir: Path  # the training tokens, for the probe's variants
     device: str
     vocab_size: int
     time_budget: float
     seed: int
     bos_id: int
     batch_rows: int
+    probe_share: float
     sandboxed: bool
     limits: Limits
     timeout: float
@@ -60,6 +62,8 @@ class Scorer:
             "seed": job.seed,
             "bos_id": job.bos_id,
             "batch_rows": job.batch_rows,
+            "donor_dir": str(job.donor_dir),
+            "probe_share": job.probe_share,
             "sandboxed": job.sandboxed,
             "limits": asdict(job.limits),
             "timeout": job.timeout,

@@ -1,4 +1,5 @@
-"""Which validation rows each model process is shown, in which order and batches.
+"""Which validation rows each model process is shown, in which order and batches, and how much
+the probe can catch.
 
 Every batch, in both processes, has exactly `batch_rows` rows, so a model cannot tell the eval
 from the probe, or a repeat from a first showing, by shape. The order is drawn from a fresh OS
@@ -7,23 +8,40 @@ random seed on every run.
 * The eval process sees every row once, in a random order, and then some again: `batch_rows` or
   more rows from the first quarter of the order are shown a second time among the rows of the
   last quarter, in other batches. Only the first showing counts for the score.
-* The probe process sees one batch of variants: `batch_rows` rows, each cut at a random position
-  and continued with real text from a row that is not probed, so the probe batch holds no later
-  token of any probed row.
+* The probe process sees batches of variants: evaluation rows cut at random positions and
+  continued with training text taken from a random place in the training tokens (mid-document,
+  with a BOS wherever a document starts, as in real rows). Each batch holds distinct rows, and a
+  row probed more than once is cut further on in each later batch, so that when a variant is
+  answered the process has never been shown the row's own token at its cut.
+
+Power. A variant tests one position for a lookahead: the last one before its cut, where the next
+token differs from the row's (the positions before it see the same next tokens in both). After
+the cut the prefixes differ from every scored row, so no design tests more than one position per
+variant row. A model that reads ahead at a share f of the N scored positions (whichever it
+chooses: the plan is drawn after its weights are fixed) escapes k distinct tested positions with
+probability C(N - fN, k) / C(N, k), about (1 - f)^k; `probe_batches` sizes the probe so that
+this is at most 1 - PROBE_POWER.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+
+# The least probability that one run catches a lookahead on the preset's share of positions
+# (`probe_share`, harness.config).
+PROBE_POWER = 0.95
+DONOR_TRIES = 8  # redraws of a variant's donor text when its first token equals the row's
 
 
 @dataclass(frozen=True)
 class Probe:
     row: int  # the evaluation row it is a variant of
-    cut: int  # positions [0, cut) keep the row's tokens; from `cut` on, another row's text
+    cut: int  # positions [0, cut) keep the row's tokens; from `cut` on, training text
     tokens: np.ndarray  # [T]
+    tests: bool  # its token at `cut` differs from the row's: position cut - 1 is tested
 
 
 def plan_eval(num_rows: int, batch_rows: int, rng: np.random.Generator) -> np.ndarray:
@@ -44,26 +62,77 @@ def plan_eval(num_rows: int, batch_rows: int, rng: np.random.Generator) -> np.nd
     return np.concatenate([order[:late_start], late])
 
 
-def plan_probes(inputs: np.ndarray, count: int, rng: np.random.Generator) -> list[Probe]:
-    """`count` variants of random rows (distinct while there are enough), each with a random cut
-    and the text after it from a donor row that is not probed. For degenerate data (no text that
-    differs at the cut) the variants found are repeated to fill the batch, or none are returned."""
+def detection_power(tested: int, positions: int, share: float) -> float:
+    """The probability that `tested` distinct positions out of `positions` include at least one of
+    a lookahead's floor(share x positions) positions, placed independently of them:
+    1 - C(positions - s, tested) / C(positions, tested), in log-gamma form."""
+    cheated = math.floor(share * positions)
+    if cheated <= 0 or tested <= 0:
+        return 0.0
+    if tested > positions - cheated:
+        return 1.0
+    log_miss = (
+        math.lgamma(positions - cheated + 1)
+        - math.lgamma(positions - cheated - tested + 1)
+        - math.lgamma(positions + 1)
+        + math.lgamma(positions - tested + 1)
+    )
+    return 1.0 - math.exp(log_miss)
+
+
+def probe_batches(num_rows: int, seq_len: int, batch_rows: int, share: float) -> int:
+    """The fewest probe batches whose positions catch a lookahead on `share` of the scored
+    positions with probability PROBE_POWER (0 when `share` is 0: no probe)."""
+    if share <= 0:
+        return 0
+    positions = num_rows * (seq_len - 1)  # a cut at 1..T-1 tests position cut - 1
+    low, high = 1, -(-positions // batch_rows)
+    while low < high:
+        middle = (low + high) // 2
+        if detection_power(middle * batch_rows, positions, share) >= PROBE_POWER:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def plan_probes(
+    inputs: np.ndarray, batch_rows: int, batches: int, donor: np.ndarray, rng: np.random.Generator
+) -> list[list[Probe]]:
+    """`batches` batches of `batch_rows` variants of distinct rows each. Each row's cuts are
+    distinct and grow from batch to batch; the text after a cut is `donor` text (training tokens)
+    from a random place, redrawn while its first token equals the row's at the cut."""
     rows, seq_len = inputs.shape
-    if rows < 2 or seq_len < 2:
-        return []
-    probed = min(count, rows - 1)  # leave at least one donor
-    chosen = rng.choice(rows, size=probed, replace=False)
-    donors = np.setdiff1d(np.arange(rows), chosen)
-    picks = [int(row) for row in chosen] + [int(row) for row in rng.choice(chosen, size=count - probed)]
-    probes = []
-    for row in picks:
-        for _ in range(8):  # find a donor and cut where the text differs right at the cut
-            cut = int(rng.integers(1, seq_len))
-            donor = int(rng.choice(donors))
-            suffix = inputs[donor, 1 : 1 + seq_len - cut]  # skip the donor's BOS
-            if suffix[0] != inputs[row, cut]:
-                tokens = inputs[row].copy()
-                tokens[cut:] = suffix
-                probes.append(Probe(row=row, cut=cut, tokens=tokens))
-                break
-    return [probes[i % len(probes)] for i in range(count)] if probes else []
+    if rows < batch_rows or batches > seq_len - 1 or len(donor) < seq_len:
+        raise ValueError(
+            f"cannot plan {batches} probe batches of {batch_rows} distinct rows from {rows} rows of "
+            f"{seq_len} tokens and {len(donor)} donor tokens"
+        )
+    chosen = [rng.choice(rows, size=batch_rows, replace=False) for _ in range(batches)]
+    counts = np.bincount(np.concatenate(chosen), minlength=rows)
+    # Each row's cuts, smallest first: a later variant of a row holds the row's tokens up to its own
+    # cut, which includes the token at every earlier cut, so it must come after them.
+    cuts = {
+        row: sorted(rng.choice(np.arange(1, seq_len), size=int(count), replace=False).tolist())
+        for row, count in enumerate(counts.tolist())
+        if count
+    }
+    plan = []
+    for batch in chosen:
+        probes = []
+        for row in batch.tolist():
+            cut = cuts[row].pop(0)
+            for _ in range(DONOR_TRIES):
+                start = int(rng.integers(0, len(donor) - (seq_len - cut) + 1))
+                if donor[start] != inputs[row, cut]:
+                    break
+            tokens = np.concatenate([inputs[row, :cut], donor[start : start + seq_len - cut]])
+            probes.append(Probe(row=row, cut=cut, tokens=tokens, tests=bool(tokens[cut] != inputs[row, cut])))
+        plan.append(probes)
+    return plan
+
+
+def plan_power(plan: list[list[Probe]], num_rows: int, seq_len: int, share: float) -> float:
+    """The plan's detection power at `share` (detection_power of its tested positions)."""
+    tested = sum(probe.tests for batch in plan for probe in batch)
+    return detection_power(tested, num_rows * (seq_len - 1), share)

@@ -8,8 +8,9 @@ seconds):
 1. the *eval* process is shown every validation input row once, in a random order, then some of
    them again (harness.runner.score_plan); the scorer applies log-softmax and cross-entropy to
    each batch (harness.evaluate.token_nats) and sums the first showing of each row into val_bpb;
-2. when the eval process is gone, the *probe* process is shown one batch of variants of random
-   rows, their text replaced from a random cut on. It is fresh: it never coexists with the eval
+2. when the eval process is gone, the *probe* process is shown batches of variants of random
+   rows, their text replaced from a random cut on by training text, as many as the preset's
+   `probe_share` needs (harness.runner.score_plan). It is fresh: it never coexists with the eval
    process after `go` and shares nothing with it, so whatever the eval process learned or cached
    it does not know;
 3. the repeats and the probe's prefixes must agree with the first showing to numerical noise
@@ -36,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness.data.tokens import open_token_dir
 from harness.evaluate import EvalRows, bpb, load_eval_rows, token_nats
 from harness.runner import agreement
 from harness.runner.limits import Limits
@@ -48,7 +50,7 @@ from harness.runner.score_budget import (
     measured_in_cpu_seconds,
     process_budget,
 )
-from harness.runner.score_plan import Probe, plan_eval, plan_probes
+from harness.runner.score_plan import Probe, plan_eval, plan_probes, probe_batches
 from harness.runner.train_phase import WEIGHTS_FILE
 
 
@@ -77,13 +79,14 @@ class Clock:
     startup: float = 0.0  # of `used`: from `go` to `loaded`
     running_since: float | None = None  # when the measured step under way began
     cpu_at_go: float | None = None
+    given: int = 0  # batches commanded so far: the bound grows with them (ProcessBudget.bound)
 
     @property
     def unit(self) -> str:
         return "s" if self.cpu is None else "CPU s"
 
     def bound(self) -> float:
-        return self.budget.bound(self.transfer.least)
+        return self.budget.bound(self.transfer.least, self.given)
 
     def window(self) -> tuple[float, ModelFailure]:
         """Begin a measured step: its deadline, and the failure it ends in when passed. In CPU
@@ -126,9 +129,9 @@ class Clock:
             "invalid",
             "score_over_budget",
             f"score phase ({self.budget.label}): the model {what}, past its bound of "
-            f"{self.budget.explain(self.transfer.least, self.unit)}. The bound follows from this run's "
-            "own training throughput (a forward pass costs about a third of a training step); the score "
-            "phase may only rebuild the model, load its weights and run forward passes: no training, "
+            f"{self.budget.explain(self.transfer.least, self.unit, self.given)}. The bound follows from this "
+            "run's own training throughput (a forward pass costs about a third of a training step); the "
+            "score phase may only rebuild the model, load its weights and run forward passes: no training, "
             "no torch.compile (compile in train())",
         )
 
@@ -142,7 +145,15 @@ class Scoring:
     device: torch.device
     transfer: Transfer
     phases: Phases
+    donor: np.ndarray  # the training tokens (a memory map): the text probe variants continue with
+    probe_share: float  # the share of positions a lookahead must use to be caught (PROBE_POWER)
     received: np.ndarray | None = None  # the scorer's copy of the latest batch of logits
+
+    def plan_probes(self, rng: np.random.Generator) -> list[list[Probe]]:
+        inputs = self.rows.inputs.numpy()
+        rows, seq_len = inputs.shape
+        batches = probe_batches(rows, seq_len, self.batch_rows, self.probe_share)
+        return plan_probes(inputs, self.batch_rows, batches, self.donor, rng) if batches else []
 
     def take(
         self, model: ModelProcess, clock: Clock, work: list[tuple[np.ndarray, torch.Tensor]]
@@ -154,6 +165,7 @@ class Scoring:
         computes their loss: the model's forward pass and the scorer's loss overlap, and a model
         runs unmeasured between batches only while its logits are copied.
         """
+        clock.given += 1
         deadline, late = clock.window()
         model.submit(work[0][0])
         for index, (_, targets) in enumerate(work):
@@ -165,6 +177,7 @@ class Scoring:
                 self.transfer.observe(time.monotonic() - started)
             clock.charge(seconds)
             if index + 1 < len(work):
+                clock.given += 1
                 deadline, late = clock.window()
                 model.submit(work[index + 1][0])
             with self.phases(f"{model.label} loss (model running)", model.pids):
@@ -210,25 +223,35 @@ class Scoring:
         self,
         model: ModelProcess,
         clock: Clock,
-        probes: list[Probe],
+        plan: list[list[Probe]],
         first: dict[int, np.ndarray],
         prefix: agreement.Group,
         cut: agreement.Group,
     ) -> None:
-        """Score the probe batch and compare it with the eval's first showing: the positions before
-        each cut's last one (`prefix`), and that last one, whose next token differs (`cut`)."""
-        tokens = np.stack([probe.tokens for probe in probes])
-        targets = self.rows.targets[[probe.row for probe in probes]]  # the original rows' targets
-        (nats,) = self.take(model, clock, [(tokens, targets)])
-        for offset, probe in enumerate(probes):
-            expected = first[probe.row]
-            prefix.add(expected[: probe.cut - 1], nats[offset, : probe.cut - 1], probe.row)
-            cut.add(
-                expected[probe.cut - 1 : probe.cut],
-                nats[offset, probe.cut - 1 : probe.cut],
-                probe.row,
-                probe.cut - 1,
-            )
+        """Score the probe batches and compare them with the eval's first showing: the positions
+        before each cut's last one (`prefix`), and that last one, whose next token differs (`cut`)."""
+        work = [
+            (np.stack([probe.tokens for probe in batch]), self.rows.targets[[probe.row for probe in batch]])
+            for batch in plan
+        ]  # each variant is scored against its original row's targets
+        for batch, nats in zip(plan, self.take(model, clock, work), strict=True):
+            compare_probes(batch, nats, first, prefix, cut)
+
+
+def compare_probes(
+    batch: list[Probe],
+    nats: np.ndarray,
+    first: dict[int, np.ndarray],
+    prefix: agreement.Group,
+    cut: agreement.Group,
+) -> None:
+    """Add one probe batch's differences from the first showing of its rows: positions before
+    each cut's last one to `prefix`, that last one to `cut`."""
+    for offset, probe in enumerate(batch):
+        expected = first[probe.row]
+        last = probe.cut - 1
+        prefix.add(expected[:last], nats[offset, :last], probe.row)
+        cut.add(expected[last : last + 1], nats[offset, last : last + 1], probe.row, last)
 
 
 def all_finite(logits: torch.Tensor) -> bool:
@@ -260,12 +283,12 @@ def weights_identity(path: Path) -> tuple[int, ...]:
 def clocks_for(
     models: list[ModelProcess],
     order: np.ndarray,
-    probes: list[Probe],
+    plan: list[list[Probe]],
     scoring: Scoring,
     go: dict[str, Any],
     settings: dict[str, Any],
 ) -> list[Clock]:
-    """The eval process's clock and, when there are probes, the probe process's."""
+    """The eval process's clock and, when there is a probe plan, the probe process's."""
     rows, batch_rows = scoring.rows, scoring.batch_rows
     seq_len = int(rows.inputs.shape[1])
     in_cpu = measured_in_cpu_seconds(settings["device"])
@@ -277,7 +300,7 @@ def clocks_for(
         rows.num_rows * seq_len,
     )
     outer_deadline = time.monotonic() + settings["timeout"]
-    batches = [("eval", len(order) // batch_rows)] + ([("probe", 1)] if probes else [])
+    batches = [("eval", len(order) // batch_rows)] + ([("probe", len(plan))] if plan else [])
     return [
         Clock(
             process_budget(
@@ -308,8 +331,8 @@ def score(
     rows, phases = scoring.rows, scoring.phases
     rng = np.random.default_rng(secrets.randbits(64))
     order = plan_eval(rows.num_rows, scoring.batch_rows, rng)
-    probes = plan_probes(rows.inputs.numpy(), scoring.batch_rows, rng)
-    clocks = clocks_for([eval_model, probe_model], order, probes, scoring, go, settings)
+    plan = scoring.plan_probes(rng)
+    clocks = clocks_for([eval_model, probe_model], order, plan, scoring, go, settings)
     groups = [agreement.Group("repeat"), agreement.Group("probe"), agreement.Group("cut")]
     tolerance = agreement.tolerance_for(str(scoring.device))
     result: dict[str, Any] = {"status": "ok"}
@@ -317,18 +340,18 @@ def score(
         identity = weights_identity(weights)
         start_model(eval_model, clocks[0], phases)
         repeated = np.flatnonzero(np.bincount(order, minlength=rows.num_rows) > 1)
-        keep = {int(row) for row in repeated} | {probe.row for probe in probes}
+        keep = {int(row) for row in repeated} | {probe.row for batch in plan for probe in batch}
         with phases("eval batches"):
             val_bpb, first = scoring.evaluate(eval_model, clocks[0], order, keep, groups[0])
         with phases("eval close"):
             eval_model.close()
         message = agreement.judge(groups[:1], tolerance)
-        if message is None and probes:
+        if message is None and plan:
             if weights_identity(weights) != identity:
                 raise ModelFailure("invalid", "invalid_output", "the weights file changed while scoring")
             start_model(probe_model, clocks[1], phases)
             with phases("probe batches"):
-                scoring.probe(probe_model, clocks[1], probes, first, groups[1], groups[2])
+                scoring.probe(probe_model, clocks[1], plan, first, groups[1], groups[2])
             message = agreement.judge(groups, tolerance)
         if message is not None:
             result = {"status": "invalid", "error_class": "non_causal", "error_message": message}
@@ -339,7 +362,7 @@ def score(
             clock.settle()
         result = {"status": failure.status, "error_class": failure.error_class, "error_message": str(failure)}
     result["score_seconds"] = sum(clock.used for clock in clocks)
-    result["score_bound_seconds"] = sum(clock.bound() for clock in clocks)
+    result["score_bound_seconds"] = sum(clock.budget.bound(clock.transfer.least) for clock in clocks)
     result["log"] = timing_note(clocks, go) + agreement.summary(groups, tolerance) + "\n"
     return result
 
@@ -368,7 +391,9 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         device = torch.device(config["device"])
         if device.type == "cpu":  # the core the model process leaves spare; the scorer's loss
             torch.set_num_threads(CPU_SPARE_CORES)  # runs while the model computes the next batch
-        scoring = Scoring(rows, config["batch_rows"], device, Transfer(), phases)
+        donor = open_token_dir(Path(config["donor_dir"])).tokens
+        share = config["probe_share"]
+        scoring = Scoring(rows, config["batch_rows"], device, Transfer(), phases, donor, share)
         weights = Path(config["weights_dir"]) / WEIGHTS_FILE
         result = score(models[0], models[1], scoring, weights, json.loads(line), config)
     finally:

@@ -160,6 +160,16 @@ def test_looking_ahead_is_caught_by_the_causality_probe(run_candidate, tmp_path:
     assert result.val_bpb is None
 
 
+def test_looking_ahead_only_where_it_pays_most_is_caught(run_candidate, tmp_path: Path) -> None:
+    """A lookahead on the 3 % of positions where the model's own loss is highest (it scored 2.88
+    against an honest 3.10 with a one-batch probe) is caught: the probe tests 288 positions on
+    `test`, which miss a 3 % lookahead with probability about 0.97^288 (1.6e-4); test_probe_power.py
+    has the probe's power at 1 %."""
+    result = run_candidate(compose(tmp_path, "hostile/lookahead_worst.py", share=0.03), time_budget=1.0)
+    assert (result.status, result.error_class) == ("invalid", "non_causal"), result.log_tail
+    assert result.val_bpb is None
+
+
 def test_fork_bomb_is_contained_and_the_next_experiment_is_unaffected(
     test_data, run_candidate, tmp_path: Path
 ) -> None:

@@ -3,43 +3,109 @@ answers (harness.runner.agreement): properties that must hold for any data."""
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.config import PRESETS, load_settings
 from harness.runner import agreement
-from harness.runner.score_plan import plan_eval, plan_probes
-
-
-@settings(max_examples=50, deadline=None)
-@given(
-    rows=st.integers(2, 40), seq_len=st.integers(2, 80), vocab=st.integers(2, 50), seed=st.integers(0, 2**32)
+from harness.runner.score_plan import (
+    PROBE_POWER,
+    detection_power,
+    plan_eval,
+    plan_power,
+    plan_probes,
+    probe_batches,
 )
-def test_probe_rows_keep_the_prefix_and_take_the_rest_from_a_row_that_is_not_probed(
-    rows, seq_len, vocab, seed
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.tuples(st.integers(1, 8), st.integers(0, 30), st.integers(2, 60)),
+    vocab=st.integers(2, 50),
+    donor_extra=st.integers(0, 300),
+    seed=st.integers(0, 2**32),
+    data=st.data(),
+)
+def test_probe_batches_never_show_a_probed_rows_token_at_its_cut_before_it_is_answered(
+    shape, vocab, donor_extra, seed, data
 ) -> None:
+    batch_rows, more_rows, seq_len = shape
+    rows = batch_rows + more_rows
+    batches = data.draw(st.integers(1, min(seq_len - 1, 12)))
     rng = np.random.default_rng(seed)
     inputs = rng.integers(0, vocab, size=(rows, seq_len))
-    probes = plan_probes(inputs, 16, np.random.default_rng(seed + 1))
-    assert len(probes) in (0, 16)  # a whole batch, or none for degenerate data
-    probed = {probe.row for probe in probes}
-    assert len(probed) <= min(16, rows - 1)  # distinct rows while a donor is left
-    for probe in probes:
-        original = inputs[probe.row]
-        assert 1 <= probe.cut < seq_len
-        assert (probe.tokens[: probe.cut] == original[: probe.cut]).all()
-        assert probe.tokens[probe.cut] != original[probe.cut]
-        suffix = probe.tokens[probe.cut :]
-        donors = [
-            r for r in range(rows) if r not in probed and (inputs[r, 1 : 1 + len(suffix)] == suffix).all()
-        ]
-        assert donors  # real text, from a row no probe comes from: no later token of a probed row
+    donor = rng.integers(0, vocab, size=seq_len + donor_extra)
+    plan = plan_probes(inputs, batch_rows, batches, donor, np.random.default_rng(seed + 1))
+    assert len(plan) == batches
+    shown: dict[int, list[int]] = {}  # row -> the cuts of its variants shown so far
+    for batch in plan:
+        assert len(batch) == batch_rows  # whole batches, like the eval's
+        assert len({probe.row for probe in batch}) == batch_rows  # distinct rows in a batch
+        for probe in batch:
+            assert 1 <= probe.cut < seq_len
+            assert (probe.tokens[: probe.cut] == inputs[probe.row, : probe.cut]).all()
+            tail = probe.tokens[probe.cut :]
+            starts = range(len(donor) - len(tail) + 1)
+            assert any((donor[start : start + len(tail)] == tail).all() for start in starts)  # training text
+            assert probe.tests == (probe.tokens[probe.cut] != inputs[probe.row, probe.cut])
+        for probe in batch:
+            # Up to and including this batch, every variant of the row ends at or before this cut:
+            # none holds the row's own token at the cut, the one a lookahead would read.
+            assert all(cut < probe.cut for cut in shown.get(probe.row, []))
+            assert all(other.cut <= probe.cut for other in batch if other.row == probe.row)
+        for probe in batch:
+            shown.setdefault(probe.row, []).append(probe.cut)
 
 
-def test_probes_are_found_on_real_looking_rows() -> None:
-    inputs = np.arange(32 * 64).reshape(32, 64) % 500
-    assert len(plan_probes(inputs, 16, np.random.default_rng(0))) == 16
+def test_a_plan_that_cannot_keep_rows_distinct_or_cuts_growing_is_refused() -> None:
+    inputs = np.zeros((4, 8), dtype=np.int64)
+    donor = np.arange(100)
+    with pytest.raises(ValueError, match="distinct rows"):
+        plan_probes(inputs, 5, 1, donor, np.random.default_rng(0))  # more rows per batch than rows
+    with pytest.raises(ValueError, match="distinct rows"):
+        plan_probes(inputs, 2, 8, donor, np.random.default_rng(0))  # more batches than cuts per row
+
+
+@settings(max_examples=200, deadline=None)
+@given(positions=st.integers(1, 300), data=st.data(), share=st.floats(0.0, 0.99))
+def test_detection_power_is_the_exact_hypergeometric_chance(positions, data, share) -> None:
+    """Against the exact count of the ways to place the tested positions and miss the cheated ones."""
+    tested = data.draw(st.integers(0, positions))
+    cheated = math.floor(share * positions)
+    exact = 1 - Fraction(math.comb(positions - cheated, tested), math.comb(positions, tested))
+    expected = 0.0 if cheated == 0 or tested == 0 else float(exact)
+    assert detection_power(tested, positions, share) == pytest.approx(expected, abs=1e-9)
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_each_presets_probe_is_the_smallest_that_reaches_the_power(preset: str) -> None:
+    settings = load_settings(preset)
+    rows, seq_len = settings.eval_tokens // settings.seq_len, settings.seq_len
+    batches = probe_batches(rows, seq_len, settings.eval_batch_rows, settings.probe_share)
+    positions = rows * (seq_len - 1)
+    assert detection_power(batches * settings.eval_batch_rows, positions, settings.probe_share) >= PROBE_POWER
+    fewer = (batches - 1) * settings.eval_batch_rows
+    assert detection_power(fewer, positions, settings.probe_share) < PROBE_POWER
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_drawn_plans_reach_the_power_at_each_presets_shapes(preset: str) -> None:
+    """Over drawn plans, with tokens whose donor text can equal the row's at the cut (a variant
+    that then tests nothing): each plan's own power, from the positions it does test."""
+    settings = load_settings(preset)
+    rows, seq_len = settings.eval_tokens // settings.seq_len, settings.seq_len
+    batches = probe_batches(rows, seq_len, settings.eval_batch_rows, settings.probe_share)
+    rng = np.random.default_rng(7)
+    inputs = rng.integers(0, 300, size=(rows, seq_len), dtype=np.int32)  # a small vocabulary: ties happen
+    donor = rng.integers(0, 300, size=1 << 20, dtype=np.int32)
+    for seed in range(10):
+        plan = plan_probes(inputs, settings.eval_batch_rows, batches, donor, np.random.default_rng(seed))
+        assert plan_power(plan, rows, seq_len, settings.probe_share) >= PROBE_POWER
 
 
 @settings(max_examples=100, deadline=None)

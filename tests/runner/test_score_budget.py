@@ -54,6 +54,18 @@ def test_bound_is_startup_plus_each_batch(budget, batches, transfer) -> None:
     assert f"{bound:.2f} s" in budget_of.explain(transfer)
 
 
+@given(budget=budgets, batches=st.integers(1, 999), transfer=st.none() | seconds, given_=st.integers(0, 999))
+def test_the_bound_grows_with_the_batches_given_so_far(budget, batches, transfer, given_) -> None:
+    """Work front-loaded before the first answer (to match in every later batch) gets one batch's
+    allowance however many batches follow; the whole bound only once every batch is given."""
+    budget_of = process_budget("probe", batches, 64 * 2048, 64 * 2048 * 8192 * 4, budget, 1e-6)
+    per_batch = (budget_of.bound(transfer) - budget_of.startup_s) / batches
+    expected = budget_of.startup_s + min(max(1, given_), batches) * per_batch
+    assert budget_of.bound(transfer, given_) == pytest.approx(expected, rel=1e-9)
+    assert budget_of.bound(transfer, 0) == budget_of.bound(transfer, 1)
+    assert budget_of.bound(transfer, batches) == budget_of.bound(transfer)
+
+
 def test_startup_allowance_by_preset() -> None:
     assert startup_allowance(300.0) == 6.0  # h100
     assert startup_allowance(60.0) == startup_allowance(3.0) == score_budget.STARTUP_MIN_S  # cpu, test
