@@ -2,12 +2,14 @@
 does, each one or a few calls of the Python SDK (`client.Client`) against the REST API.
 
 Going through the REST API keeps one implementation of every rule: authentication, validation,
-limits and errors are the routes' own, and a tool answers exactly what the API would. A tool's
+limits and errors are the routes' own, and a tool answers what the API would. A tool's
 inputs are the fields of the request body (`SubmitIn`, `NoteIn`, `SimilarIn`) or of the query
 parameters (`ExperimentsQuery`, `NotesQuery`, ... in server/api/params.py) of the route it calls:
-same names, types, limits and descriptions (tests/server/test_mcp_schemas.py). The tools return
-the API's response models (client/schemas.py, which the Python SDK returns too), which the MCP
-SDK publishes as their output schemas.
+same names, types, limits and descriptions (tests/server/test_mcp_schemas.py), but a listing
+tool's first page is shorter. The tools return the API's response models (client/schemas.py,
+which the Python SDK returns too), which the MCP SDK publishes as their output schemas; lists of
+experiments carry the fields asked for, and loss curves a few points. Every answer is sent short
+(server.mcp_answers).
 
 Two transports serve these tools: stdio (`autoresearch mcp`, cli/mcp.py) and streamable HTTP at
 /mcp in the server itself (server/mcp_http.py). Each gives `build_mcp` its way to reach the API
@@ -26,6 +28,7 @@ import importlib.metadata
 import inspect
 import time
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Annotated, Any
 
 import anyio.from_thread
@@ -33,7 +36,8 @@ import httpx
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, create_model
+from pydantic.fields import FieldInfo
 
 from client import ApiError, ArgumentsError, Client, SchemaError
 from client.api import Submitted
@@ -41,7 +45,6 @@ from client.schemas import (
     BestOut,
     CancelOut,
     ExperimentOut,
-    ExperimentPage,
     KeepRatesOut,
     LeaderboardOut,
     NearMissesOut,
@@ -57,6 +60,7 @@ from client.schemas import (
 )
 from client.states import FINAL_STATUSES, ExperimentStatus
 from server.api.params import ExperimentsQuery, KeepRatesQuery, NearMissesQuery, NotesQuery
+from server.mcp_answers import BRIEF_FIELDS, CURVE_POINTS, MCP_PAGE, compact_text, rounded, thinned
 
 # A client of the REST API for the call at hand (the caller's token; closed after the call).
 Connect = Callable[[], Client]
@@ -105,10 +109,29 @@ class ProgressReport(BaseModel):
     best: ProgressOut | None = Field(description="the best's latest run with progress (null: none yet)")
 
 
+# The fields of an experiment a list can be asked for (those of the tool `experiment`'s answer).
+ExperimentField = StrEnum("ExperimentField", {name: name for name in ExperimentOut.model_fields})  # type: ignore[misc]
+Fields = Annotated[
+    list[ExperimentField] | None,
+    Field(description=f"the fields of each experiment to answer (default: {', '.join(BRIEF_FIELDS)})"),
+]
+
+
+def brief(experiment: ExperimentOut, fields: list[ExperimentField] | None) -> dict[str, Any]:
+    return experiment.model_dump(mode="json", include=set(fields or BRIEF_FIELDS))
+
+
+class ExperimentList(BaseModel):
+    """A page of experiments, each with the fields asked for."""
+
+    items: list[dict[str, Any]] = Field(description="each experiment's chosen fields")
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page (null: the last page)")
+
+
 class WaitReport(BaseModel):
     """The experiments that are decided (or ended) and those still undecided when `wait` answered."""
 
-    decided: list[ExperimentOut]
+    decided: list[dict[str, Any]] = Field(description="each decided experiment's chosen fields")
     undecided: dict[int, ExperimentStatus] = Field(description="experiment id: its status now")
 
 
@@ -164,13 +187,14 @@ def api_errors(tool: Callable[..., Any]) -> Callable[..., Any]:
 
 class AutoresearchMCP(MCPServer):
     """The SDK's server, with arguments that fail a tool's input schema answered as the tool error
-    `bad-arguments`: which argument and why, in words, not pydantic's raw text and its link."""
+    `bad-arguments`: which argument and why, in words, not pydantic's raw text and its link; and
+    every answer short (server.mcp_answers: compact text, rounded numbers)."""
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context | None = None
     ) -> CallToolResult | InputRequiredResult:
         try:
-            return await super().call_tool(name, arguments, context)
+            result = await super().call_tool(name, arguments, context)
         except ToolError as error:
             if not isinstance(error.__cause__, ValidationError):
                 raise
@@ -182,6 +206,12 @@ class AutoresearchMCP(MCPServer):
             return problem_result(
                 "bad-arguments", None, f"{name}: {detail}", {"detail": detail, "errors": errors}
             )
+        if not isinstance(result, CallToolResult) or result.is_error or result.structured_content is None:
+            return result
+        structured = rounded(result.structured_content)
+        return CallToolResult(
+            content=[TextContent(type="text", text=compact_text(structured))], structured_content=structured
+        )
 
 
 def read_text(connect: Connect, fetch: Callable[[Client], str]) -> str:
@@ -198,6 +228,13 @@ def experiment_number(experiment_id: str) -> int:
     if not experiment_id.isdigit() or not 1 <= int(experiment_id) <= 2**62:
         raise ResourceError(f"bad-experiment-id: {experiment_id!r} is not an experiment id (1, 2, ...)")
     return int(experiment_id)
+
+
+def paged(query: type[BaseModel]) -> type[BaseModel]:
+    """`query` with its `limit` defaulting to MCP_PAGE (its bounds and description kept)."""
+    field = query.model_fields["limit"]
+    limit = FieldInfo.merge_field_infos(field, default=MCP_PAGE)
+    return create_model(f"Paged{query.__name__}", __base__=query, limit=(field.annotation, limit))
 
 
 def takes_fields_of(model: type[BaseModel]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -281,6 +318,12 @@ def report(
 ExperimentId = Annotated[int, Field(ge=1, le=2**62)]
 
 
+class SearchArgs(paged(ExperimentsQuery)):  # type: ignore[misc]
+    """The tool `search`: GET /experiments's query, and the fields to answer."""
+
+    fields: Fields = None
+
+
 class SimilarArgs(SimilarIn):
     """The tool `similar`: an experiment, or a change not submitted (POST /similar's body)."""
 
@@ -355,10 +398,11 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         ctx: Context,
         experiment_ids: Annotated[list[ExperimentId], Field(min_length=1, max_length=50)],
         timeout_s: Annotated[float, Field(ge=0, le=MAX_WAIT_S, description="answer after this long at most")],
+        fields: Fields = None,
     ) -> WaitReport:
         """Wait until any of `experiment_ids` is decided (or ended), for at most `timeout_s`; answers
-        the decided ones in full and the status of the others. Sends progress notifications of the
-        first undecided one meanwhile."""
+        the decided ones (their `fields`; `experiment` has all of one) and the status of the others.
+        Sends progress notifications of the first undecided one meanwhile."""
         deadline = time.monotonic() + timeout_s
         notify = notifier(ctx)
         with connect() as client:
@@ -367,21 +411,32 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
                 decided = [e for e in seen if e.status in FINAL_STATUSES]
                 if decided or time.monotonic() >= deadline:
                     undecided = {e.id: e.status for e in seen if e.status not in FINAL_STATUSES}
-                    return WaitReport(decided=decided, undecided=undecided)
+                    return WaitReport(decided=[brief(e, fields) for e in decided], undecided=undecided)
                 tell_progress(client, seen[0], notify)
                 time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
-    def progress(experiment_id: ExperimentId, run: RunNumber | None = None) -> ProgressReport:
+    def progress(
+        experiment_id: ExperimentId,
+        run: RunNumber | None = None,
+        points: Annotated[
+            int, Field(ge=1, le=1000, description="samples of each curve, evenly spaced, the latest included")
+        ] = CURVE_POINTS,
+    ) -> ProgressReport:
         """A run's progress so far (default its latest run with any): phase, step, loss and the
-        share of the budget used at each sample, beside the best's latest run, to compare the two
-        loss curves while it trains."""
+        share of the budget used at `points` samples, beside the best's latest run, to compare the
+        two loss curves while it trains."""
         with connect() as client:
             mine = client.progress(experiment_id, run)
             best_id = client.best().experiment_id
             best = client.progress(best_id) if best_id is not None and best_id != experiment_id else None
-            return ProgressReport(experiment=mine, best=best)
+            return ProgressReport(
+                experiment=mine.model_copy(update={"events": thinned(mine.events, points)}),
+                best=None
+                if best is None
+                else best.model_copy(update={"events": thinned(best.events, points)}),
+            )
 
     @mcp.tool(annotations=CANCELS)
     @api_errors
@@ -393,13 +448,16 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
-    @takes_fields_of(ExperimentsQuery)
-    def search(**query: Any) -> ExperimentPage:
+    @takes_fields_of(SearchArgs)
+    def search(**query: Any) -> ExperimentList:
         """Experiments, newest first, filtered by status, agent, text, the constant a change set
         (`constant="MATRIX_LR"`) or text of the lines it changed: what was tried, kept, reverted or
-        failed, before you try it again."""
+        failed, before you try it again. Each with its `fields`; pages of `limit`, the next from
+        `cursor`."""
+        fields = query.pop("fields")
         with connect() as client:
-            return client.experiments(**query)
+            page = client.experiments(**query)
+            return ExperimentList(items=[brief(e, fields) for e in page.items], next_cursor=page.next_cursor)
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
@@ -418,7 +476,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
-    @takes_fields_of(NotesQuery)
+    @takes_fields_of(paged(NotesQuery))
     def notes(**query: Any) -> NotePage:
         """Notes agents and people left (findings, hypotheses, plans), newest first. Read the
         recent ones before proposing."""
@@ -438,7 +496,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
-    @takes_fields_of(NearMissesQuery)
+    @takes_fields_of(paged(NearMissesQuery))
     def near_misses(**query: Any) -> NearMissesOut:
         """Changes that were measured and not kept although they measured better than what they
         were measured against (a gain short of significance), strongest evidence first (z =
@@ -449,7 +507,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
 
     @mcp.tool(annotations=READ_ONLY)
     @api_errors
-    @takes_fields_of(KeepRatesQuery)
+    @takes_fields_of(paged(KeepRatesQuery))
     def keep_rates(**query: Any) -> KeepRatesOut:
         """What was tried and what helped, by kind of change: per constant and direction (`LR up`,
         `LR down`) and per region of train.py (a function, class or method, or `module`), how many

@@ -9,9 +9,11 @@ import asyncio
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from client import Client
 from server.main import create_app
+from server.mcp_answers import MCP_PAGE, rounded
 from tests.server.conftest import Live, init_with_small_baseline, make_settings, serve
 from tests.server.test_history_api import NOISE, SOURCE, play_history
 from tests.worker.test_mcp import TRANSPORTS, call, connect_mcp
@@ -50,13 +52,17 @@ def test_history_tools_answer_what_the_api_answers(history: Any, transport: str)
 
     out = asyncio.run(scenario())
     with Client(live.url) as reader:
-        assert out["near"] == reader.near_misses().model_dump(mode="json")
-        assert out["near_one"] == reader.near_misses(limit=1).model_dump(mode="json")
-        assert out["rates"] == reader.keep_rates().model_dump(mode="json")
-        lr = reader.keep_rates(part="constant", name="LEARNING_RATE")
-        assert out["lr"] == lr.model_dump(mode="json")
-        assert out["leaderboard"] == reader.leaderboard().model_dump(mode="json")
-        assert out["noise"] == reader.noise().model_dump(mode="json")
+        # The API's answers, numbers rounded as every MCP answer is (server.mcp_answers); the
+        # listing tools' first page is MCP_PAGE long.
+        def api(answer: BaseModel) -> Any:
+            return rounded(answer.model_dump(mode="json"))
+
+        assert out["near"] == api(reader.near_misses(limit=MCP_PAGE))
+        assert out["near_one"] == api(reader.near_misses(limit=1))
+        assert out["rates"] == api(reader.keep_rates(limit=MCP_PAGE))
+        assert out["lr"] == api(reader.keep_rates(part="constant", name="LEARNING_RATE", limit=MCP_PAGE))
+        assert out["leaderboard"] == api(reader.leaderboard())
+        assert out["noise"] == api(reader.noise())
     assert [n["experiment_id"] for n in out["near"]["items"]] == [ids["lr up, near"], ids["decay up, near"]]
     assert [(k["name"], k["direction"]) for k in out["lr"]["kinds"]] == [
         ("LEARNING_RATE", "up"),
