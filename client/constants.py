@@ -117,6 +117,23 @@ def entry_step(key: str | int) -> str:
 
 
 _LAST_STEP = re.compile(r"\.(?P<arg>\w+)\Z|\[(?P<key>.+)\]\Z")
+# The device types a knob's path can select (`DEVICE_SETTINGS["cuda"].width`): train.py picks
+# its settings by `ctx.device.type`, so only the knobs of the platform's own device change its runs.
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+_DEVICE_STEP = re.compile("|".join(re.escape(entry_step(device)) for device in DEVICE_TYPES))
+
+
+def knob_device(name: str) -> str | None:
+    """The device type a knob's path selects (its first entry keyed by one), None for any other."""
+    found = _DEVICE_STEP.search(name)
+    return None if found is None else str(json.loads(found.group()[1:-1]))
+
+
+def counts_on(name: str, device: str | None) -> bool:
+    """Whether setting `name` can change a run on `device` (a device type; None: unknown, all count):
+    a plain constant or a knob of no device always, a knob of one device only on that device."""
+    selected = knob_device(name)
+    return device is None or selected is None or selected == device
 
 
 def last_step(name: str) -> tuple[str, str] | None:

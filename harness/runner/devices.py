@@ -34,6 +34,13 @@ def device_name(device: str) -> str:
     return f"cpu ({cpu_model()})"
 
 
+def platform_device(platform: str | None) -> str | None:
+    """The device type (cpu, cuda) of a platform as device_name writes it (None: no platform)."""
+    if platform is None:
+        return None
+    return "cpu" if platform == "cpu" or platform.startswith("cpu (") else "cuda"
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -10,7 +10,7 @@ says that it was done.
 
 Only what counts is read: decided experiments (kept, reverted or stale; a `rebased` one's change
 goes on as its copy) with a base, at least one of whose runs reported on the project's platform
-and harness.
+and harness, and of their kinds those that can change a run on the platform's device (`counts`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from typing import Any
 from sqlalchemy import bindparam, delete, exists, insert, select, update
 from sqlalchemy.orm import Session
 
+from client.constants import counts_on
 from client.events import EventType, Summarised
 from client.states import Decision, Direction, Part
+from harness.runner.devices import platform_device
 from server.changes import ChangeSummary
 from server.context import AppContext
 from server.crud.similar import stored_summary
@@ -129,8 +131,14 @@ def _counted(platform: str | None, harness_id: str | None) -> Any:
     )
 
 
+def counts(part: str, name: str, device: str | None) -> bool:
+    """Whether a stored kind counts on a platform of `device`: a knob of another device changed
+    nothing its runs could measure (client.constants.counts_on)."""
+    return part != Part.CONSTANT or counts_on(name, device)
+
+
 def outcomes(session: Session, platform: str | None, harness_id: str | None) -> list[Outcome]:
-    """Every counted experiment with its kinds, for keep_rates(): one query."""
+    """Every counted experiment with its kinds on the platform's device, for keep_rates(): one query."""
     statement = (
         select(
             EXPERIMENTS.c.id,
@@ -149,13 +157,14 @@ def outcomes(session: Session, platform: str | None, harness_id: str | None) -> 
     )
     found = []
     known: dict[tuple[str, str, str | None], Kind] = {}  # one Kind per kind: thousands of rows share them
+    device = platform_device(platform)
     for _, group in groupby(session.execute(statement), key=lambda row: row[0]):
         rows = list(group)
         id_, decision, valid_runs, effect, se, parsed = rows[0][:6]
         kinds = []
         for *_, part, name, direction in rows:
-            if part is None:
-                continue  # an experiment with no kinds (nothing parsed): one row, without a kind
+            if part is None or not counts(part, name, device):
+                continue  # no kinds (nothing parsed: one row, without a kind), or another device's knob
             key = (part, name, direction)
             if key not in known:
                 known[key] = Kind(Part(part), name, Direction(direction) if direction else None)
@@ -166,8 +175,9 @@ def outcomes(session: Session, platform: str | None, harness_id: str | None) -> 
     return found
 
 
-def stored(session: Session, experiment_ids: Sequence[int]) -> dict[int, list[Any]]:
-    """The stored kinds of these experiments, as rows (part, name, direction, old, new), by id."""
+def stored(session: Session, experiment_ids: Sequence[int], platform: str | None) -> dict[int, list[Any]]:
+    """The stored kinds of these experiments that count on `platform`, as rows (part, name,
+    direction, old, new), by id."""
     if not experiment_ids:
         return {}
     statement = (
@@ -176,6 +186,8 @@ def stored(session: Session, experiment_ids: Sequence[int]) -> dict[int, list[An
         .order_by(CHANGE_KINDS.c.experiment_id, CHANGE_KINDS.c.part, CHANGE_KINDS.c.name)
     )
     found: dict[int, list[Any]] = {}
+    device = platform_device(platform)
     for row in session.execute(statement):
-        found.setdefault(row.experiment_id, []).append(row)
+        if counts(row.part, row.name, device):
+            found.setdefault(row.experiment_id, []).append(row)
     return found

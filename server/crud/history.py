@@ -75,7 +75,7 @@ def near_miss_list(session: Session, repo: ResearchRepo, limit: int) -> NearMiss
         )
     }
     names = agent_names(session, {e.agent_id for e in experiments.values() if e.agent_id is not None})
-    kinds = change_kinds.stored(session, list(experiments))
+    kinds = change_kinds.stored(session, list(experiments), project.platform)
     best = project.best_commit
     items = []
     for near in found:

@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.mutation import mutate_constants
-from client.constants import find_constants
+from client.constants import counts_on, find_constants, knob_device
+from harness.runner.devices import platform_device
 from server.changes import MODULE, ConstantChange, summarize
 
 BASELINE = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()
@@ -56,6 +57,25 @@ def test_knobs_are_named_by_their_path_and_each_device_is_its_own() -> None:
         'DEVICE_SETTINGS["cpu"].width',
         'DEVICE_SETTINGS["cuda"].width',
     }
+
+
+def test_a_knob_counts_on_its_own_device_and_a_plain_constant_everywhere() -> None:
+    """On the real baseline: its per-device settings select a device, its other constants none;
+    a platform named as workers name theirs (harness.runner.devices) is of one device type."""
+    names = {c.name: knob_device(c.name) for c in find_constants(BASELINE)}
+    assert names['DEVICE_SETTINGS["cuda"].width'] == "cuda" and names['DEVICE_SETTINGS["cpu"].depth'] == "cpu"
+    assert all(
+        (device is not None) == name.startswith("DEVICE_SETTINGS[") for name, device in names.items()
+    )
+    assert names["MATRIX_LR"] is None and names["WARMDOWN_FRACTION"] is None
+    assert knob_device('LAYERS[0]["cpu"].width') == "cpu" and knob_device('NAMES["gpu"]') is None
+    for name, device in names.items():
+        assert counts_on(name, None)  # no platform yet: everything counts
+        assert counts_on(name, "cpu") == (device in (None, "cpu"))
+        assert counts_on(name, "cuda") == (device in (None, "cuda"))
+    assert platform_device("cpu (Intel(R) Xeon(R) Platinum 8481C)") == platform_device("cpu") == "cpu"
+    assert platform_device("NVIDIA H100 80GB HBM3") == platform_device("NVIDIA H200") == "cuda"
+    assert platform_device(None) is None
 
 
 def test_a_changed_function_body_is_its_region_and_its_lines() -> None:

@@ -161,6 +161,16 @@ def test_the_real_baselines_knobs_are_found_by_name_by_last_part_and_by_what_hol
     summarised(live)
     kinds = {(k.name, k.direction) for k in agent.keep_rates(part="constant").kinds}
     assert {(f"{cpu}.width", "up"), (f"{cpu}.depth", "up"), ("MATRIX_LR", "up")} <= kinds
+    # On this platform (a CPU) the cuda settings change nothing a run measures: such a change is
+    # found by search (it was tried) but is no kind of change that keep rates count.
+    cuda_line = "depth=8, width=512, head_dim=128"
+    gpu_wider = knob("gpu wider", cuda_line, cuda_line.replace("width=512", "width=768"))
+    assert ids(constant='DEVICE_SETTINGS["cuda"].width') == [gpu_wider]
+    assert worker.run_next(1.01).experiment_id == gpu_wider
+    summarised(live)
+    counted = {k.name for k in agent.keep_rates(part="constant").kinds}
+    assert f"{cpu}.width" in counted
+    assert not any(name.startswith('DEVICE_SETTINGS["cuda"]') for name in counted)
 
 
 def test_a_change_that_combines_two_earlier_ones_names_them_with_their_outcomes(
