@@ -50,16 +50,16 @@ from client.schemas import ClaimOut, RegisterIn, ResultIn, RunResultIn, SubmitIn
 from client.states import ExperimentStatus, RunKind, RunState
 from server.context import AppContext
 from server.core.config import ServerSettings
-from server.crud import leases
 from server.crud.noise import noise
 from server.crud.project import load_project
-from server.crud.results import record_result
 from server.crud.tokens import Principal, create_token
-from server.crud.workers import register
+from server.flows import leases
+from server.flows.results import record_result
+from server.flows.workers import register
 from server.main import build_context
 from server.models import ApiToken, Experiment, Run
 from server.project_init import init_project
-from server.submissions import submit
+from server.flows.submit import submit
 
 SIGMA = 0.0008  # val_bpb noise between runs: about the NanoGPT speedrun's (issue #12)
 BASELINE_BPB = 1.0

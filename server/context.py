@@ -62,7 +62,7 @@ class AppContext:
     fleet: Fleet
     note_limit: PerCallerLimit
     # Set once the best is measured (a valid run, and the noise estimate under the noise-aware
-    # rule); a measurement is never lost, so claims then skip the check (crud/leases.py, _gate).
+    # rule); a measurement is never lost, so claims then skip the check (server/flows/leases.py, gate).
     gate_open: bool = False
     _worker_threads: CapacityLimiter | None = None
 

@@ -76,7 +76,7 @@ def decide(
     Returns the experiment's new column values; the caller writes them with its own changes.
     `decision_reason` is among them exactly when this run decided something (a verdict, a
     cancellation); a run of an experiment decided before it only counts, and the caller's answer
-    says so (server/crud/results.py, `_reason`).
+    says so (server/flows/results.py, `_reason`).
     """
     project = current_best(tx.session)
     before = noise_crud.RunStats(experiment.valid_runs, experiment.val_bpb, experiment.val_bpb_m2)

@@ -33,16 +33,13 @@ from server.core.openapi import install_openapi
 from server.core.problems import install_problem_handlers
 from server.core.rate_limit import PerCallerLimit
 from server.core.request_metrics import RequestTimer, request_times
-from server.crud import change_kinds
-from server.crud.leases import expire_leases
 from server.crud.project import load_project
 from server.crud.requeue import requeue_unmeasured_best
-from server.crud.similar import backfill as backfill_changes
 from server.crud.tokens import sync_env_admin
-from server.crud.workers import online_count
 from server.decisions import carry_ahead, queue_best_repeats
 from server.events import Broadcaster
 from server.fleet import Fleet, queued_runs
+from server.flows import leases, summaries, workers
 from server.harness_pin import configured_harness_id, pin
 from server.mcp_http import mount_mcp
 from server.metrics import metrics_registry
@@ -101,10 +98,10 @@ def build_context(settings: ServerSettings) -> AppContext:
         fleet=Fleet(settings.fleet_progress_per_s),
         note_limit=PerCallerLimit(settings.notes_per_minute, window_s=60.0),
     )
-    backfill_changes(context)  # experiments from before migration 0009: what their changes touched
+    summaries.backfill(context)  # experiments from before migration 0009: what their changes touched
     queue_what_the_best_is_due(context)
     # Experiments decided before change_kinds existed, or while no server ran to summarise them.
-    summarised = change_kinds.summarise_pending(context)
+    summarised = summaries.summarise_pending(context)
     if summarised:
         log.info("summarised the changes of %d decided experiments (keep rates, near misses)", summarised)
     return context
@@ -193,7 +190,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         tasks = [
             asyncio.create_task(
                 _in_background(
-                    _every(ctx.settings.lease_sweep_seconds), partial(expire_leases, ctx), "expiring leases"
+                    _every(ctx.settings.lease_sweep_seconds),
+                    partial(leases.expire_leases, ctx),
+                    "expiring leases",
                 )
             ),
             asyncio.create_task(
@@ -203,14 +202,14 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                     "recomputing the agent standings",
                 )
             ),
-            asyncio.create_task(ctx.fleet.keep_counted(lambda: online_count(ctx))),
+            asyncio.create_task(ctx.fleet.keep_counted(lambda: workers.online(ctx))),
             asyncio.create_task(
                 ctx.fleet.keep_looking(lambda n: ctx.in_worker_thread(queued_runs, ctx.db, n), ctx.bus)
             ),
             asyncio.create_task(
                 _in_background(
-                    _each_event(ctx.bus, change_kinds.SWEEP_SECONDS),
-                    partial(change_kinds.summarise_pending, ctx),
+                    _each_event(ctx.bus, summaries.SWEEP_SECONDS),
+                    partial(summaries.summarise_pending, ctx),
                     "summarising the changes of decided experiments",
                 )
             ),

@@ -21,7 +21,7 @@ from sqlalchemy import case, func, select
 
 from client.states import FINAL_STATUSES, ExperimentStatus, RunState
 from server.context import AppContext
-from server.crud.workers import online_count
+from server.flows.workers import online
 from server.models import Experiment, Result, Run
 
 DURATION_BUCKETS = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 3600.0)
@@ -89,7 +89,7 @@ class DatabaseCollector(Collector):
             sum_value=float(total),
         )
         yield GaugeMetricFamily(
-            "autoresearch_workers_online", "Workers seen within two lease periods.", online_count(self.ctx)
+            "autoresearch_workers_online", "Workers seen within two lease periods.", online(self.ctx)
         )
         yield GaugeMetricFamily(
             "autoresearch_sse_subscribers", "Open GET /events streams.", self.ctx.bus.subscriber_count

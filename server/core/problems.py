@@ -41,6 +41,10 @@ class Problem(Exception):
         self.extra = extra
 
 
+def unknown_experiment(experiment_id: int) -> Problem:
+    return Problem(404, "unknown-experiment", f"no experiment {experiment_id}")
+
+
 def problem_response(
     status: int,
     kind: str,

@@ -1,6 +1,6 @@
 """What decided experiments changed (the change_kinds table): written shortly after each decision
-by a background task, and at start for experiments decided before change_kinds existed; read for
-keep rates and near misses.
+by a background task (server/flows/summaries.py), and at start for experiments decided before
+change_kinds existed; read for keep rates and near misses.
 
 Each change was summarised once, when it was queued (its experiment_changes row,
 server/crud/similar.py; experiments older than that table are summarised when the server starts,
@@ -23,11 +23,9 @@ from sqlalchemy import bindparam, delete, exists, insert, select, update
 from sqlalchemy.orm import Session
 
 from client.constants import counts_on
-from client.events import EventType, Summarised
 from client.states import Decision, Direction, Part
 from harness.runner.devices import platform_device
 from server.changes import ChangeSummary
-from server.context import AppContext
 from server.crud.similar import stored_summary
 from server.keep_rates import Kind, Outcome, kinds_of
 from server.models import CHANGE_KINDS, EXPERIMENTS, RESULTS, Experiment, ExperimentChange
@@ -37,8 +35,6 @@ from server.models import CHANGE_KINDS, EXPERIMENTS, RESULTS, Experiment, Experi
 # of rows. Names longer than NAME_CHARS are cut (the column's size).
 MAX_KINDS_PER_PART = 64
 NAME_CHARS = 200
-BATCH = 200  # experiments summarised per write transaction
-SWEEP_SECONDS = 1.0  # how soon after its decision an experiment's change is summarised
 COUNTED_DECISIONS = (Decision.KEEP, Decision.REVERT, Decision.STALE)
 
 
@@ -90,30 +86,20 @@ _MARK = (
 )
 
 
-def summarise_pending(ctx: AppContext, batch: int = BATCH) -> int:
-    """Store the kinds of what every decided experiment not yet counted changed; how many.
+def pending(session: Session, limit: int) -> dict[int, ChangeSummary]:
+    """The stored summaries of up to `limit` decided experiments whose kinds are not stored yet."""
+    return {row.experiment_id: stored_summary(row) for row in session.scalars(_PENDING, {"n": limit})}
 
-    A batch at a time: the stored summaries are read, then written as kinds in one short
-    transaction that announces each experiment with a `summarised` event.
-    """
-    done = 0
-    while True:
-        with ctx.db.read() as session:
-            pending = session.scalars(_PENDING, {"n": batch}).all()
-            summaries = {row.experiment_id: stored_summary(row) for row in pending}
-        if not pending:
-            return done
-        rows = [kind for id_, summary in summaries.items() for kind in rows_of(id_, summary)]
-        with ctx.transaction() as tx:
-            connection = tx.session.connection()
-            connection.execute(delete(CHANGE_KINDS).where(CHANGE_KINDS.c.experiment_id.in_(list(summaries))))
-            if rows:
-                connection.execute(insert(CHANGE_KINDS), rows)
-            marks = [{"experiment_id": id_, "parsed": summary.parsed} for id_, summary in summaries.items()]
-            connection.execute(_MARK, marks)
-            for id_ in summaries:
-                tx.emit(EventType.SUMMARISED, Summarised(experiment_id=id_))
-        done += len(pending)
+
+def store_kinds(session: Session, summaries: dict[int, ChangeSummary]) -> None:
+    """Replace these experiments' kinds with those of their summaries and mark them counted."""
+    rows = [kind for id_, summary in summaries.items() for kind in rows_of(id_, summary)]
+    connection = session.connection()
+    connection.execute(delete(CHANGE_KINDS).where(CHANGE_KINDS.c.experiment_id.in_(list(summaries))))
+    if rows:
+        connection.execute(insert(CHANGE_KINDS), rows)
+    marks = [{"experiment_id": id_, "parsed": summary.parsed} for id_, summary in summaries.items()]
+    connection.execute(_MARK, marks)
 
 
 def _counted(platform: str | None, harness_id: str | None) -> Any:

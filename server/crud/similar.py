@@ -3,9 +3,9 @@ whose change resembles one (the rule itself is server/similarity.py).
 
 Every queued experiment gets its change summary stored with it (`store_change`, in the
 transaction that inserts it); experiments from before that are summarized when the server
-starts (`backfill`). Finding similar experiments reads no git: the rule's candidates come from
-index lookups, each a necessary condition of one kind of match, and the rule (server/similarity.py)
-then runs on those alone:
+starts (server/flows/summaries.py, `backfill`). Finding similar experiments reads no git: the
+rule's candidates come from index lookups, each a necessary condition of one kind of match, and
+the rule (server/similarity.py) then runs on those alone:
 - the same content hash (`identical`);
 - the same removed and added lines (`lines_sha`: same_change, same_change_other_base);
 - the same constants set and the same code lines (`shape_sha`), with the first constant's new
@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from collections.abc import Iterable
+from typing import Any
 
 from sqlalchemy import bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from client.schemas import SimilarExperiment
 from client.states import SimilarityKind
-from server.changes import ChangeSummary, ConstantChange, summarize
-from server.context import AppContext
+from server.changes import ChangeSummary, ConstantChange
 from server.crud.experiments import BASELINE_AGENT, agent_names
 from server.models import (
     NOT_RERUN_STATUSES,
@@ -46,13 +45,10 @@ from server.similarity import (
     sort_key,
 )
 
-log = logging.getLogger(__name__)
-
 MAX_SIMILAR = 20  # the most alike first; more is rarely read
 # A change contained in one that sets more constants than this is found through its first ones
 # only (or its code lines): the OR of one term per constant stays a bounded statement.
 MAX_CONSTANTS_ASKED = 64
-_BACKFILL_BATCH = 200
 
 
 def _sha(value: object) -> str:
@@ -115,34 +111,18 @@ def stored_summary(row: ExperimentChange) -> ChangeSummary:
     )
 
 
-def backfill(ctx: AppContext) -> int:
-    """Summarize the changes of experiments queued before their summaries were stored (once,
-    after migration 0009); how many. Reads each experiment's and its base's train.py from git."""
-    done = 0
-    sources: dict[str, str] = {}  # many experiments share a base
-
-    def source(commit: str) -> str:
-        if commit not in sources:
-            sources[commit] = ctx.repo.train_py(commit).decode("utf-8", "replace")
-        return sources[commit]
-
-    while True:
-        with ctx.db.read() as session:
-            missing = session.execute(
-                select(Experiment.id, Experiment.base_commit, Experiment.commit_sha)
-                .outerjoin(ExperimentChange, ExperimentChange.experiment_id == Experiment.id)
-                .where(ExperimentChange.experiment_id.is_(None), Experiment.base_commit.is_not(None))
-                .order_by(Experiment.id)
-                .limit(_BACKFILL_BATCH)
-            ).all()
-        if not missing:
-            break
-        with ctx.transaction() as tx:
-            for row in missing:
-                store_change(tx.session, row.id, summarize(source(row.base_commit), source(row.commit_sha)))
-        done += len(missing)
-        log.info("summarized the changes of %d earlier experiments", done)
-    return done
+def unsummarised(session: Session, limit: int) -> list[Any]:
+    """Up to `limit` experiments with a base but no stored summary (queued before summaries were
+    stored): id, base_commit, commit_sha, oldest first."""
+    return list(
+        session.execute(
+            select(Experiment.id, Experiment.base_commit, Experiment.commit_sha)
+            .outerjoin(ExperimentChange, ExperimentChange.experiment_id == Experiment.id)
+            .where(ExperimentChange.experiment_id.is_(None), Experiment.base_commit.is_not(None))
+            .order_by(Experiment.id)
+            .limit(limit)
+        ).all()
+    )
 
 
 def _candidates(session: Session, change: Change, exclude: set[int], before_id: int | None) -> list[Match]:

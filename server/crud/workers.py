@@ -1,85 +1,23 @@
-"""Worker registration, which also pins the project's harness id and platform."""
+"""The workers' rows: who registered which worker, and when each was last seen."""
 
 from __future__ import annotations
 
-import logging
-import uuid
-from datetime import timedelta
+from datetime import datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from client.schemas import RegisterIn, RegisterOut
-from server.context import AppContext
 from server.core.problems import Problem
-from server.crud.project import load_project
 from server.crud.tokens import Principal
-from server.harness_pin import ProjectMismatch, pin
-from server.models import Worker, utcnow
-
-log = logging.getLogger(__name__)
+from server.models import Worker
 
 
-def register(ctx: AppContext, principal: Principal, body: RegisterIn) -> RegisterOut:
-    with ctx.transaction() as tx:
-        project = load_project(tx.session, lock=True)
-        try:
-            pinned = pin(project, body.harness_id, body.device)
-        except ProjectMismatch as mismatch:
-            raise _refused(mismatch) from mismatch
-        if "harness_id" in pinned:
-            log.warning(
-                "no HARNESS_ID and no prepared data: worker %s fixes the harness id to %s",
-                body.name,
-                body.harness_id,
-            )
-        if "platform" in pinned:
-            log.info("worker %s fixes the project's platform to %s", body.name, body.device)
-        now = utcnow()
-        worker = tx.session.scalars(
-            select(Worker).where(Worker.token_id == principal.id, Worker.name == body.name)
-        ).first()
-        if worker is None:
-            _refuse_taken_name(tx.session, principal, body.name)
-            worker = Worker(id=str(uuid.uuid4()), token_id=principal.id, name=body.name, registered_at=now)
-            tx.session.add(worker)
-        worker.device = body.device
-        worker.memory_gb = body.memory_gb
-        worker.harness_id = body.harness_id
-        worker.last_seen_at = now
-        answer = RegisterOut(
-            worker_id=worker.id,
-            harness_id=project.harness_id,
-            platform=project.platform,
-            lease_seconds=ctx.settings.lease_seconds,
-            heartbeat_seconds=ctx.settings.lease_seconds / 3,
-        )
-    ctx.presence.remember(answer.worker_id, principal.id, body.name)
-    return answer
+def named(session: Session, principal: Principal, name: str) -> Worker | None:
+    """The caller's worker of this name, if it registered one before."""
+    return session.scalars(select(Worker).where(Worker.token_id == principal.id, Worker.name == name)).first()
 
 
-def _refused(mismatch: ProjectMismatch) -> Problem:
-    """A worker whose harness or device is not the project's: a 409 that says what to do."""
-    if mismatch.field == "harness_id":
-        return Problem(
-            409,
-            "harness-mismatch",
-            f"this server's project uses harness {mismatch.pinned}; the worker's harness is "
-            f"{mismatch.offered}. Run the worker with the server's preset and data (results of different "
-            "harnesses are never compared)",
-            project_harness_id=mismatch.pinned,
-        )
-    return Problem(
-        409,
-        "platform-mismatch",
-        f"this server's project measures on {mismatch.pinned!r}; the worker's device is "
-        f"{mismatch.offered!r}. Results from different platforms are never compared: run a separate "
-        "server for this platform",
-        project_platform=mismatch.pinned,
-    )
-
-
-def _refuse_taken_name(session: Session, principal: Principal, name: str) -> None:
+def refuse_taken_name(session: Session, principal: Principal, name: str) -> None:
     """A worker's name belongs to the token that registered it first: pages and events name workers,
     so another token must not run under it (registrations are serialised by the project lock)."""
     taken = session.scalar(select(Worker.id).where(Worker.name == name, Worker.token_id != principal.id))
@@ -91,8 +29,6 @@ def _refuse_taken_name(session: Session, principal: Principal, name: str) -> Non
         )
 
 
-def online_count(ctx: AppContext) -> int:
-    """Workers seen (register, claim or heartbeat) within two lease periods."""
-    cutoff = utcnow() - timedelta(seconds=2 * ctx.settings.lease_seconds)
-    with ctx.db.read() as session:
-        return int(session.scalar(select(func.count()).where(Worker.last_seen_at >= cutoff)) or 0)
+def online_count(session: Session, since: datetime) -> int:
+    """Workers seen (register, claim or heartbeat) since `since`."""
+    return int(session.scalar(select(func.count()).where(Worker.last_seen_at >= since)) or 0)

@@ -122,9 +122,9 @@ def experiment_page(
             .order_by(Result.run_id.desc())
             .limit(1)
         ).first()
+        progress_run, stored = progress_of(session, experiment_id)
     new = ctx.repo.train_py(view.commit).decode("utf-8", "replace")
     old = ctx.repo.train_py(view.base).decode("utf-8", "replace") if view.base else ""
-    progress_run, stored = progress_of(ctx, experiment_id)
     samples = [[s.step, s.loss, s.fraction, s.elapsed_s, s.phase, s.tokens_per_s] for s in stored]
     log_text = log.log_tail if log is not None else ""
     return templates.TemplateResponse(

@@ -6,10 +6,10 @@ import threading
 from collections import Counter
 
 from client.schemas import SubmitIn
-from server.crud import leases
 from server.crud.tokens import Principal
+from server.flows import leases
 from server.models import Worker
-from server.submissions import submit
+from server.flows.submit import submit
 
 
 def _queue(live, baseline_source: str, count: int) -> set[int]:

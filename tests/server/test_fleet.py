@@ -18,9 +18,9 @@ from sqlalchemy import update
 from client.events import EventType
 from client.schemas import ClaimOut
 from client.states import RunState
-from server.crud import leases
 from server.events import Broadcaster, Event
 from server.fleet import Fleet, progress_seconds, quietest_slot
+from server.flows import leases
 from server.models import RUNS
 from worker.lease import LeaseKeeper
 

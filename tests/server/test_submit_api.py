@@ -16,7 +16,7 @@ from client.schemas import SubmitIn
 from server.crud.experiments import get_view
 from server.crud.tokens import find_principal
 from server.patches import make_patch
-from server.submissions import submit
+from server.flows.submit import submit
 from tests.server.conftest import Live, LiveFactory
 
 

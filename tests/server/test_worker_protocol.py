@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from client import ApiError, Client
-from server.crud.leases import expire_leases
 from server.fleet import LONG_POLL_SPREAD
+from server.flows.leases import expire_leases
 from server.main import build_context
 from server.project_init import InitError, init_project
 

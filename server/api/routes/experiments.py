@@ -9,7 +9,6 @@ from fastapi.responses import PlainTextResponse
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from client.events import EventType, Finished, Queued
 from client.schemas import (
     CancelOut,
     ExperimentOut,
@@ -19,22 +18,19 @@ from client.schemas import (
     SubmitIn,
     SubmitOut,
 )
-from client.states import FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus, TokenKind
 from harness.result import ProgressEvent
 from server.api.deps import Admin, Agent, Ctx, Reader
 from server.api.params import ExperimentsQuery, since_utc
 from server.context import AppContext
-from server.core.problems import Problem
+from server.core.problems import unknown_experiment
 from server.crud import experiments as crud
 from server.crud.experiments import Touched
 from server.crud.leases import progress_of
-from server.crud.requeue import has_result, queue_again
-from server.crud.runs import cancel_queued_runs
 from server.crud.similar import similar_to_experiment
-from server.lifecycle import move_experiment
-from server.models import Experiment, Result, Run, utcnow
+from server.flows import cancel
+from server.flows.submit import submit
+from server.models import Experiment, Result, Run
 from server.patches import make_patch
-from server.submissions import submit
 
 router = APIRouter(prefix="/experiments", tags=["experiments"])
 ExperimentId = Annotated[int, Path(ge=1, le=2**62)]
@@ -44,10 +40,6 @@ _ERRORS = {
     403: {"description": "wrong kind of token"},
     404: {"description": "no such experiment"},
 }
-
-
-def _not_found(experiment_id: int) -> Problem:
-    return Problem(404, "unknown-experiment", f"no experiment {experiment_id}")
 
 
 def _train_py(ctx: AppContext, commit: str | None) -> str:
@@ -60,7 +52,7 @@ def _commits(ctx: AppContext, experiment_id: int) -> tuple[str, str | None]:
     with ctx.db.read() as session:
         experiment = session.get(Experiment, experiment_id)
     if experiment is None:
-        raise _not_found(experiment_id)
+        raise unknown_experiment(experiment_id)
     return experiment.commit_sha, experiment.base_commit
 
 
@@ -126,7 +118,7 @@ async def get_experiment(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId)
     # takes a second thread hop to validate its answer).
     view = await run_in_threadpool(_view, ctx, experiment_id)
     if view is None:
-        raise _not_found(experiment_id)
+        raise unknown_experiment(experiment_id)
     return view
 
 
@@ -161,7 +153,7 @@ def get_log(
     with ctx.db.read() as session:
         experiment = session.get(Experiment, experiment_id)
         if experiment is None:
-            raise _not_found(experiment_id)
+            raise unknown_experiment(experiment_id)
         statement = (
             select(Result).join(Run, Run.id == Result.run_id).where(Result.experiment_id == experiment_id)
         )
@@ -184,8 +176,8 @@ def get_progress(
     the latest run that reported progress)."""
     with ctx.db.read() as session:
         if session.get(Experiment, experiment_id) is None:
-            raise _not_found(experiment_id)
-    number, samples = progress_of(ctx, experiment_id, run)
+            raise unknown_experiment(experiment_id)
+        number, samples = progress_of(session, experiment_id, run)
     return ProgressOut(
         experiment_id=experiment_id,
         run=number,
@@ -196,31 +188,7 @@ def get_progress(
 @router.post("/{experiment_id}/cancel", responses={409: {"description": "already finished"}, **_ERRORS})
 def cancel_experiment(ctx: Ctx, agent: Agent, experiment_id: ExperimentId) -> CancelOut:
     """Cancel a queued experiment at once, or ask the worker running it to stop."""
-    with ctx.transaction() as tx:
-        experiment = tx.session.get(Experiment, experiment_id, with_for_update=True)
-        if experiment is None:
-            raise _not_found(experiment_id)
-        if agent.kind != TokenKind.ADMIN and experiment.agent_id != agent.id:
-            raise Problem(403, "not-yours", f"experiment {experiment_id} belongs to another agent")
-        if experiment.status in FINAL_STATUSES:
-            raise Problem(
-                409, "already-finished", f"experiment {experiment_id} is already {experiment.status}"
-            )
-        if experiment.status == ExperimentStatus.QUEUED:
-            move_experiment(experiment, ExperimentStatus.CANCELLED)
-            experiment.finished_at = utcnow()
-            experiment.decision_reason = f"cancelled by {agent.name} while queued"
-            cancel_queued_runs(tx.session, experiment_id, experiment.finished_at)
-            tx.emit(
-                EventType.FINISHED,
-                Finished(
-                    experiment_id=experiment_id,
-                    status=ExperimentStatus.CANCELLED,
-                    reason=experiment.decision_reason,
-                ),
-            )
-        elif experiment.status == ExperimentStatus.RUNNING:
-            experiment.cancel_requested = True
+    cancel.cancel(ctx, agent, experiment_id)
     view = _view(ctx, experiment_id)
     assert view is not None
     return CancelOut(experiment=view)
@@ -233,22 +201,7 @@ def cancel_experiment(ctx: Ctx, agent: Agent, experiment_id: ExperimentId) -> Ca
 def retry_experiment(ctx: Ctx, admin: Admin, experiment_id: ExperimentId) -> ExperimentOut:
     """Queue an `infra_failed` or `cancelled` experiment again, at the back, with its attempts reset
     (e.g. once the broken workers are fixed). Admin only."""
-    with ctx.transaction() as tx:
-        experiment = tx.session.get(Experiment, experiment_id, with_for_update=True)
-        if experiment is None:
-            raise _not_found(experiment_id)
-        if experiment.status not in RETRYABLE_STATUSES:
-            raise Problem(
-                409,
-                "not-retryable",
-                f"experiment {experiment_id} is {experiment.status}; only infra_failed or cancelled "
-                "experiments can be queued again",
-            )
-        if has_result(tx.session, experiment_id):
-            raise Problem(409, "has-result", f"experiment {experiment_id} already has a result")
-        why = f"queued again by {admin.name} (was {experiment.status})"
-        queue_again(tx.session, experiment, utcnow())
-        tx.emit(EventType.QUEUED, Queued(experiment_id=experiment_id, attempts=0, why=why))
+    cancel.retry(ctx, admin, experiment_id)
     view = _view(ctx, experiment_id)
     assert view is not None
     return view
@@ -264,5 +217,5 @@ def get_similar(ctx: Ctx, _reader: Reader, experiment_id: ExperimentId) -> Simil
     with ctx.db.read() as session:
         experiment = session.get(Experiment, experiment_id)
         if experiment is None:
-            raise _not_found(experiment_id)
+            raise unknown_experiment(experiment_id)
         return SimilarOut(experiment_id=experiment_id, similar=similar_to_experiment(session, experiment))

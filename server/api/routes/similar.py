@@ -9,8 +9,8 @@ from client.schemas import SimilarIn, SimilarOut
 from server.api.deps import Ctx, Reader
 from server.context import AppContext
 from server.crud.similar import find_similar
+from server.flows.submit import propose
 from server.research_repo import blob_sha
-from server.submissions import propose
 
 router = APIRouter(prefix="/similar", tags=["experiments"])
 

@@ -18,9 +18,9 @@ from client.schemas import (
     ResultOutcome,
 )
 from server.api.deps import Ctx, WorkerToken
-from server.crud import leases
-from server.crud.results import record_result
-from server.crud.workers import register
+from server.flows import leases
+from server.flows.results import record_result
+from server.flows.workers import register
 
 router = APIRouter(prefix="/worker", tags=["worker"])
 LeaseId = Annotated[str, Path(min_length=1, max_length=36)]

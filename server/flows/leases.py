@@ -1,0 +1,300 @@
+"""The worker side of the queue: claim a run under a lease, heartbeat, progress, release, expiry.
+
+Each is one transaction over the rows of server/crud/leases.py. A claim hands out runs in the
+queue's order (crud.leases.pick_run), except while the best is not measured yet (`gate`); a
+first run whose base is no longer the best is carried over onto the best first
+(server.decisions.reapply_before_running), then claimed again. A run that ends without a result
+(released, or its lease expired) is queued again or ended (`back_to_queue`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Row
+from sqlalchemy.orm import Session
+
+from client.events import EventType, Finished, Progress, Queued, Started
+from client.schemas import ClaimOut, HeartbeatOut, ProgressEventIn
+from client.states import RETRYABLE_STATUSES, ExperimentStatus, LeaseState, Rule, RunState
+from server.context import AppContext, Tx
+from server.core.problems import Problem
+from server.crud import leases
+from server.crud import noise as noise_crud
+from server.crud.project import load_project
+from server.crud.runs import cancel_queued_runs, live_runs
+from server.crud.tokens import Principal
+from server.decisions import reapply_before_running
+from server.lifecycle import UNDECIDED, move_experiment, move_run
+from server.models import Experiment, Run, utcnow
+
+
+def owner_of(ctx: AppContext, session: Session, worker_id: str) -> str | None:
+    """The id of the token that registered `worker_id` (remembered in ctx.presence), or None."""
+    owner = ctx.presence.owner(worker_id)
+    if owner is None:
+        worker = leases.worker_row(session, worker_id)
+        if worker is not None:
+            ctx.presence.remember(worker_id, worker.token_id, worker.name)
+            owner = worker.token_id
+    return owner
+
+
+def check_worker(ctx: AppContext, principal: Principal, worker_id: str) -> None:
+    """404 unless `worker_id` was registered with the caller's token."""
+    owner = ctx.presence.owner(worker_id)
+    if owner is None:
+        with ctx.db.read() as session:
+            owner = owner_of(ctx, session, worker_id)
+    if owner != principal.id:
+        raise Problem(
+            404, "unknown-worker", f"no worker {worker_id!r} registered with this token; register again"
+        )
+
+
+def touch(ctx: AppContext, session: Session, worker_id: str) -> None:
+    """Note the worker as seen (written at most every few seconds, see server/presence.py)."""
+    if ctx.presence.seen_write_due(worker_id):
+        leases.write_seen(session, worker_id)
+
+
+def gate(ctx: AppContext, session: Session) -> int | None:
+    """The one experiment whose runs may be handed out now, or None when any queued run may.
+
+    Nothing is compared with a best that is not measured yet: until the best has a valid run
+    (greedy), or until the noise estimate rests on NOISE_RUNS runs of the best (noise-aware),
+    only the best's runs go out while it has any queued or running, and nothing at all while an
+    unmeasured best waits to be queued again after its runs lost their workers. Once open, the gate stays
+    open (a measurement is never lost), so the check is skipped after.
+    """
+    if ctx.gate_open:
+        return None
+    project = load_project(session)
+    best_id = project.best_experiment_id
+    if best_id is None:
+        return None
+    best = session.get(Experiment, best_id)
+    assert best is not None
+    if ctx.settings.decision_rule == Rule.NOISE_AWARE:
+        estimate = noise_crud.noise(session, project.platform, project.harness_id)
+        measured = estimate is not None and estimate.df >= ctx.settings.noise_runs - 1
+    else:
+        measured = best.valid_runs > 0
+    if measured:
+        ctx.gate_open = True
+        return None
+    if live_runs(session, best_id) == 0 and (best.valid_runs > 0 or best.status not in RETRYABLE_STATUSES):
+        # Its runs ended without the measurement: a best with valid runs is compared on those; a
+        # best that crashed by its own fault cannot be measured, and the next valid result will
+        # do. One whose runs lost their workers keeps the gate shut: nothing is compared with it
+        # until it is queued again (at the next server start, `init`, or an admin's retry).
+        return None
+    return best_id
+
+
+def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | None:
+    """Lease the next queued run to this worker, or None when nothing can run now."""
+    check_worker(ctx, principal, worker_id)
+    if ctx.db.sqlite:
+        # SQLite has one writer for the whole database: look before taking its write lock, so
+        # that idle long polls do not queue for it. PostgreSQL's claim below locks one row only.
+        with ctx.db.read() as session:
+            anything = leases.anything_queued(session)
+        if not anything:
+            if ctx.presence.seen_write_due(worker_id):
+                with ctx.transaction() as tx:
+                    leases.write_seen(tx.session, worker_id)
+            return None
+    while True:
+        with ctx.transaction() as tx:
+            touch(ctx, tx.session, worker_id)
+            now = utcnow()
+            picked = leases.pick_run(tx.session, now, gate(ctx, tx.session))
+            if picked is None:
+                return None
+            experiment = leases.start_experiment(tx.session, picked.experiment_id, now)
+            if (
+                picked.number == 1
+                and experiment.base_commit is not None
+                and experiment.base_commit != leases.best_commit(tx.session)
+                and reapply_before_running(ctx, tx, picked.experiment_id, picked.id)
+            ):
+                continue  # its change went onto the current best: claim again
+            lease = {
+                "id": str(uuid.uuid4()),
+                "experiment_id": picked.experiment_id,
+                "run_id": picked.id,
+                "worker_id": worker_id,
+                "attempt": picked.attempts,
+                "state": LeaseState.ACTIVE,
+                "claimed_at": now,
+                "expires_at": now + timedelta(seconds=ctx.settings.lease_seconds),
+            }
+            leases.insert_lease(tx.session, lease)
+            tx.emit(
+                EventType.STARTED,
+                Started(
+                    experiment_id=picked.experiment_id,
+                    run=picked.number,
+                    attempt=picked.attempts,
+                    worker=ctx.presence.name(worker_id),
+                ),
+            )
+        break
+    train_py = ctx.repo.train_py(experiment.commit_sha)
+    return ClaimOut(
+        lease_id=lease["id"],
+        experiment_id=picked.experiment_id,
+        run=picked.number,
+        seed=picked.seed,
+        attempt=picked.attempts,
+        description=experiment.description,
+        train_py=train_py.decode("utf-8"),
+        train_py_sha256=hashlib.sha256(train_py).hexdigest(),
+        lease_expires_at=lease["expires_at"],
+    )
+
+
+def locked_lease(ctx: AppContext, session: Session, principal: Principal, lease_id: str) -> Row[Any]:
+    """The caller's lease row, row-locked (PostgreSQL), in any state; 404 when not the caller's."""
+    lease = leases.lease_row(session, lease_id)
+    if lease is not None and owner_of(ctx, session, lease.worker_id) == principal.id:
+        return lease
+    raise Problem(404, "unknown-lease", f"no lease {lease_id!r} held by this worker token")
+
+
+def require_held(ctx: AppContext, session: Session, lease: Row[Any]) -> None:
+    """409 unless the lease is active and unexpired; notes the worker as seen."""
+    if lease.state != LeaseState.ACTIVE:
+        raise Problem(409, "lease-not-held", f"lease {lease.id} is no longer held: it was {lease.state}")
+    if lease.expires_at <= utcnow():
+        raise Problem(
+            409,
+            "lease-not-held",
+            f"lease {lease.id} expired at {lease.expires_at.isoformat()}; the experiment goes back to the "
+            "queue",
+        )
+    touch(ctx, session, lease.worker_id)
+
+
+def held_lease(ctx: AppContext, session: Session, principal: Principal, lease_id: str) -> Row[Any]:
+    """The caller's active, unexpired lease (row-locked), else 404 (not yours) or 409 (not held)."""
+    lease = locked_lease(ctx, session, principal, lease_id)
+    require_held(ctx, session, lease)
+    return lease
+
+
+def heartbeat(ctx: AppContext, principal: Principal, lease_id: str) -> HeartbeatOut:
+    with ctx.transaction() as tx:
+        lease = held_lease(ctx, tx.session, principal, lease_id)
+        expires_at = utcnow() + timedelta(seconds=ctx.settings.lease_seconds)
+        leases.set_lease(tx.session, lease.id, expires_at=expires_at)
+        return HeartbeatOut(
+            lease_expires_at=expires_at, cancel=leases.cancel_requested(tx.session, lease.experiment_id)
+        )
+
+
+def record_progress(
+    ctx: AppContext, principal: Principal, lease_id: str, events: list[ProgressEventIn]
+) -> None:
+    """Store progress samples (at most MAX_PROGRESS_EVENTS per run, crud.leases.add_progress) and
+    announce the latest."""
+    with ctx.transaction() as tx:
+        lease = held_lease(ctx, tx.session, principal, lease_id)
+        if not events:
+            return
+        leases.add_progress(tx.session, lease, events, ctx.settings.max_progress_events)
+        last = events[-1]
+        tx.emit(
+            EventType.PROGRESS,
+            Progress(
+                experiment_id=lease.experiment_id,
+                run=leases.run_number(tx.session, lease.run_id),
+                attempt=lease.attempt,
+                **last.model_dump(),
+            ),
+        )
+
+
+def back_to_queue(
+    tx: Tx, experiment: Experiment, run: Run, why: str, count_attempt: bool, max_attempts: int
+) -> None:
+    """A run ended without a result: queue it again, or end it (cancelled, or too many attempts).
+
+    An undecided experiment follows its run; a decided one (the best, whose repeat this was) keeps
+    its status whatever happens to the run.
+    """
+    now = utcnow()
+    if not count_attempt:
+        run.attempts -= 1
+    undecided = experiment.status in UNDECIDED
+    if experiment.cancel_requested and undecided:
+        move_run(run, RunState.CANCELLED)
+        run.finished_at = now
+        move_experiment(experiment, ExperimentStatus.CANCELLED)
+        experiment.decision_reason = f"cancelled while running ({why})"
+    elif run.attempts >= max_attempts:
+        move_run(run, RunState.INFRA_FAILED)
+        run.finished_at = now
+        if not undecided:
+            tx.emit(
+                EventType.FINISHED,
+                Finished(
+                    experiment_id=experiment.id, run=run.number, status=RunState.INFRA_FAILED, reason=why
+                ),
+            )
+            return
+        move_experiment(experiment, ExperimentStatus.INFRA_FAILED)
+        of_run = f" of run {run.number}" if run.number > 1 else ""
+        experiment.decision_reason = (
+            f"{why}; attempt {run.attempts} of {max_attempts}{of_run}: ended as an infrastructure failure"
+        )
+    else:
+        move_run(run, RunState.QUEUED)
+        run.started_at = None  # keeps its queued_at: its place in the queue
+        if undecided:
+            move_experiment(experiment, ExperimentStatus.QUEUED)
+            experiment.started_at = None
+        tx.emit(
+            EventType.QUEUED,
+            Queued(experiment_id=experiment.id, run=run.number, attempts=run.attempts, why=why),
+        )
+        return
+    cancel_queued_runs(tx.session, experiment.id, now)
+    experiment.finished_at = now
+    tx.emit(
+        EventType.FINISHED,
+        Finished(experiment_id=experiment.id, status=experiment.status, reason=experiment.decision_reason),
+    )
+
+
+def release(ctx: AppContext, principal: Principal, lease_id: str, reason: str, count_attempt: bool) -> None:
+    with ctx.transaction() as tx:
+        lease = held_lease(ctx, tx.session, principal, lease_id)
+        leases.set_lease(tx.session, lease.id, state=LeaseState.RELEASED, ended_at=utcnow())
+        experiment, run = leases.locked_run(tx.session, lease.experiment_id, lease.run_id)
+        why = f"released by the worker: {reason}" if reason else "released by the worker"
+        back_to_queue(tx, experiment, run, why, count_attempt, max_attempts=ctx.settings.max_attempts)
+
+
+def expire_leases(ctx: AppContext) -> int:
+    """Requeue the runs of expired leases (or end them after MAX_ATTEMPTS); return how many."""
+    now = utcnow()
+    with ctx.db.read() as session:
+        if not leases.any_expired(session, now):
+            return 0
+    with ctx.transaction() as tx:
+        expired = leases.expired_leases(tx.session, now)
+        for lease in expired:
+            lease.state = LeaseState.EXPIRED
+            lease.ended_at = now
+            experiment, run = leases.locked_run(tx.session, lease.experiment_id, lease.run_id)
+            deadline = lease.expires_at.isoformat()
+            why = f"lease of attempt {lease.attempt} expired (no heartbeat before {deadline})"
+            back_to_queue(
+                tx, experiment, run, why, count_attempt=True, max_attempts=ctx.settings.max_attempts
+            )
+        return len(expired)

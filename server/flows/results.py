@@ -1,0 +1,106 @@
+"""Recording a worker's result for one run and deciding on it, exactly once per result_id."""
+
+from __future__ import annotations
+
+from client.events import EventType, Finished
+from client.schemas import ResultIn, ResultOutcome
+from client.states import LeaseState, RunState
+from harness.result import INTEGRITY_CLASSES
+from server.context import AppContext
+from server.core.problems import Problem
+from server.crud import integrity, results
+from server.crud.leases import set_lease
+from server.crud.tokens import Principal
+from server.decisions import decide
+from server.flows.leases import locked_lease, require_held
+from server.lifecycle import check_experiment_move, check_run_move
+from server.models import utcnow
+
+
+def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: ResultIn) -> ResultOutcome:
+    """Store the run's result, decide on its experiment and end the lease, in one transaction.
+
+    The rows it reads are locked where they must be (the lease, then the experiment), and the
+    experiment's new values (measurement and decision) are written with one UPDATE.
+    """
+    result_id = body.result_id.lower()
+    with ctx.transaction() as tx:
+        lease = locked_lease(ctx, tx.session, principal, lease_id)
+        if lease.state == LeaseState.FINISHED:
+            replay = results.already_recorded(tx.session, lease_id, result_id)
+            if replay is not None:
+                return replay
+        require_held(ctx, tx.session, lease)
+        experiment = results.locked_experiment(tx.session, lease.experiment_id)
+        run = results.run_row(tx.session, lease.run_id)
+        measured = body.result
+        if measured.seed is not None and run.seed is not None and measured.seed != run.seed:
+            raise Problem(
+                422,
+                "seed-mismatch",
+                f"run {run.number} of experiment {experiment.id} has seed {run.seed}; the result says it ran "
+                f"with seed {measured.seed}",
+            )
+        now = utcnow()
+        set_lease(tx.session, lease.id, state=LeaseState.FINISHED, ended_at=now)
+        check_run_move(run.status, RunState.FINISHED)
+        results.finish_run(tx.session, run.id, now)
+        fields = measured.model_dump(mode="json")
+        fields["seed"] = run.seed if measured.seed is None else measured.seed
+        extra = {key: fields.pop(key) for key in list(fields) if key not in results.RESULT_COLUMNS}
+        row = {
+            "id": result_id,
+            "experiment_id": experiment.id,
+            "run_id": run.id,
+            "lease_id": lease.id,
+            "worker_id": lease.worker_id,
+            "received_at": now,
+            "extra": extra,
+            **fields,
+        }
+        results.insert_result(tx.session, row)
+        tx.emit(
+            EventType.FINISHED,
+            Finished(
+                experiment_id=experiment.id,
+                run=run.number,
+                result_status=measured.status,
+                val_bpb=measured.val_bpb,
+            ),
+        )
+        changes: dict[str, object] = {"platform": measured.device}
+        changes |= decide(ctx, tx, experiment, run, measured)
+        if measured.error_class in INTEGRITY_CLASSES and experiment.agent_id is not None:
+            event = integrity.record_event(
+                tx.session.connection(),
+                experiment.agent_id,
+                experiment.id,
+                result_id,
+                measured.error_class,
+                now,
+            )
+            if "decision_reason" in changes:
+                changes["decision_reason"] = (
+                    f"{changes['decision_reason']}; integrity event {event}: this agent's queued "
+                    "experiments are held until an admin clears it"
+                )
+        if "status" in changes:
+            check_experiment_move(experiment.status, str(changes["status"]))
+        results.update_experiment(tx.session, experiment.id, changes)
+        return ResultOutcome(
+            experiment_id=experiment.id,
+            run=run.number,
+            decision=changes.get("decision", experiment.decision),  # type: ignore[arg-type]
+            status=changes.get("status", experiment.status),  # type: ignore[arg-type]
+            reason=_reason(run.number, changes),
+        )
+
+
+def _reason(number: int, changes: dict[str, object]) -> str:
+    """What this run's result decided, in words: the decision's reason, or, for a run of an
+    experiment decided before it (a repeat of the best, a measuring run of the baseline), that it
+    decided nothing: the old reason would read as if this run had decided it again."""
+    if "decision_reason" in changes:
+        return str(changes["decision_reason"] or "")
+    runs = changes["valid_runs"]
+    return f"run {number} of an experiment decided before it: {runs} valid runs now, nothing to decide"
