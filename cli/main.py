@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from types import ModuleType
 
 from cli import (
     agent,
@@ -32,8 +33,8 @@ from cli import (
 
 # The commands, in the order `autoresearch --help` lists them; each module's `register(subparsers)`
 # adds its command(s) and sets `func`.
-COMMANDS = (work, prepare, serve, db, init, token, up, submit, status, best, results_tsv, agent, run, retry)
-COMMANDS += (notes, mcp, similar, search, cancel, history, integrity)
+COMMANDS: tuple[ModuleType, ...] = (work, prepare, serve, db, init, token, up, submit, status, best)
+COMMANDS += (results_tsv, agent, run, retry, notes, mcp, similar, search, cancel, history, integrity)
 
 
 def build_parser() -> argparse.ArgumentParser:

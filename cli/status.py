@@ -105,7 +105,9 @@ def show_overview(client: Client, args: argparse.Namespace) -> None:
         ][: args.limit]
     else:
         recent = client.experiments(agent=args.agent, status=args.state, limit=args.limit).items
-    counts = {state: _count(client, state) for state in (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING)}
+    counts = {
+        state.value: _count(client, state) for state in (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING)
+    }
     noise = next((e for e in client.noise().estimates if e.current), None) if best is not None else None
     if args.json:
         overview: dict[str, object] = {

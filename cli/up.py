@@ -175,7 +175,8 @@ def _wait_any(children: list[subprocess.Popen]) -> None:
         time.sleep(0.5)
     for child in children:
         if child.returncode is not None:
-            print(f"[up] {' '.join(child.args[1:3])} exited with code {child.returncode}; stopping")
+            command = child.args if isinstance(child.args, list) else [child.args]
+            print(f"[up] {' '.join(map(str, command[1:3]))} exited with code {child.returncode}; stopping")
 
 
 def _stop(children: list[subprocess.Popen]) -> None:

@@ -149,7 +149,11 @@ def _knobs(name: str, node: ast.expr) -> Iterator[tuple[str, ast.expr]]:
     literal, its entries with string or int keys, and for a call its keyword arguments, nested."""
     if isinstance(node, ast.Dict):
         for key, value in zip(node.keys, node.values, strict=True):
-            if isinstance(key, ast.Constant) and type(key.value) in (str, int):
+            if (
+                isinstance(key, ast.Constant)
+                and isinstance(key.value, str | int)
+                and not isinstance(key.value, bool)
+            ):
                 yield from _knobs(name + entry_step(key.value), value)
     elif isinstance(node, ast.Call):
         for keyword in node.keywords:

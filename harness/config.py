@@ -134,7 +134,8 @@ class HarnessSettings(BaseSettings):
 
 def load_settings(preset: str | None = None, **overrides: Any) -> HarnessSettings:
     """Settings for `preset` (or $PRESET, default cpu): preset defaults < env vars < overrides."""
-    base = HarnessSettings(**({"preset": preset} if preset else {}))
+    given: dict[str, Any] = {"preset": preset} if preset else {}
+    base = HarnessSettings(**given)
     chosen = base.preset
     if chosen not in PRESETS:
         raise ValueError(f"unknown preset {chosen!r}; choose one of {', '.join(PRESETS)}")

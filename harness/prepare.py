@@ -233,8 +233,8 @@ def _val_stage(
     num_rows = settings.eval_tokens // settings.seq_len
     dtype = token_file.tokens.dtype
     rows = next(best_fit_batches(token_file.read_into, dtype, spans, settings.seq_len + 1, num_rows), None)
-    got = 0 if rows is None else len(rows)
-    if got < num_rows:
+    if rows is None or len(rows) < num_rows:
+        got = 0 if rows is None else len(rows)
         names = ", ".join(p.name for p in shards)
         raise DataError(
             f"too little validation data: {names} gives {got} rows of SEQ_LEN+1={settings.seq_len + 1} "

@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
-from sqlalchemy import Row, bindparam, func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from client.events import DECIDED_EVENT, Decided, EventType, Queued
@@ -54,7 +53,7 @@ from server.judge import (
     run_counts,
 )
 from server.lifecycle import move_experiment, move_run
-from server.models import EXPERIMENTS, RUNS, Experiment, Project, Run, utcnow
+from server.models import EXPERIMENTS, RUNS, AnyRow, Experiment, Project, Run, utcnow
 from server.noise_pool import bounded_mean
 
 log = logging.getLogger(__name__)
@@ -68,9 +67,7 @@ _REFERENCE = (
 )
 
 
-def decide(
-    ctx: AppContext, tx: Tx, experiment: Row[Any], run: Row[Any], result: RunResult
-) -> dict[str, object]:
+def decide(ctx: AppContext, tx: Tx, experiment: AnyRow, run: AnyRow, result: RunResult) -> dict[str, object]:
     """Count the run, judge the experiment if it is undecided, apply the verdict, emit events.
 
     Returns the experiment's new column values; the caller writes them with its own changes.
@@ -78,7 +75,7 @@ def decide(
     cancellation); a run of an experiment decided before it only counts, and the caller's answer
     says so (server/flows/results.py, `_reason`).
     """
-    project = current_best(tx.session)
+    project: AnyRow | Project = current_best(tx.session)
     before = noise_crud.RunStats(experiment.valid_runs, experiment.val_bpb, experiment.val_bpb_m2)
     after = before
     if run_counts(
@@ -116,9 +113,9 @@ def decide(
 def _snapshot(
     ctx: AppContext,
     session: Session,
-    project: Row[Any] | Project,
-    experiment: Row[Any],
-    run: Row[Any],
+    project: AnyRow | Project,
+    experiment: AnyRow,
+    run: AnyRow,
     result: RunResult,
     candidate: noise_crud.RunStats,
 ) -> Snapshot:
@@ -160,7 +157,7 @@ _EARLIER = select(EXPERIMENTS.c.base_commit, EXPERIMENTS.c.rebased_from_id).wher
 
 def _earlier(
     session: Session,
-    project: Row[Any] | Project,
+    project: AnyRow | Project,
     rule: Rule,
     noise: Noise | None,
     rebased_from_id: int | None,
@@ -183,7 +180,7 @@ def _earlier(
 
 
 def _reference(
-    session: Session, commit: str, project: Row[Any] | Project, rule: Rule, noise: Noise | None
+    session: Session, commit: str, project: AnyRow | Project, rule: Rule, noise: Noise | None
 ) -> Reference:
     """The sample a candidate on `commit` is compared with.
 
@@ -225,7 +222,7 @@ def _comparison_columns(reference_commit: str, comparison: Comparison | None) ->
 
 
 def _apply(
-    ctx: AppContext, tx: Tx, project: Row[Any] | Project, experiment: Row[Any], verdict: Verdict
+    ctx: AppContext, tx: Tx, project: AnyRow | Project, experiment: AnyRow, verdict: Verdict
 ) -> dict[str, object]:
     """Carry out the verdict; the experiment's status, decision and reason, and its events."""
     if verdict.action is Action.CONFIRM:
@@ -265,7 +262,7 @@ def _apply(
 
 
 def _rebase(
-    ctx: AppContext, tx: Tx, project: Project, experiment: Row[Any] | Experiment, why: str
+    ctx: AppContext, tx: Tx, project: Project, experiment: AnyRow | Experiment, why: str
 ) -> tuple[Decision, str, int | None]:
     assert project.best_commit is not None and experiment.base_commit is not None
     moved = f"{why} (from {experiment.base_commit[:10]} to {project.best_commit[:10]})"
@@ -276,6 +273,7 @@ def _rebase(
     twin = find_same_train_py(tx.session, carry.blob)
     if twin is not None:
         return Decision.REBASE, f"{moved}; its change on the new best is experiment {twin}", twin
+    assert carry.change is not None  # a change that applies has its summary
     requeued = queue_candidate(
         ctx,
         tx,
@@ -298,7 +296,7 @@ def _rebase(
 
 
 def _carry_onto_best(
-    ctx: AppContext, experiment: Row[Any] | Experiment, best_commit: str, author: str
+    ctx: AppContext, experiment: AnyRow | Experiment, best_commit: str, author: str
 ) -> Carried:
     """The experiment's change carried onto the best (server/carry.py: computed once)."""
     assert experiment.base_commit is not None
@@ -382,13 +380,13 @@ def reapply_before_running(ctx: AppContext, tx: Tx, experiment_id: int, run_id: 
     return True
 
 
-def _agent_labels(session: Session, experiments: Sequence[Row[Any] | Experiment]) -> list[str]:
+def _agent_labels(session: Session, experiments: Sequence[AnyRow | Experiment]) -> list[str]:
     """Who each change's commit is by (one query for all of them)."""
     names = agent_names(session, {e.agent_id for e in experiments if e.agent_id is not None})
     return ["baseline" if e.agent_id is None else names.get(e.agent_id, "agent") for e in experiments]
 
 
-def _advance_best(ctx: AppContext, tx: Tx, project: Project, experiment: Row[Any]) -> None:
+def _advance_best(ctx: AppContext, tx: Tx, project: Project, experiment: AnyRow) -> None:
     """Make the experiment the best (its runs become the best's runs) and give it its repeats."""
     previous, previous_id = project.best_commit, project.best_experiment_id
     now = utcnow()

@@ -309,10 +309,8 @@ def compare(
         e for e in earlier if e.candidate.mean is not None and e.reference.mean is not None
     ]
     weights = [1 / (1 / e.candidate.runs + 1 / e.reference.runs) for e in measured]
-    effect = sum(
-        w * (e.candidate.mean - e.reference.mean)  # type: ignore[operator]
-        for w, e in zip(weights, measured, strict=True)
-    ) / sum(weights)
+    differences = [(e.candidate.mean or 0.0) - (e.reference.mean or 0.0) for e in measured]  # all measured
+    effect = sum(w * d for w, d in zip(weights, differences, strict=True)) / sum(weights)
     se = t = p_value = bound = None
     if noise is not None and noise.df >= 1:
         se = noise.sigma / math.sqrt(sum(weights))

@@ -233,6 +233,7 @@ def experiment_number(experiment_id: str) -> int:
 def paged(query: type[BaseModel]) -> type[BaseModel]:
     """`query` with its `limit` defaulting to MCP_PAGE (its bounds and description kept)."""
     field = query.model_fields["limit"]
+    assert field.annotation is not None
     limit = FieldInfo.merge_field_infos(field, default=MCP_PAGE)
     return create_model(f"Paged{query.__name__}", __base__=query, limit=(field.annotation, limit))
 

@@ -20,10 +20,13 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
 )
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Dialect, Row
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from client.states import ExperimentStatus, TokenKind
+
+# A row of a Core statement, whatever its columns (the worker endpoints' plain statements).
+AnyRow = Row[*tuple[Any, ...]]
 
 
 def utcnow() -> datetime:

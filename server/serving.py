@@ -29,7 +29,7 @@ def uvicorn_config(
     port: int = 8000,
     fd: int | None = None,
     log_level: str = "info",
-    keep_alive_s: float = KEEP_ALIVE_S,
+    keep_alive_s: int = KEEP_ALIVE_S,
 ) -> uvicorn.Config:
     """One process (git writes are serialised and events broadcast in-process: docs/operations.md).
     `keep_alive_s` is for bench/keep_alive.py, which compares uvicorn's default with ours."""
@@ -45,7 +45,7 @@ def uvicorn_config(
 
 
 @contextmanager
-def served_in_thread(app: FastAPI, port: int = 0, keep_alive_s: float = KEEP_ALIVE_S) -> Iterator[str]:
+def served_in_thread(app: FastAPI, port: int = 0, keep_alive_s: int = KEEP_ALIVE_S) -> Iterator[str]:
     """Run `app` on 127.0.0.1:`port` (0: a free one) in a thread (tests, benchmarks); yield its URL."""
     server = uvicorn.Server(uvicorn_config(app, port=port, log_level="warning", keep_alive_s=keep_alive_s))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -10,26 +10,24 @@ results and best are always read live.
 from __future__ import annotations
 
 import threading
-from typing import Any
-
-from sqlalchemy import Row
 
 from server.core.db import Database
 from server.crud.standings import agent_totals
+from server.models import AnyRow
 
 
 class TotalsCache:
     def __init__(self) -> None:
-        self._totals: dict[int, Row[Any]] | None = None
+        self._totals: dict[int, AnyRow] | None = None
         self._lock = threading.Lock()
 
-    def current(self, db: Database) -> dict[int, Row[Any]]:
+    def current(self, db: Database) -> dict[int, AnyRow]:
         totals = self._totals
         if totals is None:
             return self.refresh(db)
         return totals
 
-    def refresh(self, db: Database) -> dict[int, Row[Any]]:
+    def refresh(self, db: Database) -> dict[int, AnyRow]:
         with self._lock:
             with db.read() as session:
                 self._totals = agent_totals(session)

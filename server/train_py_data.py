@@ -20,12 +20,13 @@ import tokenize
 from dataclasses import dataclass
 
 # What a literal or comment is made of, and what may join two of them inside one block.
-_DATA = {token.STRING, token.NUMBER, token.COMMENT} | (
-    {token.FSTRING_MIDDLE} if hasattr(token, "FSTRING_MIDDLE") else set()
-)
-_JOINS = {token.NL, token.NEWLINE, token.INDENT, token.DEDENT} | (
-    {token.FSTRING_START, token.FSTRING_END} if hasattr(token, "FSTRING_START") else set()
-)
+# f-strings are tokens of their own from Python 3.12 on.
+_DATA = {token.STRING, token.NUMBER, token.COMMENT} | {
+    getattr(token, name) for name in ("FSTRING_MIDDLE",) if hasattr(token, name)
+}
+_JOINS = {token.NL, token.NEWLINE, token.INDENT, token.DEDENT} | {
+    getattr(token, name) for name in ("FSTRING_START", "FSTRING_END") if hasattr(token, name)
+}
 _JOINING_OPS = {",", "(", ")", "[", "]", "{", "}", ":", "-", "+", ";"}
 
 

@@ -81,7 +81,9 @@ def retry(
 
     def say_why(state: RetryCallState) -> None:
         assert state.outcome is not None and state.next_action is not None
-        reason = describe(state.outcome.exception())
+        error = state.outcome.exception()
+        assert error is not None  # it retries on exceptions only (retry_if_exception)
+        reason = describe(error)
         retry_number, delay = state.attempt_number, state.next_action.sleep
         log.warning("waiting for %s: %s; retry %d in %.1f s", waiting_for, reason, retry_number, delay)
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.runner.devices import device_name
 
@@ -40,7 +41,7 @@ class Platform:
     cuda: bool
 
 
-def cuda_devices() -> list[dict[str, object]]:
+def cuda_devices() -> list[dict[str, Any]]:
     """The CUDA devices visible under the current CUDA_VISIBLE_DEVICES (empty without CUDA)."""
     out = subprocess.run(
         [sys.executable, "-c", _CUDA_PROBE], capture_output=True, text=True, timeout=120, check=False

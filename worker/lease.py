@@ -145,7 +145,8 @@ class LeaseKeeper:
         if not batch:
             return
         try:
-            self.client.send_progress(self.lease_id, spread(batch, MAX_EVENTS_PER_CALL))
+            sent = spread(batch, MAX_EVENTS_PER_CALL)
+            self.client.send_progress(self.lease_id, sent)
         except Exception as exc:
             if is_transient(exc):
                 with self._events_lock:

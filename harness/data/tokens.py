@@ -154,7 +154,7 @@ def file_reader(path: Path, dtype: np.dtype) -> ReadInto:
     itemsize = dtype.itemsize
 
     def read_into(out: np.ndarray, start: int) -> None:
-        if os.preadv(handle.fileno(), [out], start * itemsize) != out.nbytes:
+        if os.preadv(handle.fileno(), [out.data], start * itemsize) != out.nbytes:
             raise DataError(f"{path}: ends before token {start + len(out)}; run `autoresearch prepare`")
 
     return read_into

@@ -50,7 +50,7 @@ class LineReader:
         self._skipping = False  # inside an oversized line: drop until its newline
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
-        messages = []
+        messages: list[dict[str, Any]] = []
         self._buffer += data
         while True:
             newline = self._buffer.find(b"\n")

@@ -82,7 +82,8 @@ def main(config: dict[str, Any]) -> None:
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) - CPU_SPARE_CORES))
     reporter.send("ready")
     stream = commands(config["commands_fd"])
-    if next(stream, {}).get("cmd") != "go":
+    first = next(stream, None)
+    if first is None or first.get("cmd") != "go":
         finish(0)
 
     where = "import"

@@ -10,7 +10,7 @@ unless PUBLIC_READS is false, in which case any valid token may read.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -21,6 +21,9 @@ from server.context import AppContext
 from server.core.problems import Problem
 from server.core.security import hash_token
 from server.crud.tokens import Principal, find_principal
+
+# A route's documented error responses (FastAPI's `responses`): status -> OpenAPI response object.
+Responses = dict[int | str, dict[str, Any]]
 
 _bearer = HTTPBearer(auto_error=False, description="an agent, worker or admin token")
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}

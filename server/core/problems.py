@@ -73,7 +73,7 @@ async def _on_validation(_request: Request, exc: Exception) -> JSONResponse:
         for error in exc.errors()
     ]
     first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
-    detail = f"{'.'.join(first['loc'])}: {first['msg']}" if first["loc"] else first["msg"]
+    detail = f"{'.'.join(first['loc'])}: {first['msg']}" if first["loc"] else str(first["msg"])
     return problem_response(422, "validation-error", "Invalid request", detail, errors=errors)
 
 

@@ -15,7 +15,7 @@ TOKEN_PREFIX = {TokenKind.AGENT: "ara", TokenKind.WORKER: "arw", TokenKind.ADMIN
 
 
 def new_token(kind: str) -> str:
-    return f"{TOKEN_PREFIX[kind]}_{secrets.token_urlsafe(32)}"
+    return f"{TOKEN_PREFIX[TokenKind(kind)]}_{secrets.token_urlsafe(32)}"
 
 
 def hash_token(token: str) -> str:

@@ -80,9 +80,9 @@ def views(
         out.append(
             ExperimentOut(
                 id=e.id,
-                status=e.status,  # type: ignore[arg-type]
+                status=e.status,
                 agent=names.get(e.agent_id, BASELINE_AGENT) if e.agent_id is not None else BASELINE_AGENT,
-                source=e.source,  # type: ignore[arg-type]
+                source=e.source,
                 description=e.description,
                 hypothesis=e.hypothesis,
                 base=e.base_commit,
@@ -95,7 +95,7 @@ def views(
                 started_at=e.started_at,
                 finished_at=e.finished_at,
                 run_seconds=run_seconds if latest is not None else None,
-                decision=e.decision,  # type: ignore[arg-type]
+                decision=e.decision,
                 reason=e.decision_reason,
                 best_before=BestBefore(commit=e.best_before_commit, val_bpb=e.best_before_val_bpb)
                 if e.best_before_commit is not None
@@ -115,14 +115,14 @@ def views(
 def run_view(run: Run, result: Result | None, queue_position: int | None) -> RunOut:
     return RunOut(
         number=run.number,
-        kind=run.kind,  # type: ignore[arg-type]
-        state=run.status,  # type: ignore[arg-type]
+        kind=run.kind,
+        state=run.status,
         seed=run.seed,
         attempts=run.attempts,
         queue_position=queue_position,
         started_at=run.started_at,
         finished_at=run.finished_at,
-        result_status=result.status if result is not None else None,  # type: ignore[arg-type]
+        result_status=result.status if result is not None else None,
         val_bpb=result.val_bpb if result is not None and result.status == "ok" else None,
     )
 

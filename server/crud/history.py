@@ -193,7 +193,7 @@ class SinceLastDecision:
         self._lock = threading.Lock()
 
     def get(self, session: Session, arguments: tuple[Any, ...], compute: Callable[[], T]) -> T:
-        place = (str(session.get_bind().url), *arguments)
+        place = (str(session.get_bind().engine.url), *arguments)
         count, ids = session.execute(_DECIDED).one()
         state = (int(count), int(ids))
         with self._lock:  # cachetools' caches are not thread-safe; requests run in threads

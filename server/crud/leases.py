@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, Update, bindparam, case, delete, func, insert, select, update
+from sqlalchemy import Update, bindparam, case, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from client.schemas import ProgressEventIn
@@ -28,6 +28,7 @@ from server.models import (
     LEASES,
     PROJECT,
     RUNS,
+    AnyRow,
     Experiment,
     Lease,
     ProgressSample,
@@ -103,7 +104,7 @@ _UPDATE_LEASE = update(LEASES).where(LEASES.c.id == bindparam("lease_id"))
 _INSERT_PROGRESS = insert(ProgressSample)
 
 
-def pick_run(session: Session, now: datetime, gate: int | None) -> Row[Any] | None:
+def pick_run(session: Session, now: datetime, gate: int | None) -> AnyRow | None:
     """The first claimable queued run (of experiment `gate` only, when given), now running: its id,
     experiment_id, number, seed and attempts; None when there is none."""
     connection = session.connection()
@@ -112,7 +113,7 @@ def pick_run(session: Session, now: datetime, gate: int | None) -> Row[Any] | No
     return connection.execute(_CLAIM_GATED, {"now": now, "gate": gate}).first()
 
 
-def start_experiment(session: Session, experiment_id: int, now: datetime) -> Row[Any]:
+def start_experiment(session: Session, experiment_id: int, now: datetime) -> AnyRow:
     """Mark the claimed run's experiment running (unless decided); its commit, description, base."""
     return session.connection().execute(_START_EXPERIMENT, {"experiment_id": experiment_id, "now": now}).one()
 
@@ -125,7 +126,7 @@ def insert_lease(session: Session, lease: dict[str, Any]) -> None:
     session.connection().execute(_INSERT_LEASE, lease)
 
 
-def lease_row(session: Session, lease_id: str) -> Row[Any] | None:
+def lease_row(session: Session, lease_id: str) -> AnyRow | None:
     """The lease, row-locked (PostgreSQL), in any state."""
     return session.connection().execute(_LOCK_LEASE, {"lease_id": lease_id}).first()
 
@@ -145,7 +146,7 @@ def run_number(session: Session, run_id: int) -> int:
     return number
 
 
-def add_progress(session: Session, lease: Row[Any], events: Sequence[ProgressEventIn], limit: int) -> None:
+def add_progress(session: Session, lease: AnyRow, events: Sequence[ProgressEventIn], limit: int) -> None:
     """Store progress samples of the lease's run, keeping at most `limit` per run.
 
     Only the latest attempt's samples of a run are kept. Past the bound, the sample whose

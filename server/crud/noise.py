@@ -104,7 +104,9 @@ def measuring_runs(
         "platform": platform,
         "harness_id": harness_id,
     }
-    return list(session.connection().execute(_MEASURING, params).scalars())
+    return [
+        value for value in session.connection().execute(_MEASURING, params).scalars() if value is not None
+    ]
 
 
 def confirmation_runs(
@@ -113,7 +115,9 @@ def confirmation_runs(
     """The val_bpb of the experiment's valid confirmation runs: its runs after the screening run,
     which alone chose it (a re-applied change's evidence from a former base, decisions._earlier)."""
     params = {"experiment_id": experiment_id, "platform": platform, "harness_id": harness_id}
-    return list(session.connection().execute(_CONFIRMING, params).scalars())
+    return [
+        value for value in session.connection().execute(_CONFIRMING, params).scalars() if value is not None
+    ]
 
 
 _LOCK = (

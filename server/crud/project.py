@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from sqlalchemy import Row, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from server.models import EXPERIMENTS, PROJECT, Project
+from server.models import EXPERIMENTS, PROJECT, AnyRow, Project
 
 
 def load_project(session: Session, lock: bool = False) -> Project:
@@ -31,7 +29,7 @@ _BEST_SAMPLE = (
 )
 
 
-def current_best(session: Session) -> Row[Any]:
+def current_best(session: Session) -> AnyRow:
     """The project's pins and best as a plain row, unlocked: cheap enough for every result."""
     return session.connection().execute(_CURRENT_BEST).one()
 

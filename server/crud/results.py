@@ -9,14 +9,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, bindparam, insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from client.schemas import ResultOutcome
 from client.states import RunState
 from server.core.problems import Problem
-from server.models import EXPERIMENTS, RESULTS, RUNS, Experiment, Result
+from server.models import EXPERIMENTS, RESULTS, RUNS, AnyRow, Experiment, Result
 
 RESULT_COLUMNS = frozenset(RESULTS.columns.keys())
 _INSERT_RESULT = insert(RESULTS)
@@ -45,17 +45,17 @@ def already_recorded(session: Session, lease_id: str, result_id: str) -> ResultO
     return ResultOutcome(
         experiment_id=experiment.id,
         run=number,
-        decision=experiment.decision,  # type: ignore[arg-type]
-        status=experiment.status,  # type: ignore[arg-type]
+        decision=experiment.decision,
+        status=experiment.status,
         reason=experiment.decision_reason or "",
     )
 
 
-def locked_experiment(session: Session, experiment_id: int) -> Row[Any]:
+def locked_experiment(session: Session, experiment_id: int) -> AnyRow:
     return session.connection().execute(_LOCK_EXPERIMENT, {"id": experiment_id}).one()
 
 
-def run_row(session: Session, run_id: int) -> Row[Any]:
+def run_row(session: Session, run_id: int) -> AnyRow:
     return session.connection().execute(_RUN, {"id": run_id}).one()
 
 

@@ -224,8 +224,8 @@ def _views(session: Session, change: Change, matches: list[Match]) -> list[Simil
                 distance=match.similarity.distance,
                 detail=match.similarity.detail,
                 same_base=e.base_commit == change.base,
-                status=e.status,  # type: ignore[arg-type]
-                decision=e.decision,  # type: ignore[arg-type]
+                status=e.status,
+                decision=e.decision,
                 val_bpb=e.val_bpb,
                 valid_runs=e.valid_runs,
                 effect=e.effect,

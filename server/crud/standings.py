@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from sqlalchemy import Row, case, func, select
+from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.orm import Session
 
 from client.schemas import AgentStanding, BestOut, LineageEntry, RankedResult
@@ -14,7 +12,7 @@ from server.crud import noise as noise_crud
 from server.crud.experiments import BASELINE_AGENT, agent_names
 from server.crud.project import best_sample, load_project
 from server.crud.tokens import ENV_ADMIN_NAME
-from server.models import ApiToken, Experiment
+from server.models import AnyRow, ApiToken, Experiment
 from server.research_repo import ResearchRepo
 
 
@@ -76,8 +74,8 @@ def top_results(session: Session, platform: str | None, limit: int = 20) -> list
         RankedResult(
             experiment_id=e.id,
             commit=e.commit_sha,
-            val_bpb=e.val_bpb,  # type: ignore[arg-type]
-            status=e.status,  # type: ignore[arg-type]
+            val_bpb=e.val_bpb,
+            status=e.status,
             agent=names.get(e.agent_id, BASELINE_AGENT) if e.agent_id is not None else BASELINE_AGENT,
             description=e.description,
         )
@@ -85,11 +83,11 @@ def top_results(session: Session, platform: str | None, limit: int = 20) -> list
     ]
 
 
-def _count(condition: object) -> object:
-    return func.sum(case((condition, 1), else_=0))  # type: ignore[arg-type]
+def _count(condition: ColumnElement[bool]) -> ColumnElement[int]:
+    return func.sum(case((condition, 1), else_=0))
 
 
-def agent_totals(session: Session) -> dict[int, Row[Any]]:
+def agent_totals(session: Session) -> dict[int, AnyRow]:
     """Per agent id: counts by outcome, best val_bpb, total improvement, last submission.
 
     One aggregate over all experiments, grouped by agent: it reads only ix_experiments_standing.
@@ -125,7 +123,7 @@ def agent_totals(session: Session) -> dict[int, Row[Any]]:
     return {row.agent_id: row for row in session.execute(statement)}
 
 
-def agent_standings(session: Session, totals: dict[int, Row[Any]] | None = None) -> list[AgentStanding]:
+def agent_standings(session: Session, totals: dict[int, AnyRow] | None = None) -> list[AgentStanding]:
     """Every agent's standing, best first; `totals` from `agent_totals` (computed when not given)."""
     if totals is None:
         totals = agent_totals(session)

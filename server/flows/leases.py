@@ -12,9 +12,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from datetime import timedelta
-from typing import Any
 
-from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from client.events import EventType, Finished, Progress, Queued, Started
@@ -29,10 +27,10 @@ from server.crud.runs import cancel_queued_runs, live_runs
 from server.crud.tokens import Principal
 from server.decisions import reapply_before_running
 from server.lifecycle import UNDECIDED, move_experiment, move_run
-from server.models import Experiment, Run, utcnow
+from server.models import AnyRow, Experiment, Run, utcnow
 
 
-def owner_of(ctx: AppContext, session: Session, worker_id: str) -> str | None:
+def owner_of(ctx: AppContext, session: Session, worker_id: str) -> int | None:
     """The id of the token that registered `worker_id` (remembered in ctx.presence), or None."""
     owner = ctx.presence.owner(worker_id)
     if owner is None:
@@ -158,7 +156,7 @@ def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | N
     )
 
 
-def locked_lease(ctx: AppContext, session: Session, principal: Principal, lease_id: str) -> Row[Any]:
+def locked_lease(ctx: AppContext, session: Session, principal: Principal, lease_id: str) -> AnyRow:
     """The caller's lease row, row-locked (PostgreSQL), in any state; 404 when not the caller's."""
     lease = leases.lease_row(session, lease_id)
     if lease is not None and owner_of(ctx, session, lease.worker_id) == principal.id:
@@ -166,7 +164,7 @@ def locked_lease(ctx: AppContext, session: Session, principal: Principal, lease_
     raise Problem(404, "unknown-lease", f"no lease {lease_id!r} held by this worker token")
 
 
-def require_held(ctx: AppContext, session: Session, lease: Row[Any]) -> None:
+def require_held(ctx: AppContext, session: Session, lease: AnyRow) -> None:
     """409 unless the lease is active and unexpired; notes the worker as seen."""
     if lease.state != LeaseState.ACTIVE:
         raise Problem(409, "lease-not-held", f"lease {lease.id} is no longer held: it was {lease.state}")
@@ -180,7 +178,7 @@ def require_held(ctx: AppContext, session: Session, lease: Row[Any]) -> None:
     touch(ctx, session, lease.worker_id)
 
 
-def held_lease(ctx: AppContext, session: Session, principal: Principal, lease_id: str) -> Row[Any]:
+def held_lease(ctx: AppContext, session: Session, principal: Principal, lease_id: str) -> AnyRow:
     """The caller's active, unexpired lease (row-locked), else 404 (not yours) or 409 (not held)."""
     lease = locked_lease(ctx, session, principal, lease_id)
     require_held(ctx, session, lease)

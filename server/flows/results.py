@@ -90,8 +90,8 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
         return ResultOutcome(
             experiment_id=experiment.id,
             run=run.number,
-            decision=changes.get("decision", experiment.decision),  # type: ignore[arg-type]
-            status=changes.get("status", experiment.status),  # type: ignore[arg-type]
+            decision=changes.get("decision", experiment.decision),
+            status=changes.get("status", experiment.status),
             reason=_reason(run.number, changes),
         )
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, NamedTuple
 
-from sqlalchemy import Select, case, func, select
+from sqlalchemy import ColumnElement, Select, case, func, select
 from sqlalchemy.orm import Session
 
 from client.schemas import NoiseOut
@@ -205,11 +205,11 @@ class TablePage:
     size: int = PAGE_SIZE
 
 
-def _agent_name() -> object:
+def _agent_name() -> ColumnElement[str]:
     return func.coalesce(ApiToken.name, BASELINE_AGENT)
 
 
-def _filtered(statement: Select, status: str | None, agent: str | None) -> Select:  # type: ignore[type-arg]
+def _filtered(statement: Select, status: str | None, agent: str | None) -> Select:
     if status is not None:
         statement = statement.where(Experiment.status == status)
     if agent == BASELINE_AGENT:
@@ -236,7 +236,7 @@ def table_page(
         "status": Experiment.status,
         "agent": _agent_name(),
     }[sort]
-    order = column.desc() if descending else column.asc()  # type: ignore[attr-defined]
+    order = column.desc() if descending else column.asc()
     latest_result = (
         select(Result.status)
         .where(Result.experiment_id == Experiment.id)

@@ -19,7 +19,7 @@ from client.schemas import (
     SubmitOut,
 )
 from harness.result import ProgressEvent
-from server.api.deps import Admin, Agent, Ctx, Reader
+from server.api.deps import Admin, Agent, Ctx, Reader, Responses
 from server.api.params import ExperimentsQuery, since_utc
 from server.context import AppContext
 from server.core.problems import unknown_experiment
@@ -35,7 +35,7 @@ from server.patches import make_patch
 router = APIRouter(prefix="/experiments", tags=["experiments"])
 ExperimentId = Annotated[int, Path(ge=1, le=2**62)]
 RunNumber = Annotated[int | None, Query(ge=1, le=10_000, description="a run's number (default: the latest)")]
-_ERRORS = {
+_ERRORS: Responses = {
     401: {"description": "missing or unknown token"},
     403: {"description": "wrong kind of token"},
     404: {"description": "no such experiment"},

@@ -7,12 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from client.schemas import KeepRatesOut, NearMissesOut
-from server.api.deps import Ctx, Reader
+from server.api.deps import Ctx, Reader, Responses
 from server.api.params import KeepRatesQuery, NearMissesQuery
 from server.crud import history
 
 router = APIRouter(tags=["history"])
-_AUTH = {401: {"description": "reads need a token (PUBLIC_READS=false)"}}
+_AUTH: Responses = {401: {"description": "reads need a token (PUBLIC_READS=false)"}}
 
 
 @router.get("/near-misses", responses=_AUTH)

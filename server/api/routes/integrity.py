@@ -7,13 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from client.schemas import ClearIn, IntegrityEventOut, IntegrityEventsOut
-from server.api.deps import Admin, Ctx, Reader
+from server.api.deps import Admin, Ctx, Reader, Responses
 from server.api.params import IntegrityQuery
 from server.core.problems import Problem
 from server.crud import integrity
 
 router = APIRouter(prefix="/integrity-events", tags=["integrity"])
-_AUTH = {401: {"description": "missing or unknown token"}}
+_AUTH: Responses = {401: {"description": "missing or unknown token"}}
 
 
 @router.get("", responses=_AUTH)

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from client.events import EventType, Note
 from client.schemas import NoteIn, NoteOut, NotePage
-from server.api.deps import Agent, Ctx, Reader
+from server.api.deps import Agent, Ctx, Reader, Responses
 from server.api.params import NotesQuery, since_utc
 from server.core.problems import Problem
 from server.core.rate_limit import retry_after
@@ -18,7 +18,10 @@ from server.crud.notes import add_note, list_notes
 from server.models import Experiment
 
 router = APIRouter(prefix="/notes", tags=["notes"])
-_ERRORS = {401: {"description": "missing or unknown token"}, 403: {"description": "wrong kind of token"}}
+_ERRORS: Responses = {
+    401: {"description": "missing or unknown token"},
+    403: {"description": "wrong kind of token"},
+}
 
 
 def _commit(session: Session, rev: str, status: int) -> str:

@@ -8,14 +8,14 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import PlainTextResponse
 
 from client.schemas import AgentsOut, BestOut, ChildrenOut, LeaderboardOut, NoiseListOut, RuleOut
-from server.api.deps import Ctx, Reader
+from server.api.deps import Ctx, Reader, Responses
 from server.core.problems import Problem
 from server.crud import noise, standings
 from server.crud.experiments import by_commit, children, resolve_commit
 from server.crud.project import load_project
 
 router = APIRouter(tags=["project"])
-_AUTH = {401: {"description": "reads need a token (PUBLIC_READS=false)"}}
+_AUTH: Responses = {401: {"description": "reads need a token (PUBLIC_READS=false)"}}
 
 
 def _best(ctx: Ctx) -> BestOut:

@@ -17,15 +17,18 @@ from client.schemas import (
     ResultIn,
     ResultOutcome,
 )
-from server.api.deps import Ctx, WorkerToken
+from server.api.deps import Ctx, Responses, WorkerToken
 from server.flows import leases
 from server.flows.results import record_result
 from server.flows.workers import register
 
 router = APIRouter(prefix="/worker", tags=["worker"])
 LeaseId = Annotated[str, Path(min_length=1, max_length=36)]
-_AUTH = {401: {"description": "missing or unknown token"}, 403: {"description": "not a worker token"}}
-_HELD = {
+_AUTH: Responses = {
+    401: {"description": "missing or unknown token"},
+    403: {"description": "not a worker token"},
+}
+_HELD: Responses = {
     **_AUTH,
     404: {"description": "no such lease for this token"},
     409: {"description": "lease no longer held"},
