@@ -28,7 +28,6 @@ import importlib.metadata
 import inspect
 import time
 from collections.abc import Callable
-from enum import StrEnum
 from typing import Annotated, Any
 
 import anyio.from_thread
@@ -36,7 +35,7 @@ import httpx
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field, ValidationError, create_model
+from pydantic import AfterValidator, BaseModel, Field, ValidationError, WithJsonSchema, create_model
 from pydantic.fields import FieldInfo
 
 from client import ApiError, ArgumentsError, Client, SchemaError
@@ -110,14 +109,25 @@ class ProgressReport(BaseModel):
 
 
 # The fields of an experiment a list can be asked for (those of the tool `experiment`'s answer).
-ExperimentField = StrEnum("ExperimentField", {name: name for name in ExperimentOut.model_fields})  # type: ignore[misc]
+FIELD_NAMES = tuple(ExperimentOut.model_fields)
+
+
+def known_field(name: str) -> str:
+    if name not in FIELD_NAMES:
+        raise ValueError(f"{name!r} is not a field of an experiment; choose from {', '.join(FIELD_NAMES)}")
+    return name
+
+
+ExperimentField = Annotated[
+    str, AfterValidator(known_field), WithJsonSchema({"type": "string", "enum": list(FIELD_NAMES)})
+]
 Fields = Annotated[
     list[ExperimentField] | None,
     Field(description=f"the fields of each experiment to answer (default: {', '.join(BRIEF_FIELDS)})"),
 ]
 
 
-def brief(experiment: ExperimentOut, fields: list[ExperimentField] | None) -> dict[str, Any]:
+def brief(experiment: ExperimentOut, fields: list[str] | None) -> dict[str, Any]:
     return experiment.model_dump(mode="json", include=set(fields or BRIEF_FIELDS))
 
 
@@ -319,10 +329,8 @@ def report(
 ExperimentId = Annotated[int, Field(ge=1, le=2**62)]
 
 
-class SearchArgs(paged(ExperimentsQuery)):  # type: ignore[misc]
-    """The tool `search`: GET /experiments's query, and the fields to answer."""
-
-    fields: Fields = None
+# The tool `search`: GET /experiments's query, and the fields to answer.
+SearchArgs = create_model("SearchArgs", __base__=paged(ExperimentsQuery), fields=(Fields, None))
 
 
 class SimilarArgs(SimilarIn):

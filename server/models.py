@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, ClassVar, cast
+from enum import StrEnum
+from typing import Any, ClassVar, TypeVar, cast
 
 from sqlalchemy import (
     JSON,
@@ -23,7 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect, Row
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from client.states import ExperimentStatus, TokenKind
+from client.states import Decision, ExperimentStatus, LeaseState, RunKind, RunState, TokenKind
 
 # A row of a Core statement, whatever its columns (the worker endpoints' plain statements).
 AnyRow = Row[*tuple[Any, ...]]
@@ -51,6 +52,28 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+class Word(TypeDecorator[E]):
+    """A column of one of client.states' enums, stored as its word (VARCHAR(16), as always) and
+    read back as the enum: a status is typed where it is used, and a word that is not one of the
+    enum's fails at the write, not at a later read."""
+
+    impl = String(16)
+    cache_ok = True
+
+    def __init__(self, enum: type[E]) -> None:
+        super().__init__()
+        self.enum = enum
+
+    def process_bind_param(self, value: E | str | None, dialect: Dialect) -> str | None:
+        return None if value is None else self.enum(value).value
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> E | None:
+        return None if value is None else self.enum(value)
 
 
 class Base(DeclarativeBase):
@@ -89,7 +112,7 @@ class ApiToken(Base):
     __table_args__ = (UniqueConstraint("kind", "name"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    kind: Mapped[str] = mapped_column(String(16))
+    kind: Mapped[TokenKind] = mapped_column(Word(TokenKind))
     name: Mapped[str] = mapped_column(String(100))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -137,13 +160,13 @@ class Experiment(Base):
     base_commit: Mapped[str | None] = mapped_column(String(40))
     commit_sha: Mapped[str] = mapped_column(String(40))
     train_py_blob: Mapped[str | None] = mapped_column(String(40))
-    status: Mapped[str] = mapped_column(String(16))  # ExperimentStatus
+    status: Mapped[ExperimentStatus] = mapped_column(Word(ExperimentStatus))
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     queued_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
-    decision: Mapped[str | None] = mapped_column(String(16))  # Decision, once decided
+    decision: Mapped[Decision | None] = mapped_column(Word(Decision))  # once decided
     # The latest judgement in words: the decision's reason, or why it is still running.
     decision_reason: Mapped[str | None] = mapped_column(Text)
     # The comparison the latest judgement made (server/judge.py): the reference (the best, or the
@@ -190,8 +213,8 @@ class Run(Base):
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"))
     number: Mapped[int]  # 1, 2, ... within its experiment
     seed: Mapped[int | None] = mapped_column(BigInteger)  # None: run before per-run seeds existed
-    kind: Mapped[str] = mapped_column(String(16))  # RunKind
-    status: Mapped[str] = mapped_column(String(16))  # RunState
+    kind: Mapped[RunKind] = mapped_column(Word(RunKind))
+    status: Mapped[RunState] = mapped_column(Word(RunState))
     attempts: Mapped[int] = mapped_column(default=0)
     queued_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
@@ -226,7 +249,7 @@ class Lease(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
     worker_id: Mapped[str] = mapped_column(ForeignKey("workers.id"), index=True)
     attempt: Mapped[int]
-    state: Mapped[str] = mapped_column(String(16))  # client.states.LeaseState
+    state: Mapped[LeaseState] = mapped_column(Word(LeaseState))
     claimed_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime]
     ended_at: Mapped[datetime | None]

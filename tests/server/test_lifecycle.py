@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, insert, select
+from sqlalchemy.exc import StatementError
 
 from client.states import DECIDED_STATUS, FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus, RunState
 from server.crud.leases import _START_EXPERIMENT
@@ -97,3 +98,23 @@ def test_the_claims_statement_starts_exactly_the_experiments_the_table_lets_run(
     for number, status in enumerate(ExperimentStatus, 1):
         allowed = status in experiment_sources(ExperimentStatus.RUNNING)
         assert after[number] == (ExperimentStatus.RUNNING if allowed else status), status
+
+
+def test_a_status_column_reads_back_its_enum_and_refuses_a_word_it_does_not_know() -> None:
+    """models.Word: statuses are typed where they are read, and a misspelt word fails at the write
+    (on a real SQLite database, through Core as the worker endpoints write them)."""
+    engine = create_engine("sqlite://")
+    Base.metadata.create_all(engine)
+    row = {"commit_sha": "a" * 40, "description": "x", "source": "agent", "queued_at": utcnow()}
+    with engine.begin() as connection:
+        connection.execute(insert(EXPERIMENTS), {**row, "id": 1, "status": ExperimentStatus.QUEUED})
+        connection.execute(insert(EXPERIMENTS), {**row, "id": 2, "status": "kept"})  # a word of the enum
+        read = connection.execute(select(EXPERIMENTS.c.status).order_by(EXPERIMENTS.c.id)).scalars().all()
+    assert read == [ExperimentStatus.QUEUED, ExperimentStatus.KEPT]
+    assert all(type(status) is ExperimentStatus for status in read)
+    misspelt = {**row, "id": 3, "status": "finished"}
+    refused = pytest.raises(StatementError, match="'finished' is not a valid ExperimentStatus")
+    with refused, engine.begin() as connection:
+        connection.execute(insert(EXPERIMENTS), misspelt)
+    with engine.connect() as connection:
+        assert connection.execute(select(EXPERIMENTS.c.id)).scalars().all() == [1, 2]

@@ -154,7 +154,8 @@ def test_lists_page_with_a_cursor_and_answer_the_fields_asked_for(project: Any) 
             picked = await call(client, "search", {"fields": ["id", "commit"], "limit": 3})
             curve = await call(client, "progress", {"experiment_id": ids[-1]})
             wide = await call(client, "progress", {"experiment_id": ids[-1], "points": 1000})
-            return {"pages": pages, "picked": picked, "curve": curve, "wide": wide}
+            unknown = await client.call_tool("search", {"fields": ["id", "nope"]})
+            return {"pages": pages, "picked": picked, "curve": curve, "wide": wide, "unknown": unknown}
 
     out = asyncio.run(scenario())
     pages = out["pages"]
@@ -166,4 +167,7 @@ def test_lists_page_with_a_cursor_and_answer_the_fields_asked_for(project: Any) 
     events = out["curve"]["experiment"]["events"]
     assert len(events) == CURVE_POINTS and len(out["wide"]["experiment"]["events"]) == len(PROGRESS)
     assert (events[0]["step"], events[-1]["step"]) == (PROGRESS[0]["step"], PROGRESS[-1]["step"])
+    unknown = out["unknown"]
+    text = "".join(getattr(block, "text", "") for block in unknown.content)
+    assert unknown.is_error and text.startswith("bad-arguments: search: fields.1:") and "'nope'" in text
     assert out["curve"]["best"] is not None and len(out["curve"]["best"]["events"]) == CURVE_POINTS
