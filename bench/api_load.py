@@ -49,9 +49,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testkit, beside bench/
+
 import httpx
 from lean_http import Answer, LeanClient
-from pg_scratch import free_port, new_database, scratch_cluster
 from sqlalchemy import func, insert, select
 
 from client.states import Decision
@@ -66,6 +67,7 @@ from server.models import ApiToken, Experiment, Lease, Result, Run
 from server.patches import make_patch
 from server.project_init import DEFAULT_PROGRAM_MD, DEFAULT_TRAIN_PY, init_project
 from server.research_repo import blob_sha
+from testkit.pg_scratch import free_port, new_database, scratch_cluster
 
 HARNESS_ID, PLATFORM = "bench-harness", "bench-device"
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -55,11 +55,11 @@ from server.crud.project import load_project
 from server.crud.tokens import Principal, create_token
 from server.flows import leases
 from server.flows.results import record_result
+from server.flows.submit import submit
 from server.flows.workers import register
 from server.main import build_context
 from server.models import ApiToken, Experiment, Run
 from server.project_init import init_project
-from server.flows.submit import submit
 
 SIGMA = 0.0008  # val_bpb noise between runs: about the NanoGPT speedrun's (issue #12)
 BASELINE_BPB = 1.0

@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testkit, beside bench/
+
 import httpx
 from api_load import (
     HARNESS_ID,
@@ -66,7 +68,6 @@ from api_load import (
     server_env,
 )
 from lean_http import LeanClient
-from pg_scratch import free_port, new_database, scratch_cluster
 from sqlalchemy import select
 
 from server.core.config import ServerSettings
@@ -76,6 +77,7 @@ from server.crud.tokens import create_token
 from server.models import ApiToken
 from server.project_init import init_project
 from server.research_repo import blob_sha
+from testkit.pg_scratch import free_port, new_database, scratch_cluster
 from worker.lease import MAX_BUFFERED_EVENTS, MAX_EVENTS_PER_CALL, spread
 from worker.main import CLAIM_WAIT_S
 

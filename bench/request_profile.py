@@ -24,6 +24,7 @@ spend the most CPU are listed, first by own time and then, among the project's o
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 import uuid
@@ -31,11 +32,12 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testkit, beside bench/
+
 import httpx
 import yappi
 from api_load import HARNESS_ID, PLATFORM, unique_change
 from fastapi.testclient import TestClient
-from pg_scratch import new_database, scratch_cluster
 from sqlalchemy import Engine, event
 
 from server.core.config import ServerSettings
@@ -45,6 +47,7 @@ from server.crud.tokens import create_token
 from server.main import create_app
 from server.patches import make_patch
 from server.project_init import DEFAULT_PROGRAM_MD, DEFAULT_TRAIN_PY, init_project
+from testkit.pg_scratch import new_database, scratch_cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -31,15 +31,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.mutation import mutate_constants  # noqa: E402
-from bench.pg_scratch import new_database, scratch_cluster  # noqa: E402
-from server.changes import summarize  # noqa: E402
-from server.core.db import Database, create_db_engine  # noqa: E402
-from server.core.migrate import upgrade  # noqa: E402
-from server.crud.experiments import list_page  # noqa: E402
-from server.crud.similar import find_similar, store_change  # noqa: E402
-from server.models import Experiment  # noqa: E402
-from server.similarity import Change  # noqa: E402
+from agent.mutation import mutate_constants
+from server.changes import summarize
+from server.core.db import Database, create_db_engine
+from server.core.migrate import upgrade
+from server.crud.experiments import list_page
+from server.crud.similar import find_similar, store_change
+from server.models import Experiment
+from server.similarity import Change
+from testkit.pg_scratch import new_database, scratch_cluster
 
 BASELINE = (ROOT / "harness" / "baseline" / "train.py").read_text()
 BASE_COMMIT = "b" * 40

@@ -10,7 +10,7 @@ seed to the next, so that a machine getting busier does not favour one arm):
 Each arm is a fresh project: a real server (`autoresearch serve`, SQLite), one real sandboxed CPU
 worker on the `test` preset, and the agent (in this process, through the SDK) with the seed's
 random draws, `--count` experiments, one at a time (each starts from the best of the decisions
-before it). The baseline is a bigram trained for `--steps` steps (tests/worker/candidates.py),
+before it). The baseline is a bigram trained for `--steps` steps (testkit/candidates.py),
 whose one constant is its learning rate, so that its score depends on the learning rate and the
 run's seed, not on how busy the machine is. Decisions use the greedy rule (one run each), so the
 same number of experiments is the same number of runs; identical train.py files are not run
@@ -35,12 +35,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the process helpers of the worker tests
 
-from agent.random_agent import run_random_agent  # noqa: E402
-from client import Client  # noqa: E402
-from harness.config import HarnessSettings, load_settings  # noqa: E402
-from harness.prepare import prepare  # noqa: E402
-from tests.worker.candidates import bigram_fixed_steps  # noqa: E402
-from tests.worker.processes import InitialisedProject, init_project, serve  # noqa: E402
+from agent.random_agent import run_random_agent
+from client import Client
+from harness.config import HarnessSettings, load_settings
+from harness.prepare import prepare
+from testkit.candidates import bigram_fixed_steps
+from testkit.processes import InitialisedProject, init_project, serve
 
 # Far below the bigram's best learning rate (about 0.15-0.25 at 40 steps: 0.05 scores 3.57, 0.15
 # 2.86, 0.4 3.04, measured when this bench was written), so that a run of `--count` experiments

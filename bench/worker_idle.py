@@ -39,9 +39,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the process helpers of the worker tests
 
-from harness.config import PRESETS, load_settings  # noqa: E402
-from harness.prepare import prepare  # noqa: E402
-from tests.worker.processes import Project, WorkerProcess, init_project, serve, wait_until  # noqa: E402
+from harness.config import PRESETS, load_settings
+from harness.prepare import prepare
+from testkit.processes import Project, WorkerProcess, init_project, serve, wait_until
 
 BASELINE = ROOT / "harness" / "baseline" / "train.py"
 CONSTANT = "MATRIX_LR = 0.04"  # the baseline line the experiments vary, as an agent would

@@ -33,7 +33,7 @@ from bench.worker_idle import H100_BUDGET, TARGET_IDLE, TARGET_PICKUP_S, Cycle, 
 from harness.config import HarnessSettings, load_settings
 from harness.data_layout import prepared_paths, read_manifest
 from harness.prepare import prepare
-from tests.worker.processes import Project, WorkerProcess, init_project, serve, wait_until
+from testkit.processes import Project, WorkerProcess, init_project, serve, wait_until
 
 SECTION = "2_server_and_worker"
 SERVER_BUDGET_S = 20.0

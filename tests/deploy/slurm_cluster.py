@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tests.worker.processes import free_port, wait_until
+from testkit.processes import free_port, wait_until
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 COMMANDS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo")

@@ -21,11 +21,11 @@ import pytest
 from client.schemas import ExperimentOut, ResultOut
 from harness.config import HarnessSettings
 from harness.data_layout import PreparedPaths
+from testkit.candidates import bigram
+from testkit.processes import InitialisedProject, Project, init_project, serve, wait_until
 from tests.deploy.slurm_cluster import GPUS, SlurmCluster
 from tests.kit.settings_catalog import REPO
 from tests.proc_scan import processes_mentioning
-from tests.worker.candidates import bigram
-from tests.worker.processes import InitialisedProject, Project, init_project, serve, wait_until
 
 pytestmark = pytest.mark.heavy
 

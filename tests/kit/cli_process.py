@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
-from tests.worker.processes import REPO_ROOT, Project
+from testkit.processes import REPO_ROOT, Project
 
 CLI = [sys.executable, "-m", "cli.main"]
-BASELINE_LR = 0.05  # the project's baseline train.py is tests.worker.candidates.bigram(BASELINE_LR)
+BASELINE_LR = 0.05  # the project's baseline train.py is testkit.candidates.bigram(BASELINE_LR)
 
 
 def cli(

@@ -10,10 +10,10 @@ import pytest
 
 from harness.config import HarnessSettings
 from harness.data_layout import PreparedPaths
+from testkit.candidates import bigram
+from testkit.processes import Project, init_project, serve
 from tests.fixtures_data import test_data  # noqa: F401  (session fixture)
 from tests.kit.cli_process import BASELINE_LR
-from tests.worker.candidates import bigram
-from tests.worker.processes import Project, init_project, serve
 
 
 @pytest.fixture(scope="session")

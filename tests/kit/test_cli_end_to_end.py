@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from server.crud.tsv import COLUMNS, DECISION_COLUMNS
+from testkit.candidates import bigram
+from testkit.processes import Project
 from tests.kit.cli_process import BASELINE_LR, cli, in_process, write
-from tests.worker.candidates import bigram
-from tests.worker.processes import Project
 
 pytestmark = pytest.mark.heavy
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from testkit.candidates import bigram
+from testkit.processes import Project
 from tests.kit.cli_process import cli, in_process, write
-from tests.worker.candidates import bigram
-from tests.worker.processes import Project
 
 
 def test_similar_before_submitting_and_for_an_experiment_and_what_submit_prints(

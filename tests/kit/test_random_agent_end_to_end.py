@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from client import Client
+from testkit.processes import Project
 from tests.kit.cli_process import cli, token
-from tests.worker.processes import Project
 
 
 def test_random_agent_submits_mutations_of_the_best_and_learns_the_decisions(project: Project) -> None:

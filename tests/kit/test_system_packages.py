@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from cli.system_packages import NEEDED, PACKAGES, missing_packages, plan
-from tests.worker.processes import REPO_ROOT
+from testkit.processes import REPO_ROOT
 
 
 def test_nothing_to_do_when_installed() -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from harness.config import HarnessSettings
 from harness.data_layout import PreparedPaths
-from tests.worker.processes import REPO_ROOT
+from testkit.processes import REPO_ROOT
 
 pytestmark = pytest.mark.heavy
 

@@ -8,7 +8,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tests.worker.processes import REPO_ROOT
+from testkit.processes import REPO_ROOT
 
 PACKAGES = ("harness", "server", "worker", "client", "cli", "agent")
 

@@ -20,7 +20,6 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy.engine import make_url
 
-from bench.pg_scratch import copy_database, new_database, scratch_cluster
 from client import Client
 from client.schemas import ClaimOut, ResultOutcome
 from server.context import AppContext
@@ -29,6 +28,7 @@ from server.crud.tokens import create_token
 from server.main import create_app
 from server.project_init import init_project
 from server.serving import served_in_thread
+from testkit.pg_scratch import copy_database, new_database, scratch_cluster
 
 HARNESS_ID = "test-harness"
 DEVICE = "cpu"

@@ -64,9 +64,7 @@ def test_a_knob_counts_on_its_own_device_and_a_plain_constant_everywhere() -> No
     a platform named as workers name theirs (harness.runner.devices) is of one device type."""
     names = {c.name: knob_device(c.name) for c in find_constants(BASELINE)}
     assert names['DEVICE_SETTINGS["cuda"].width'] == "cuda" and names['DEVICE_SETTINGS["cpu"].depth'] == "cpu"
-    assert all(
-        (device is not None) == name.startswith("DEVICE_SETTINGS[") for name, device in names.items()
-    )
+    assert all((device is not None) == name.startswith("DEVICE_SETTINGS[") for name, device in names.items())
     assert names["MATRIX_LR"] is None and names["WARMDOWN_FRACTION"] is None
     assert knob_device('LAYERS[0]["cpu"].width') == "cpu" and knob_device('NAMES["gpu"]') is None
     for name, device in names.items():

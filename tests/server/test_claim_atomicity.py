@@ -8,8 +8,8 @@ from collections import Counter
 from client.schemas import SubmitIn
 from server.crud.tokens import Principal
 from server.flows import leases
-from server.models import Worker
 from server.flows.submit import submit
+from server.models import Worker
 
 
 def _queue(live, baseline_source: str, count: int) -> set[int]:

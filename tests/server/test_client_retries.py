@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.pg_scratch import free_port
 from client import Client
 from server.main import create_app
+from testkit.pg_scratch import free_port
 from tests.server.conftest import init_with_small_baseline, make_settings, serve
 
 

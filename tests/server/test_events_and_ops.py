@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
-from bench.pg_scratch import new_database
 from client import ApiError, Client
 from client.events import EventType, Queued, ServerEvent
 from client.schemas import ImportOut
 from server.crud import tsv
 from server.models import Experiment
+from testkit.pg_scratch import new_database
 
 
 def _read_events(

@@ -150,7 +150,7 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> 
 
 def test_cli_init_token_db_and_serve(tmp_path: Path, baseline_source: str, cli: Callable[..., Ran]) -> None:
     """init, token and db in this process; serve as its own process, as an operator starts it."""
-    from bench.pg_scratch import free_port
+    from testkit.pg_scratch import free_port
 
     (tmp_path / "train.py").write_text(baseline_source)
     (tmp_path / "program.md").write_text("# program\n")

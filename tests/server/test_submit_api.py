@@ -15,8 +15,8 @@ from client import ApiError, Client
 from client.schemas import SubmitIn
 from server.crud.experiments import get_view
 from server.crud.tokens import find_principal
-from server.patches import make_patch
 from server.flows.submit import submit
+from server.patches import make_patch
 from tests.server.conftest import Live, LiveFactory
 
 

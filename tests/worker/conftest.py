@@ -1,4 +1,4 @@
-"""Fixtures for worker tests: a fresh real server per test (see processes.py), on the `test`
+"""Fixtures for worker tests: a fresh real server per test (see testkit/processes.py), on the `test`
 preset data prepared once by tests/fixtures_data.py.
 """
 
@@ -11,9 +11,9 @@ import pytest
 
 from harness.config import HarnessSettings
 from harness.data_layout import PreparedPaths
+from testkit.candidates import bigram
+from testkit.processes import InitialisedProject, Project, init_project, serve
 from tests.fixtures_data import test_data  # noqa: F401  (session fixture)
-from tests.worker.candidates import bigram
-from tests.worker.processes import InitialisedProject, Project, init_project, serve
 
 # Short, so that a killed worker's experiment is requeued within seconds. Tests that take the
 # server down for longer ask for a longer lease with

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from client.schemas import ClaimOut
-from tests.worker.processes import Project
+from testkit.processes import Project
 from worker.main import hash_mismatch
 
 

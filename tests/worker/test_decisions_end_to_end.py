@@ -22,9 +22,9 @@ import pytest
 from harness.config import HarnessSettings
 from harness.data_layout import PreparedPaths
 from server.pages.templating import duration
+from testkit.candidates import bigram_fixed_steps
+from testkit.processes import Project, init_project, serve
 from tests.fixtures_data import test_data  # noqa: F401  (session fixture)
-from tests.worker.candidates import bigram_fixed_steps
-from tests.worker.processes import Project, init_project, serve
 
 pytestmark = pytest.mark.heavy
 

@@ -7,9 +7,9 @@ import signal
 import pytest
 
 from client.schemas import ExperimentOut
+from testkit.candidates import bigram
+from testkit.processes import Project, wait_until
 from tests.proc_scan import processes_mentioning
-from tests.worker.candidates import bigram
-from tests.worker.processes import Project, wait_until
 
 pytestmark = pytest.mark.heavy
 

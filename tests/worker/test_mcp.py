@@ -23,10 +23,10 @@ from mcp.client.streamable_http import streamable_http_client
 from cli.connection import SERVER_ENV, TOKEN_ENV
 from harness.config import HarnessSettings
 from harness.data_layout import PreparedPaths
+from testkit.candidates import bigram
+from testkit.processes import REPO_ROOT, InitialisedProject, Project, serve
 from tests.fixtures_data import test_data  # noqa: F401  (session fixture)
-from tests.worker.candidates import bigram
 from tests.worker.conftest import LEASE_SECONDS
-from tests.worker.processes import REPO_ROOT, InitialisedProject, Project, serve
 
 pytestmark = pytest.mark.heavy
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from tests.worker.candidates import bigram
-from tests.worker.processes import Project
+from testkit.candidates import bigram
+from testkit.processes import Project
 from tests.worker.test_mcp import TRANSPORTS, call, run, tool_error
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from harness.config import HarnessSettings
 from harness.data_layout import PreparedPaths
-from tests.worker.candidates import bigram
-from tests.worker.processes import Project, wait_until
+from testkit.candidates import bigram
+from testkit.processes import Project, wait_until
 
 pytestmark = pytest.mark.heavy
 

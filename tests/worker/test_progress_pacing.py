@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.result import ProgressEvent
-from tests.worker.processes import Project
+from testkit.processes import Project
 from worker.lease import spread
 
 PROGRESS_ROUTE = "/api/v1/worker/leases/{lease_id}/progress"

@@ -9,8 +9,8 @@ import signal
 import pytest
 
 from harness.runner.limits import descendants
-from tests.worker.candidates import bigram
-from tests.worker.processes import Project, WorkerProcess, wait_until
+from testkit.candidates import bigram
+from testkit.processes import Project, WorkerProcess, wait_until
 
 pytestmark = pytest.mark.heavy
 

@@ -7,7 +7,7 @@ import os
 import signal
 from pathlib import Path
 
-from tests.worker.processes import WorkerProcess, free_port
+from testkit.processes import WorkerProcess, free_port
 
 NOBODY = f"http://127.0.0.1:{free_port()}"  # nothing listens here
 

@@ -27,7 +27,7 @@ from client.schemas import ExperimentOut
 from client.states import FINAL_STATUSES
 from harness.config import HarnessSettings
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "cli.main"]
 DATABASE = "server.db"
 CLAIMED = r"experiment (\d+) run \d+ \(seed \d+, attempt \d+\): claimed"  # worker/main.py logs each claim so
