@@ -36,7 +36,7 @@ from server.candidates import commit_message, find_same_train_py, queue_candidat
 from server.carry import CACHED, Carried, carried
 from server.context import AppContext, Tx
 from server.crud import noise as noise_crud
-from server.crud.experiments import agent_names
+from server.crud.experiments import agent_names, by_commit
 from server.crud.project import current_best, load_project
 from server.crud.runs import cancel_queued_runs, count_runs, queue_runs
 from server.judge import (
@@ -57,6 +57,10 @@ from server.models import EXPERIMENTS, RUNS, AnyRow, Experiment, Project, Run, u
 from server.noise_pool import bounded_mean
 
 log = logging.getLogger(__name__)
+
+# How a revoked best's reason begins: changes queued on it are carried onto the restored best, as
+# those queued on any former best (reapply_before_running).
+REVOKED = "kept, then revoked"
 
 # The oldest experiment of a commit (by_commit), as the sample a candidate is compared with.
 _REFERENCE = (
@@ -355,13 +359,16 @@ def reapply_before_running(ctx: AppContext, tx: Tx, experiment_id: int, run_id: 
     assert experiment is not None
     if experiment.base_commit in (None, project.best_commit) or experiment.decision is not None:
         return False
-    base = tx.session.scalars(
-        select(Experiment.status)
+    base = tx.session.execute(
+        select(Experiment.status, Experiment.decision_reason)
         .where(Experiment.commit_sha == experiment.base_commit)
         .order_by(Experiment.id)
         .limit(1)
     ).first()
-    if base != ExperimentStatus.KEPT:
+    was_best = base is not None and (
+        base.status == ExperimentStatus.KEPT or (base.decision_reason or "").startswith(REVOKED)
+    )
+    if not was_best:
         return False  # submitted on a side branch on purpose: it runs there
     decision, reason, rebased_to = _rebase(ctx, tx, project, experiment, "the best moved before it ran")
     now = utcnow()
@@ -448,3 +455,31 @@ def value_runs(session: Session, experiment_id: int, base_commit: str | None) ->
     """The runs (any state) that make a best's value: its measuring runs (noise_crud.is_measuring),
     all of the baseline's, only the repeats of a kept change (_reference)."""
     return count_runs(session, experiment_id, None if base_commit is None else RunKind.REPEAT)
+
+
+def revoke_best(ctx: AppContext, tx: Tx, experiment: AnyRow, why: str) -> dict[str, object]:
+    """A kept best whose later run (a repeat) ended in an integrity class was never fit to keep:
+    the best goes back to the commit it was kept on (its base, whose runs still make its value),
+    its queued repeats end, and it is reverted with `why`. Changes queued on it are carried onto
+    the restored best when they are claimed, as for any former best. Returns the experiment's new
+    column values; nothing for an experiment that is not the kept best."""
+    project = load_project(tx.session, lock=True)
+    if experiment.status != ExperimentStatus.KEPT or project.best_experiment_id != experiment.id:
+        return {}
+    restored = by_commit(tx.session, experiment.base_commit) if experiment.base_commit else None
+    assert restored is not None, "a kept experiment's base is an experiment's commit"
+    now = utcnow()
+    project.best_commit, project.best_experiment_id = restored.commit_sha, restored.id
+    project.best_since_experiment_id = _last_experiment_id(tx.session)
+    project.updated_at = now
+    cancel_queued_runs(tx.session, experiment.id, now)
+    ctx.repo.set_best(restored.commit_sha)
+    tx.undo.append(lambda: ctx.repo.set_best(experiment.commit_sha))
+    reason = f"{REVOKED}: {why}; the best is experiment {restored.id} again"
+    tx.emit(
+        EventType.REVERTED,
+        Decided(
+            experiment_id=experiment.id, reason=reason, best=restored.commit_sha, val_bpb=experiment.val_bpb
+        ),
+    )
+    return {"status": ExperimentStatus.REVERTED, "decision": Decision.REVERT, "decision_reason": reason}

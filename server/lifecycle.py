@@ -3,10 +3,11 @@ write of a status goes through.
 
 An experiment is undecided (queued, running) until a decision or an end without one; a decided
 experiment (kept, reverted, rebased, stale) never moves again, though its runs may go on (the
-best's repeats); one that ended without a verdict on its change (cancelled, infra_failed) may be
-queued again (an admin's retry, an unmeasured best at start). A run is queued, running, then
-finished (its result recorded), cancelled or infra_failed; the last two may be queued again with
-their experiment.
+best's repeats), except a kept best that one of those runs shows to be non-causal or over its
+score bound: it is revoked (reverted). One that ended without a verdict on its change
+(cancelled, infra_failed) may be queued again (an admin's retry, an unmeasured best at start).
+A run is queued, running, then finished (its result recorded), cancelled or infra_failed; the
+last two may be queued again with their experiment.
 
 ORM writes call `move_experiment` / `move_run`; the plain statements of the hot paths (the
 claim, recording a result) take their conditions from the same tables (`experiment_sources`) or
@@ -32,6 +33,9 @@ EXPERIMENT_MOVES: Mapping[ExperimentStatus, frozenset[ExperimentStatus]] = {
     # Decided, ended, or back in the queue (a confirmation run queued, a lost lease).
     ExperimentStatus.RUNNING: frozenset({ExperimentStatus.QUEUED} | _DECIDED | _ENDED_WITHOUT_VERDICT),
     **dict.fromkeys(_DECIDED, frozenset()),
+    # The one move out of a decision: a kept best whose later run ended in an integrity class is
+    # revoked (server.decisions.revoke_best).
+    ExperimentStatus.KEPT: frozenset({ExperimentStatus.REVERTED}),
     **dict.fromkeys(RETRYABLE_STATUSES, frozenset({ExperimentStatus.QUEUED})),
 }
 

@@ -11,7 +11,7 @@ from server.core.problems import Problem
 from server.crud import integrity, results
 from server.crud.leases import set_lease
 from server.crud.tokens import Principal
-from server.decisions import decide
+from server.decisions import decide, revoke_best
 from server.flows.leases import locked_lease, require_held
 from server.lifecycle import check_experiment_move, check_run_move
 from server.models import utcnow
@@ -79,6 +79,9 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
                 measured.error_class,
                 now,
             )
+            if "decision_reason" not in changes:  # a run of a decided experiment: the kept best's repeat
+                why = f"run {run.number} ended {measured.status} ({measured.error_class})"
+                changes |= revoke_best(ctx, tx, experiment, why)
             if "decision_reason" in changes:
                 changes["decision_reason"] = (
                     f"{changes['decision_reason']}; integrity event {event}: this agent's queued "

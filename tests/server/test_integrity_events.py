@@ -12,7 +12,8 @@ from client import ApiError
 from harness.result import INTEGRITY_CLASSES
 from server.crud.tokens import ENV_ADMIN_NAME
 from tests.kit.cli_process import in_process
-from tests.server.conftest import BASELINE, Live, sim_worker
+from tests.server.conftest import BASELINE, Live, LiveFactory, sim_worker
+from tests.server.test_history_api import NOISE, SOURCE, _change
 
 
 @pytest.mark.parametrize("error_class", sorted(INTEGRITY_CLASSES))
@@ -70,6 +71,44 @@ def test_an_integrity_class_holds_the_agent_until_an_admin_clears_it(
     assert {a.agent: a for a in admin.agents().agents}["mallory"].integrity_events == []
     claim = worker.claim()  # held no more
     assert claim is not None and claim.experiment_id == held
+
+
+def test_a_kept_best_caught_on_a_repeat_is_revoked_and_the_best_goes_back(
+    live_factory: LiveFactory, database_url: str
+) -> None:
+    """A cheat that passed its own probes and was kept is caught on one of the best's repeats: it
+    is reverted, the best is the one it was kept on again (changes queued on it are carried back
+    onto that best when claimed), and its agent is held like any other."""
+    live = live_factory(database_url, SOURCE, **NOISE)
+    worker, mallory = sim_worker(live), live.client("agent", "mallory")
+    for value in (1.0, 1.002, 0.998):  # the baseline and its noise
+        worker.run_next(value)
+    before = mallory.best()
+    kept = mallory.submit("reads ahead at 0.1 %", train_py=_change(LEARNING_RATE=0.03)).id
+    for value in (0.990, 0.991):
+        assert worker.run_next(value).experiment_id == kept
+    assert mallory.experiment(kept).status == "kept" and mallory.best().experiment_id == kept
+    built_on_it = mallory.submit("and a decay", train_py=_change(LEARNING_RATE=0.03, DECAY=0.8)).id
+
+    answer = worker.run_next(None, status="invalid", error_class="non_causal", error_message="probe row 3")
+    assert (answer.experiment_id, answer.status, answer.decision) == (kept, "reverted", "revert")
+    assert "kept, then revoked: run 3 ended invalid (non_causal)" in answer.reason
+    assert f"the best is experiment {before.experiment_id} again" in answer.reason
+    assert "integrity event" in answer.reason
+    best = mallory.best()
+    assert (best.commit, best.experiment_id) == (before.commit, before.experiment_id)
+    assert mallory.experiment(kept).status == "reverted"
+    (event,) = mallory.integrity_events().items
+    assert (event.experiment_id, event.run, event.error_class) == (kept, 3, "non_causal")
+    # No repeat of the revoked best is left, and mallory's change built on it is held.
+    assert worker.claim() is None
+    assert mallory.experiment(built_on_it).status == "queued"
+    # Cleared, it runs on the restored best: its own change (the decay) without the revoked one.
+    live.admin().clear_integrity_event(event.id, "the agent's next change is its own")
+    claim = worker.claim()
+    assert claim is not None and claim.experiment_id != built_on_it
+    assert mallory.experiment(built_on_it).status == "rebased"
+    assert "DECAY = 0.8" in claim.train_py and "LEARNING_RATE = 0.03" not in claim.train_py
 
 
 def test_an_ordinary_failure_is_not_an_integrity_event(live: Live) -> None:

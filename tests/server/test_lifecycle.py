@@ -37,8 +37,9 @@ def test_every_status_has_a_row_and_only_known_targets() -> None:
 
 
 def test_what_the_words_promise() -> None:
-    for status in DECIDED_STATUS.values():  # a decision is final for good
-        assert EXPERIMENT_MOVES[status] == frozenset()
+    for status in DECIDED_STATUS.values():  # a decision is final, but a kept best may be revoked
+        revoked = {ExperimentStatus.REVERTED} if status == ExperimentStatus.KEPT else set()
+        assert EXPERIMENT_MOVES[status] == revoked
     for status in RETRYABLE_STATUSES:  # ended without a verdict: only queued again
         assert EXPERIMENT_MOVES[status] == {ExperimentStatus.QUEUED}
     for status in FINAL_STATUSES:  # every final status is reached from both undecided ones
