@@ -41,7 +41,10 @@ def _bf16_forward(self, idx):
 GPT.forward = _bf16_forward
 """
 GROUP = re.compile(r"(repeat|probe|cut) (\d+) positions, max ([^,]+), lean ([^;\n]+)")
-PROCESS = re.compile(r"(eval|probe) ran ([\d.]+) s \(start ([\d.]+) s, batches ([\d.]+) s\) of ([\d.]+) s")
+# As harness.runner.scorer.timing_note writes it: seconds, or CPU seconds on a CPU.
+PROCESS = re.compile(
+    r"(eval|probe) ran ([\d.]+) (?:CPU )?s \(start ([\d.]+), batches ([\d.]+)\) of ([\d.]+) (?:CPU )?s"
+)
 
 
 def variant(name: str, folder: Path) -> Path:
@@ -94,6 +97,8 @@ def main() -> None:
                 run_worst = max(float(g[2]) for g in groups)
                 run_lean = max(abs(float(g[3])) for g in groups)
                 worst, lean = max(worst, run_worst), max(lean, run_lean)
+                if len(processes) != 2:
+                    raise SystemExit(f"{name} run {run}: no score-phase timing in its log; update PROCESS")
                 for label, used, _start, _batches, bound in processes:
                     share[label] = max(share[label], float(used) / float(bound))
                 timing = ", ".join(f"{p[0]} {p[1]} s (start {p[2]}) of {p[4]} s" for p in processes)
