@@ -70,6 +70,7 @@ from api_load import (
 from lean_http import LeanClient
 from sqlalchemy import select
 
+from client.spread import spread
 from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
 from server.crud.project import load_project
@@ -78,7 +79,7 @@ from server.models import ApiToken
 from server.project_init import init_project
 from server.research_repo import blob_sha
 from testkit.pg_scratch import free_port, new_database, scratch_cluster
-from worker.lease import MAX_BUFFERED_EVENTS, MAX_EVENTS_PER_CALL, spread
+from worker.lease import MAX_BUFFERED_EVENTS, MAX_EVENTS_PER_CALL
 from worker.main import CLAIM_WAIT_S
 
 STEPS_PER_S = 3.0  # the h100 baseline's pace: about 950 steps in 300 s

@@ -5,7 +5,7 @@ tool's answer as compact JSON text: no indentation, no null or empty fields, and
 to SIGNIFICANT_DIGITS significant digits. The structured content (what a client validates
 against the tool's output schema) keeps every field, with the same rounded numbers. Lists come
 in small pages (MCP_PAGE, with the API's cursor), experiments in lists with a few fields unless
-asked for others (BRIEF_FIELDS), and loss curves thinned to a few points (`thinned`);
+asked for others (BRIEF_FIELDS), and loss curves thinned to a few points (client.spread);
 docs/agents.md has each tool's typical size.
 
 Why 5 significant digits: a relative error under 5e-5, below the run-to-run noise of val_bpb
@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, TypeVar
-
-T = TypeVar("T")
+from typing import Any
 
 SIGNIFICANT_DIGITS = 5
 # The first page of a listing tool (search, notes, near_misses, keep_rates): smaller than the
@@ -61,13 +59,3 @@ def without_empty(value: Any) -> Any:
 def compact_text(value: Any) -> str:
     """The answer's text: `value` (already rounded) without empty fields, as JSON without spaces."""
     return json.dumps(without_empty(value), separators=(",", ":"), ensure_ascii=False)
-
-
-def thinned(samples: list[T], points: int) -> list[T]:
-    """At most `points` of `samples`, evenly spaced, always with the first and the last."""
-    if len(samples) <= points:
-        return samples
-    if points == 1:
-        return samples[-1:]
-    last = len(samples) - 1
-    return [samples[round(i * last / (points - 1))] for i in range(points)]

@@ -57,9 +57,10 @@ from client.schemas import (
     SimilarOut,
     SubmitIn,
 )
+from client.spread import spread
 from client.states import FINAL_STATUSES, ExperimentStatus
 from server.api.params import ExperimentsQuery, KeepRatesQuery, NearMissesQuery, NotesQuery
-from server.mcp_answers import BRIEF_FIELDS, CURVE_POINTS, MCP_PAGE, compact_text, rounded, thinned
+from server.mcp_answers import BRIEF_FIELDS, CURVE_POINTS, MCP_PAGE, compact_text, rounded
 
 # A client of the REST API for the call at hand (the caller's token; closed after the call).
 Connect = Callable[[], Client]
@@ -441,10 +442,10 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
             best_id = client.best().experiment_id
             best = client.progress(best_id) if best_id is not None and best_id != experiment_id else None
             return ProgressReport(
-                experiment=mine.model_copy(update={"events": thinned(mine.events, points)}),
+                experiment=mine.model_copy(update={"events": spread(mine.events, points)}),
                 best=None
                 if best is None
-                else best.model_copy(update={"events": thinned(best.events, points)}),
+                else best.model_copy(update={"events": spread(best.events, points)}),
             )
 
     @mcp.tool(annotations=CANCELS)

@@ -15,13 +15,11 @@ import logging
 import threading
 import time
 from datetime import datetime
-from typing import TypeVar
 
 from client import ApiError, Client
+from client.spread import spread
 from harness.result import ProgressEvent
 from worker.backoff import Backoff, describe, is_transient
-
-T = TypeVar("T")
 
 # Progress is a sample for humans watching; when the server is away, keep only the newest.
 MAX_BUFFERED_EVENTS = 100
@@ -29,16 +27,6 @@ MAX_BUFFERED_EVENTS = 100
 # The server's work grows with every event it stores, so a call carries a few, which still draw
 # a run's loss curve finely (docs/benchmarks.md, "Fleet", has the cost per call).
 MAX_EVENTS_PER_CALL = 10
-
-
-def spread(events: list[T], most: int) -> list[T]:
-    """At most `most` (>= 1) of `events`, in order, evenly spread, the last one always kept."""
-    if len(events) <= most:
-        return events
-    if most == 1:
-        return events[-1:]
-    last = len(events) - 1
-    return [events[round(i * last / (most - 1))] for i in range(most)]
 
 
 class LeaseKeeper:

@@ -383,7 +383,7 @@ def timing_note(clocks: list[Clock], go: dict[str, Any]) -> str:
 def run(config: dict[str, Any]) -> dict[str, Any]:
     phases = Phases()
     with phases("setup (while training)"):
-        rows, models = setup(config)
+        rows, donor, models = setup(config)
     try:
         line = sys.stdin.readline()
         if not line.strip():
@@ -391,7 +391,6 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         device = torch.device(config["device"])
         if device.type == "cpu":  # the core the model process leaves spare; the scorer's loss
             torch.set_num_threads(CPU_SPARE_CORES)  # runs while the model computes the next batch
-        donor = open_token_dir(Path(config["donor_dir"])).tokens
         share = config["probe_share"]
         scoring = Scoring(rows, config["batch_rows"], device, Transfer(), phases, donor, share)
         weights = Path(config["weights_dir"]) / WEIGHTS_FILE
@@ -410,9 +409,11 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def setup(config: dict[str, Any]) -> tuple[EvalRows, list[ModelProcess]]:
-    """The validation rows, and the eval and probe sandboxes started (they import torch and wait)."""
+def setup(config: dict[str, Any]) -> tuple[EvalRows, np.ndarray, list[ModelProcess]]:
+    """The validation rows, the training tokens probe variants continue with (a memory map), and
+    the eval and probe sandboxes started (they import torch and wait)."""
     rows = load_eval_rows(Path(config["val_dir"]))
+    donor = open_token_dir(Path(config["donor_dir"])).tokens
     batch_rows = config["batch_rows"]
     job = ModelJob(
         candidate=Path(config["candidate"]),
@@ -427,7 +428,7 @@ def setup(config: dict[str, Any]) -> tuple[EvalRows, list[ModelProcess]]:
         sandboxed=config["sandboxed"],
         limits=Limits(**config["limits"]),
     )
-    return rows, [ModelProcess(job, "eval"), ModelProcess(job, "probe")]
+    return rows, donor, [ModelProcess(job, "eval"), ModelProcess(job, "probe")]
 
 
 def main() -> None:

@@ -12,7 +12,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.mcp_answers import SIGNIFICANT_DIGITS, compact_text, rounded, thinned, without_empty
+from client.spread import spread
+from server.mcp_answers import SIGNIFICANT_DIGITS, compact_text, rounded, without_empty
 
 json_data = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
@@ -59,8 +60,8 @@ def test_dropping_empty_fields_keeps_every_other_value_and_list_positions(value:
 
 
 @given(st.lists(st.integers(), max_size=600), st.integers(1, 50))
-def test_thinning_keeps_at_most_the_points_evenly_with_both_ends(samples: list[int], points: int) -> None:
-    kept = thinned(list(range(len(samples))), points)  # positions, to check the spacing
+def test_spreading_keeps_at_most_the_points_evenly_with_both_ends(samples: list[int], points: int) -> None:
+    kept = spread(list(range(len(samples))), points)  # positions, to check the spacing
     assert len(kept) == min(points, len(samples))
     if samples:
         assert kept[-1] == len(samples) - 1

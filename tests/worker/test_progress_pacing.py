@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from client.spread import spread
 from harness.result import ProgressEvent
 from testkit.processes import Project
-from worker.lease import spread
 
 PROGRESS_ROUTE = "/api/v1/worker/leases/{lease_id}/progress"
 
