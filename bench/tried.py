@@ -86,7 +86,7 @@ def run_arm(
                 client, random.Random(seed), said.append, count=count, poll_s=0.3, skip_tried=skip
             )
             best = client.best()
-            runs = sum(1 for e in client.iter_experiments(limit=200) if e.valid_runs > 0)
+            runs = sum(1 for e in client.iter_search(limit=200) if e.valid_runs > 0)
     finally:
         project.close()
     return Arm(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from cli import views
 from server.core.config import ServerSettings
 
 
@@ -22,6 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     down.set_defaults(func=downgrade)
     current = actions.add_parser("current", help="print the revision the database is at")
     current.set_defaults(func=show_current)
+    for action in (up, down, current):
+        action.add_argument(
+            "--json", action="store_true", help='print {"revision": ...} (null: base, empty) as JSON'
+        )
 
 
 def upgrade(args: argparse.Namespace) -> int:
@@ -29,8 +34,7 @@ def upgrade(args: argparse.Namespace) -> int:
 
     url = ServerSettings().resolved_database_url
     migrate.upgrade(url, args.revision)
-    print(f"database at revision {migrate.current_revision(url)}")
-    return 0
+    return _show(args, "database at revision ", migrate.current_revision(url))
 
 
 def downgrade(args: argparse.Namespace) -> int:
@@ -38,12 +42,15 @@ def downgrade(args: argparse.Namespace) -> int:
 
     url = ServerSettings().resolved_database_url
     migrate.downgrade(url, args.revision)
-    print(f"database at revision {migrate.current_revision(url) or 'base (empty)'}")
-    return 0
+    return _show(args, "database at revision ", migrate.current_revision(url))
 
 
-def show_current(_args: argparse.Namespace) -> int:
+def show_current(args: argparse.Namespace) -> int:
     from server.core import migrate
 
-    print(migrate.current_revision(ServerSettings().resolved_database_url) or "base (empty)")
+    return _show(args, "", migrate.current_revision(ServerSettings().resolved_database_url))
+
+
+def _show(args: argparse.Namespace, words: str, revision: str | None) -> int:
+    print(views.as_json({"revision": revision}) if args.json else words + (revision or "base (empty)"))
     return 0

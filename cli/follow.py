@@ -38,11 +38,7 @@ def describe(event: ServerEvent) -> str:
             return f"{run}queued: {payload.why}"
         return f"{run}queued again ({payload.why})" if payload.why else "queued"
     if isinstance(payload, Progress):
-        parts = [payload.phase, f"step {payload.step}"]
-        if payload.loss is not None:
-            parts.append(f"loss {payload.loss:.4f}")
-        parts.append(f"{100 * payload.fraction:.0f}% of the budget")
-        return ", ".join(parts)
+        return views.progress(payload)
     if isinstance(payload, Finished):
         status = payload.result_status or payload.status
         score = f", val_bpb {views.bpb(payload.val_bpb)}" if payload.val_bpb is not None else ""

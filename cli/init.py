@@ -6,6 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from sqlalchemy.engine import make_url
+
+from cli import views
 from server.core.config import ServerSettings
 
 
@@ -25,6 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--train-py", type=Path, default=DEFAULT_TRAIN_PY, help="baseline train.py")
     parser.add_argument("--program-md", type=Path, default=DEFAULT_PROGRAM_MD, help="agent instructions")
+    parser.add_argument(
+        "--json", action="store_true", help="print the repo, database and baseline's id as JSON"
+    )
     parser.set_defaults(func=run)
 
 
@@ -37,7 +43,12 @@ def run(args: argparse.Namespace) -> int:
     except InitError as exc:
         print(f"autoresearch init: {exc}", file=sys.stderr)
         return 2
-    print(f"research repo: {settings.resolved_research_repo}")
-    print(f"database: {settings.resolved_database_url}")
+    repo = str(settings.resolved_research_repo)
+    database = make_url(settings.resolved_database_url).render_as_string(hide_password=True)
+    if args.json:
+        print(views.as_json({"research_repo": repo, "database": database, "experiment_id": experiment_id}))
+        return 0
+    print(f"research repo: {repo}")
+    print(f"database: {database}")
     print(f"baseline queued as experiment {experiment_id}")
     return 0

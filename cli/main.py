@@ -28,13 +28,14 @@ from cli import (
     submit,
     token,
     up,
+    watch,
     work,
 )
 
 # The commands, in the order `autoresearch --help` lists them; each module's `register(subparsers)`
 # adds its command(s) and sets `func`.
 COMMANDS: tuple[ModuleType, ...] = (work, prepare, serve, db, init, token, up, submit, status, best)
-COMMANDS += (results_tsv, agent, run, retry, notes, mcp, similar, search, cancel, history, integrity)
+COMMANDS += (results_tsv, agent, run, retry, notes, mcp, similar, search, cancel, history, watch, integrity)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from cli import views
 from harness.config import PRESETS, DataSource, load_settings
 from harness.data.errors import DataError
 from harness.data_layout import read_manifest
@@ -24,6 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--data-dir", type=Path, help="where prepared data lives ($DATA_DIR)")
     parser.add_argument("--local-dir", type=Path, help="folder of parquet/jsonl/txt files for --source local")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--json", action="store_true", help="print the prepared folder and its manifest's figures as JSON"
+    )
     parser.set_defaults(func=run)
 
 
@@ -41,6 +45,10 @@ def run(args: argparse.Namespace) -> int:
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.json:
+        shown = ("train_tokens", "train_docs", "eval_rows", "seq_len", "vocab_size", "harness_id")
+        print(views.as_json({"data_dir": str(paths.root)} | {name: manifest[name] for name in shown}))
+        return 0
     print(f"prepared {paths.root}")
     print(
         f"  train: {manifest['train_tokens']:,} tokens in {manifest['train_docs']:,} documents; "

@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from cli import views
 from cli.connection import add_connection_args, connect, reporting
 from cli.output_file import check_output_path, write_output
 
@@ -21,7 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Export every result so far, imported history first, in autoresearch's 5-column "
         "results.tsv format: to standard output, or to a file with -o.",
     )
-    export.add_argument("-o", "--output", type=Path, metavar="FILE", help="write to FILE (e.g. results.tsv)")
+    export.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="write to FILE (results.tsv), the count to stderr"
+    )
     add_connection_args(export)
     export.set_defaults(func=run_export)
 
@@ -34,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Needs an admin token.",
     )
     imports.add_argument("file", metavar="FILE", type=Path, help="results.tsv to import")
+    imports.add_argument("--json", action="store_true", help="print the imported and skipped counts as JSON")
     add_connection_args(imports, token_kind="admin")
     imports.set_defaults(func=run_import)
 
@@ -47,7 +51,8 @@ def run_export(args: argparse.Namespace) -> int:
         sys.stdout.write(tsv)
         return 0
     write_output("export", args.output, tsv)
-    print(f"wrote {max(len(tsv.splitlines()) - 1, 0)} results to {args.output}")
+    # A message, not data: standard output stays for results.tsv itself (without -o).
+    print(f"wrote {max(len(tsv.splitlines()) - 1, 0)} results to {args.output}", file=sys.stderr)
     return 0
 
 
@@ -63,5 +68,8 @@ def run_import(args: argparse.Namespace) -> int:
     client = connect(args, "import", token_required=True)
     with reporting("import", client):
         answer = client.import_results_tsv(text)
+    if args.json:
+        print(views.as_json(answer))
+        return 0
     print(f"imported {answer.imported} rows from {args.file}; skipped {answer.skipped} already present")
     return 0

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         )
     client = connect(args, "search", token_required=False)
     with reporting("search", client):
-        page = client.experiments(
+        page = client.search(
             constant=args.constant,
             line=args.line,
             text=args.text,

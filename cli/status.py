@@ -81,7 +81,7 @@ def show_experiments(client: Client, args: argparse.Namespace) -> None:
 
 
 def _count(client: Client, state: ExperimentStatus) -> str:
-    page = client.experiments(status=state, limit=PAGE_LIMIT)
+    page = client.search(status=state, limit=PAGE_LIMIT)
     return f"{len(page.items)}{'+' if page.next_cursor else ''}"
 
 
@@ -104,7 +104,7 @@ def show_overview(client: Client, args: argparse.Namespace) -> None:
             if args.agent in (None, experiment.agent) and args.state in (None, experiment.status)
         ][: args.limit]
     else:
-        recent = client.experiments(agent=args.agent, status=args.state, limit=args.limit).items
+        recent = client.search(agent=args.agent, status=args.state, limit=args.limit).items
     counts = {
         state.value: _count(client, state) for state in (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING)
     }

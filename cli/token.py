@@ -7,6 +7,7 @@ import re
 import sys
 from typing import TYPE_CHECKING
 
+from cli import views
 from client.states import TokenKind
 from server.core.config import ServerSettings
 
@@ -27,10 +28,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="agent: submit and cancel; worker: run experiments; admin: everything",
     )
     create.add_argument("--name", required=True, help="agent/worker name: letters, digits, _ . @ -")
+    create.add_argument("--json", action="store_true", help="print kind, name and token as JSON")
     create.set_defaults(func=create_token)
     revoke = actions.add_parser("revoke", help="revoke a token by kind and name")
-    revoke.add_argument("--kind", required=True, choices=["agent", "worker", "admin"], help="its kind")
+    revoke.add_argument("--kind", required=True, choices=list(TokenKind), help="its kind")
     revoke.add_argument("--name", required=True, help="the name it was created with")
+    revoke.add_argument("--json", action="store_true", help="print kind and name as JSON")
     revoke.set_defaults(func=revoke_token)
 
 
@@ -60,7 +63,7 @@ def create_token(args: argparse.Namespace) -> int:
         return 2
     finally:
         db.dispose()
-    print(token)
+    print(views.as_json({"kind": args.kind, "name": args.name, "token": token}) if args.json else token)
     return 0
 
 
@@ -76,5 +79,6 @@ def revoke_token(args: argparse.Namespace) -> int:
     if not revoked:
         print(f"autoresearch token: no active {args.kind} token named {args.name!r}", file=sys.stderr)
         return 2
-    print(f"revoked the {args.kind} token {args.name!r}")
+    revoked_one = {"kind": args.kind, "name": args.name, "revoked": True}
+    print(views.as_json(revoked_one) if args.json else f"revoked the {args.kind} token {args.name!r}")
     return 0

@@ -3,23 +3,36 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel
 
 from client.schemas import ExperimentOut, NoiseOut, SimilarExperiment
 from client.states import ExperimentStatus
+from harness.result import ProgressEvent
 
 
 def bpb(value: float | None) -> str:
     return "-" if value is None else f"{value:.6f}"
 
 
-def as_json(value: BaseModel | Sequence[BaseModel] | None) -> str:
-    """An answer (or several) as the API sent it, indented: what --json prints."""
+def as_json(value: BaseModel | Sequence[BaseModel] | Mapping[str, object] | None) -> str:
+    """An answer (or several) as the API sent it, or a local command's facts, indented: what --json
+    prints."""
+    if isinstance(value, Mapping):
+        return json.dumps(value, indent=2)
     if isinstance(value, Sequence):
         return json.dumps([item.model_dump(mode="json") for item in value], indent=2)
     return json.dumps(None if value is None else value.model_dump(mode="json"), indent=2)
+
+
+def progress(sample: ProgressEvent) -> str:
+    """`train, step 120, loss 3.2011, 40% of the budget`."""
+    parts = [sample.phase, f"step {sample.step}"]
+    if sample.loss is not None:
+        parts.append(f"loss {sample.loss:.4f}")
+    parts.append(f"{100 * sample.fraction:.0f}% of the budget")
+    return ", ".join(parts)
 
 
 def noise(estimate: NoiseOut | None) -> str:

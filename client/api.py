@@ -226,7 +226,7 @@ class Client:
     def experiment(self, experiment_id: int) -> ExperimentOut:
         return self._call(ExperimentOut, "GET", f"/experiments/{experiment_id}")
 
-    def experiments(
+    def search(
         self,
         *,
         status: ExperimentStatus | None = None,
@@ -239,9 +239,9 @@ class Client:
         limit: int = 50,
         cursor: str | None = None,
     ) -> ExperimentPage:
-        """One page (`items`, `next_cursor`), newest first. `text`: words the
-        description or hypothesis contains (case-insensitive); `constant`: the name of a constant
-        the change set; `line`: text one of its changed lines contains."""
+        """Experiments matching the filters, one page (`items`, `next_cursor`), newest first.
+        `text`: words the description or hypothesis contains (case-insensitive); `constant`: the
+        name of a constant the change set; `line`: text one of its changed lines contains."""
         params = {
             "status": status,
             "agent": agent,
@@ -257,11 +257,11 @@ class Client:
             ExperimentPage, "GET", "/experiments", params={k: v for k, v in params.items() if v is not None}
         )
 
-    def iter_experiments(self, **filters: Any) -> Iterator[ExperimentOut]:
+    def iter_search(self, **filters: Any) -> Iterator[ExperimentOut]:
         """Every experiment matching the filters, following the cursor."""
         cursor: str | None = None
         while True:
-            page = self.experiments(cursor=cursor, **filters)
+            page = self.search(cursor=cursor, **filters)
             yield from page.items
             cursor = page.next_cursor
             if cursor is None:
@@ -395,17 +395,20 @@ class Client:
         headers = {"Content-Type": "text/tab-separated-values"}
         return self._call(ImportOut, "POST", "/import/results.tsv", content=tsv.encode(), headers=headers)
 
-    def wait(self, experiment_id: int, timeout: float = 3600.0, poll_s: float = 2.0) -> ExperimentOut:
-        """Poll until the experiment reaches a final state; return it (TimeoutError after `timeout`)."""
+    def wait(self, *experiment_ids: int, timeout: float = 3600.0, poll_s: float = 2.0) -> list[ExperimentOut]:
+        """Poll until any of the experiments reaches a final state; return those that have, in the
+        order given (TimeoutError after `timeout`, naming each one's state)."""
+        if not experiment_ids:
+            raise ValueError("wait: give at least one experiment id")
         deadline = time.monotonic() + timeout
         while True:
-            experiment = self.experiment(experiment_id)
-            if experiment.status in FINAL_STATUSES:
-                return experiment
+            seen = [self.experiment(number) for number in dict.fromkeys(experiment_ids)]
+            decided = [experiment for experiment in seen if experiment.status in FINAL_STATUSES]
+            if decided:
+                return decided
             if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"experiment {experiment_id} still {experiment.status} after {timeout:.0f} s"
-                )
+                states = ", ".join(f"experiment {e.id} still {e.status}" for e in seen)
+                raise TimeoutError(f"{states} after {timeout:.0f} s")
             time.sleep(poll_s)
 
     @contextmanager

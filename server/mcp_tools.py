@@ -466,7 +466,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         `cursor`."""
         fields = query.pop("fields")
         with connect() as client:
-            page = client.experiments(**query)
+            page = client.search(**query)
             return ExperimentList(items=[brief(e, fields) for e in page.items], next_cursor=page.next_cursor)
 
     @mcp.tool(annotations=READ_ONLY)

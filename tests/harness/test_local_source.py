@@ -58,6 +58,11 @@ def test_a_mixed_folder_prepares_with_the_last_file_as_validation(
     assert list(iter_texts(sorted((paths.raw_dir / "train").glob("*.parquet")))) == documents[:320]
     assert read_manifest(settings)["train_docs"] == 320
     assert "harness id:" in output
+    argv = ["prepare", "--preset", "test", "--source", "local", "--local-dir", str(folder), "--quiet"]
+    again = main([*argv, "--data-dir", str(tmp_path / "data"), "--json"])
+    shown = json.loads(capsys.readouterr().out)  # prepared already: only the figures, as JSON
+    assert again == 0 and shown["data_dir"] == str(paths.root) and shown["train_docs"] == 320
+    assert shown["harness_id"] == read_manifest(settings)["harness_id"]
 
 
 ERROR_CASES = {

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from cli import views
 from server.crud.tsv import COLUMNS, DECISION_COLUMNS
 from testkit.candidates import bigram
 from testkit.processes import Project
@@ -147,7 +148,7 @@ def test_export_gives_results_tsv_and_import_brings_it_back(
     project.final(submitted["edited_id"])
     tsv = tmp_path / "results.tsv"
     exported = in_process(capsys, "export", "-o", str(tsv), server=project.url)
-    assert exported.code == 0, exported.err
+    assert exported.code == 0 and exported.out == "" and f"wrote 3 results to {tsv}" in exported.err
     lines = tsv.read_text().splitlines()
     # autoresearch's five columns, then the decision's (docs/api.md, "results.tsv")
     assert lines[0].split("\t") == [*COLUMNS, *DECISION_COLUMNS]
@@ -170,8 +171,8 @@ def test_export_gives_results_tsv_and_import_brings_it_back(
     five = len(COLUMNS)
     assert [row.split("\t")[:five] for row in history] == [row.split("\t")[:five] for row in rows]
     assert all(set(row.split("\t")[five:]) == {""} for row in history)
-    again = in_process(capsys, "import", str(tsv), server=project.url, token=project.admin_token)
-    assert again.out.startswith(f"imported 0 rows from {tsv}; skipped 3")
+    again = in_process(capsys, "import", str(tsv), "--json", server=project.url, token=project.admin_token)
+    assert json.loads(again.out) == {"imported": 0, "skipped": 3}
 
 
 def test_errors_name_the_fix(project: Project, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -242,3 +243,32 @@ def test_near_misses_and_keep_rates_print_what_the_api_answers(
     assert "LEARNING_RATE" in table  # the submissions moved the learning rate
     listed = in_process(capsys, "near-misses", server=project.url).out
     assert listed.startswith("no near misses") == (not near.items)
+
+
+def test_wait_and_progress_print_what_the_sdk_answers(
+    project: Project, submitted: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    patch_id, edited_id = submitted["patch_id"], submitted["edited_id"]
+    project.final(edited_id)
+    with project.agent() as client:
+        decided = client.wait(edited_id, patch_id, timeout=5)
+        curve = client.progress(edited_id)
+    waited = in_process(capsys, "wait", str(edited_id), str(patch_id), "--json", server=project.url)
+    assert waited.code == 0 and json.loads(waited.out) == [e.model_dump(mode="json") for e in decided]
+    assert [e.id for e in decided] == [edited_id, patch_id]  # any of several: here both, in the order given
+    as_text = in_process(capsys, "wait", str(patch_id), server=project.url)
+    assert as_text.code == 0 and as_text.out == views.summary(decided[1]) + "\n"
+    missing = in_process(capsys, "wait", "999999", server=project.url)
+    assert missing.code == 1 and "999999" in missing.err and not missing.out
+
+    as_json = in_process(capsys, "progress", str(edited_id), "--json", server=project.url)
+    assert as_json.code == 0 and json.loads(as_json.out) == curve.model_dump(mode="json")
+    assert curve.run is not None and len(curve.events) >= 2  # a trained run reports as it goes
+    head, *samples = in_process(
+        capsys, "progress", str(edited_id), "--points", "2", server=project.url
+    ).out.splitlines()
+    assert head == f"experiment {edited_id}, run {curve.run}: {len(curve.events)} samples"
+    assert [line.split(" s  ", 1)[1] for line in samples] == [
+        views.progress(curve.events[0]),
+        views.progress(curve.events[-1]),
+    ]

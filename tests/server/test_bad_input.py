@@ -63,7 +63,7 @@ def test_nul_is_refused_in_queries_paths_and_bodies(live_any_db: Live) -> None:
         problem = _refused(response)
         assert "NUL" in problem["detail"], problem
     # Nothing changed, and the server still answers.
-    assert [e.id for e in Client(live.url).experiments().items] == [1]
+    assert [e.id for e in Client(live.url).search().items] == [1]
     assert worker.claim(worker_id).experiment_id == 1
 
 

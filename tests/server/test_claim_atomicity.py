@@ -70,7 +70,7 @@ def test_concurrent_http_claims_hand_each_experiment_to_exactly_one_worker(
     counts = Counter(experiment_id for experiment_id, _ in claimed)
     assert set(counts) == submitted and set(counts.values()) == {1}
     assert len({index for _, index in claimed}) > 1  # the claims really were spread over workers
-    assert len(live.client().experiments(status="running", limit=200).items) == len(submitted)
+    assert len(live.client().search(status="running", limit=200).items) == len(submitted)
 
 
 def test_claims_straight_at_the_database_under_heavy_contention(

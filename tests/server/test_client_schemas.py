@@ -60,9 +60,9 @@ def test_the_sdk_returns_the_models_the_server_answers_with(live: Live, baseline
     assert isinstance(experiment, ExperimentOut) and experiment.result is not None
     assert (experiment.runs[0].kind, experiment.runs[0].state) == (RunKind.FIRST, RunState.FINISHED)
     assert type(experiment.runs[0].state) is RunState and experiment.result.val_bpb == 1.0
-    page = agent.experiments(status=ExperimentStatus.QUEUED)
+    page = agent.search(status=ExperimentStatus.QUEUED)
     assert isinstance(page, ExperimentPage) and [e.id for e in page.items] == [first.id]
-    assert [e.id for e in agent.iter_experiments(limit=1)] == [first.id, 1]
+    assert [e.id for e in agent.iter_search(limit=1)] == [first.id, 1]
     noise = agent.noise()
     assert isinstance(noise, NoiseListOut) and noise.rule.decision_rule is Rule.GREEDY
     similar = agent.similar(train_py=changed)

@@ -100,7 +100,7 @@ def test_near_misses_are_the_reverted_gains_strongest_evidence_first(
     items = found.items
     assert [n.experiment_id for n in items] == [ids["lr up, near"], ids["decay up, near"]]
     # The rule on the stored judgements: every reverted, measured experiment with effect < 0.
-    for experiment in reader.iter_experiments(status="reverted"):
+    for experiment in reader.iter_search(status="reverted"):
         comparison = experiment.comparison
         near = comparison is not None and experiment.valid_runs > 0 and comparison.effect < 0
         assert near == (experiment.id in {n.experiment_id for n in items}), experiment

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -28,15 +29,15 @@ def test_filters_and_cursor_pages(live, worker_factory, baseline_source: str) ->
     mine = [alice.submit(f"a{i}", train_py=baseline_source + f"# a{i}\n").id for i in range(7)]
     theirs = [bob.submit(f"b{i}", train_py=baseline_source + f"# b{i}\n").id for i in range(3)]
     worker.run_next(2.0)  # alice's first: reverted
-    everything = list(alice.iter_experiments(limit=3))
+    everything = list(alice.iter_search(limit=3))
     assert [e.id for e in everything] == sorted(mine + theirs + [1], reverse=True)
-    assert [e.id for e in alice.iter_experiments(agent="alice", limit=2)] == mine[::-1]
-    assert [e.id for e in alice.iter_experiments(status="reverted")] == [mine[0]]
-    assert [e.id for e in alice.iter_experiments(agent="baseline")] == [1]
+    assert [e.id for e in alice.iter_search(agent="alice", limit=2)] == mine[::-1]
+    assert [e.id for e in alice.iter_search(status="reverted")] == [mine[0]]
+    assert [e.id for e in alice.iter_search(agent="baseline")] == [1]
     best = alice.best().commit
-    assert {e.id for e in alice.iter_experiments(base=best)} == set(mine + theirs)
-    assert alice.experiments(since=(datetime.now(UTC) + timedelta(hours=1)).isoformat()).items == []
-    assert len(list(alice.iter_experiments(since=before.isoformat()))) == 10
+    assert {e.id for e in alice.iter_search(base=best)} == set(mine + theirs)
+    assert alice.search(since=(datetime.now(UTC) + timedelta(hours=1)).isoformat()).items == []
+    assert len(list(alice.iter_search(since=before.isoformat()))) == 10
     for params, words in (
         ({"cursor": "abc"}, "cursor"),
         ({"limit": 0}, "limit"),
@@ -46,7 +47,7 @@ def test_filters_and_cursor_pages(live, worker_factory, baseline_source: str) ->
     ):
         response = alice.http.get("/experiments", params=params)
         assert response.status_code == 422 and words in response.json()["detail"]
-    assert [e.id for e in alice.iter_experiments(agent="nobody")] == []
+    assert [e.id for e in alice.iter_search(agent="nobody")] == []
 
 
 @given(total=st.integers(0, 12), limit=st.integers(1, 5))
@@ -161,8 +162,12 @@ def test_cli_init_token_db_and_serve(tmp_path: Path, baseline_source: str, cli: 
         "TOKEN_CACHE_SECONDS": "0",
     }
     files = ["--train-py", str(tmp_path / "train.py"), "--program-md", str(tmp_path / "program.md")]
-    first = cli(env, "init", *files)
-    assert first.code == 0 and "baseline queued as experiment 1" in first.out
+    first = cli(env, "init", *files, "--json")
+    assert first.code == 0 and json.loads(first.out) == {
+        "research_repo": str(tmp_path / "data" / "research.git"),
+        "database": f"sqlite:///{tmp_path / 'data' / 'autoresearch.db'}",
+        "experiment_id": 1,
+    }
     again = cli(env, "init", *files)
     assert again.code == 2 and "already has a project" in again.err
     missing = cli(
@@ -174,6 +179,12 @@ def test_cli_init_token_db_and_serve(tmp_path: Path, baseline_source: str, cli: 
     assert "exists already" in cli(env, "token", "create", "--kind", "agent", "--name", "alice").err
     assert "--name" in cli(env, "token", "create", "--kind", "agent", "--name", "bad name!").err
     assert cli(env, "db", "current").out.strip() == "0011"
+    assert json.loads(cli(env, "db", "current", "--json").out) == {"revision": "0011"}
+    robot = json.loads(cli(env, "token", "create", "--kind", "worker", "--name", "gpu-1", "--json").out)
+    assert robot["kind"] == "worker" and robot["name"] == "gpu-1" and robot["token"].startswith("arw_")
+    revoked = cli(env, "token", "revoke", "--kind", "worker", "--name", "gpu-1", "--json")
+    assert json.loads(revoked.out) == {"kind": "worker", "name": "gpu-1", "revoked": True}
+    assert cli(env, "token", "revoke", "--kind", "worker", "--name", "gpu-1").code == 2  # revoked already
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--log-level", "warning"],

@@ -122,11 +122,11 @@ def test_experiments_are_searched_by_text(live: Live) -> None:
         warm = alice.submit("Longer WARMUP", train_py=BASELINE.replace("10", "20"), hypothesis="h")
         alice.submit("wider model", train_py=BASELINE.replace("64", "128"), hypothesis="more warmup too")
         alice.submit("100% of the steps", train_py=BASELINE.replace("4", "6"))
-        found = [e.id for e in alice.experiments(text="warmup").items]
+        found = [e.id for e in alice.search(text="warmup").items]
         assert found[-1] == warm.id and len(found) == 2  # description or hypothesis, any case
         # LIKE wildcards are searched for as text.
-        assert [e.description for e in alice.experiments(text="100%").items] == ["100% of the steps"]
-        assert alice.experiments(text="_").items == []
+        assert [e.description for e in alice.search(text="100%").items] == ["100% of the steps"]
+        assert alice.search(text="_").items == []
 
 
 def test_cli_posts_and_reads_notes(live: Live, capsys: pytest.CaptureFixture[str]) -> None:

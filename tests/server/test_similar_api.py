@@ -111,7 +111,7 @@ def test_search_by_the_constant_set_or_the_lines_changed(live_any_db: Live) -> N
     )
 
     def ids(**filters: str) -> list[int]:
-        return [e.id for e in agent.experiments(**filters).items]
+        return [e.id for e in agent.search(**filters).items]
 
     assert ids(constant="LEARNING_RATE") == [lr.id]
     assert ids(constant="DEPTH") == [depth.id]
@@ -145,7 +145,7 @@ def test_the_real_baselines_knobs_are_found_by_name_by_last_part_and_by_what_hol
     schedule = knob("longer warmdown", "WARMDOWN_FRACTION = 0.5", "WARMDOWN_FRACTION = 0.7")
 
     def ids(**filters: str) -> list[int]:
-        return [e.id for e in agent.experiments(**filters).items]
+        return [e.id for e in agent.search(**filters).items]
 
     assert ids(constant="width") == ids(constant=f"{cpu}.width") == [wider]
     assert ids(constant="depth") == [deeper] and ids(constant="device_batch") == [batch]
@@ -234,7 +234,7 @@ def test_bad_input_is_refused_precisely_and_changes_nothing(live_any_db: Live) -
         agent.similar(999)
     assert caught.value.status == 404
     with pytest.raises(ApiError) as caught:
-        agent.experiments(line="   ")
+        agent.search(line="   ")
     assert caught.value.status == 422
     assert _count(live) == before
 
@@ -255,7 +255,7 @@ def test_experiments_stored_before_their_changes_are_summarized_at_start(
     with serve(restarted) as url:
         again = Live(url, restarted, live.settings).client("agent")
         assert _kinds(again.similar(second.id).similar) == [(first.id, "nearby_constants")]
-        assert [e.id for e in again.experiments(constant="LEARNING_RATE").items] == [
+        assert [e.id for e in again.search(constant="LEARNING_RATE").items] == [
             second.id,
             first.id,
         ]

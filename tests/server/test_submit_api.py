@@ -100,7 +100,7 @@ def test_idempotency_key_makes_retries_safe(live_any_db: Live, baseline_source: 
     with pytest.raises(ApiError) as caught:
         agent.submit("something else", patch=patch, idempotency_key="retry-1")
     assert caught.value.status == 422 and caught.value.type.endswith("idempotency-key-reused")
-    assert len(agent.experiments(agent="baseline").items) == 1
+    assert len(agent.search(agent="baseline").items) == 1
 
 
 @pytest.fixture
@@ -183,7 +183,7 @@ def test_precise_refusals(live, refused: Callable[..., ApiError], baseline_sourc
         error = refused(**body)
         assert (error.status, error.type.rsplit("/", 1)[-1]) == (status, kind), (body.keys(), error)
         assert words in error.detail, error.detail
-    assert live.client().experiments().items[0].id == 1  # nothing was queued
+    assert live.client().search().items[0].id == 1  # nothing was queued
 
 
 def test_base_may_be_any_experiment_commit_or_its_prefix(live, baseline_source: str) -> None:
@@ -226,7 +226,7 @@ def test_tokens_decide_who_may_do_what(live, baseline_source: str) -> None:
     with pytest.raises(ApiError) as caught:
         agent.register(name="sneaky", device="cpu", memory_gb=1, harness_id="x")
     assert caught.value.status == 403 and "worker" in caught.value.detail
-    assert anonymous.experiments().items  # reads are public by default
+    assert anonymous.search().items  # reads are public by default
     assert live.admin().submit(**change).agent == "ADMIN_TOKEN"  # type: ignore[arg-type]
 
 

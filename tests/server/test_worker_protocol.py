@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import subprocess
 import sys
 import time
@@ -284,9 +285,12 @@ def test_cli_retry(live_factory, worker_factory) -> None:
     worker = worker_factory(live)
     lose_the_worker(worker)
     command = [sys.executable, "-m", "cli.main", "retry", "1", "--server", live.url]
-    ran = subprocess.run([*command, "--token", "admin-secret"], capture_output=True, text=True, timeout=60)
-    assert ran.returncode == 0 and "experiment 1 is queued again" in ran.stdout, ran.stderr
-    ran = subprocess.run([*command, "--token", "admin-secret"], capture_output=True, text=True, timeout=60)
+    command += ["--token", "admin-secret"]
+    ran = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    queued = json.loads(ran.stdout)  # only the experiment, as JSON
+    assert (queued["id"], queued["status"], queued["attempts"]) == (1, "queued", 0)
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert ran.returncode == 1 and "only infra_failed or cancelled" in ran.stderr, ran.stderr
 
 

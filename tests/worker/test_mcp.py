@@ -226,7 +226,7 @@ def test_a_bad_patch_and_a_bad_link_are_tool_errors_with_the_problem(
     assert out["note"]["author"] == "agent-1" and out["note"]["experiment_id"] == 1
     assert [n["text"] for n in out["notes"]["items"]] == ["bigram lr: 0.2 next"]
     with project.agent() as agent:  # nothing was queued by the refused calls
-        assert [e.id for e in agent.experiments().items] == [1]
+        assert [e.id for e in agent.search().items] == [1]
 
 
 def test_the_http_transport_needs_an_agent_token(project: Project) -> None:

@@ -80,4 +80,4 @@ def test_an_agent_asks_whether_a_change_was_tried_and_searches_by_what_changes_t
     assert text.startswith("patch-does-not-apply (422)") and problem["kind"] == "patch-does-not-apply"
     with project.agent() as agent:  # asking queued nothing
         assert submitted["experiment"]["base"] == agent.best().commit
-        assert len(agent.experiments().items) == 5  # the baseline, the two above, the two submitted
+        assert len(agent.search().items) == 5  # the baseline, the two above, the two submitted
