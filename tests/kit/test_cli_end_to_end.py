@@ -20,7 +20,7 @@ import pytest
 from cli import views
 from server.crud.tsv import COLUMNS, DECISION_COLUMNS
 from testkit.candidates import bigram
-from testkit.processes import Project
+from testkit.processes import Project, wait_until
 from tests.kit.cli_process import BASELINE_LR, cli, in_process, write
 
 pytestmark = pytest.mark.heavy
@@ -233,6 +233,8 @@ def test_near_misses_and_keep_rates_print_what_the_api_answers(
 ) -> None:
     project.final(submitted["edited_id"])
     with project.agent() as client:
+        # Kinds are stored by a background task shortly after each decision: both changes counted.
+        wait_until(lambda: client.keep_rates().overall.tried >= 2, 30, "both changes summarised")
         near, rates = client.near_misses(), client.keep_rates()
     for command, answer in (("near-misses", near), ("keep-rates", rates)):
         as_json = in_process(capsys, command, "--json", server=project.url)
