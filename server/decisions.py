@@ -1,18 +1,20 @@
 """Applying the judge's verdict when a run's result arrives: the best, confirmation runs, rebases.
 
-Called inside the result's transaction. `judge` (server/judge.py) decides on plain numbers; this
-module reads them, and applies the verdict: it moves `best`, queues the candidate's next run or
-the best's repeats, or re-applies a change onto a new best.
+Called inside the result's transaction (server/flows/results.py). `judge` (server/judge.py)
+decides on plain numbers that server/crud/evidence.py reads; this module applies the verdict: it
+moves `best`, queues the candidate's next run or the best's repeats, re-applies a change onto a
+new best, or revokes a best caught later.
 
 Locking. A candidate is always compared with its own base's runs: while the base is the best,
 that is the best; once the best has moved on, still the base. Whether the base is still the best
 only decides what a positive verdict does (keep it, or re-apply it onto the new best), so only
 positive verdicts need the best to be fresh:
-- Keep and rebase are decided again with the project row locked (PostgreSQL; SQLite has one
-  writer anyway) on the fresh row, so such decisions are serial: two results that arrive together
-  are decided one after the other, and the second sees the `best` the first one left. Only a
-  candidate measured on the current best can move it, and only forward (its parent is the best),
-  so `best` always fast-forwards and never advances twice from the same base.
+- Keep, rebase and revoke (judge.NEEDS_FRESH_BEST) are decided again with the project row
+  locked (PostgreSQL; SQLite has one writer anyway) on the fresh row (server/flows/results.py),
+  so such decisions are serial: two results that arrive together are decided one after the
+  other, and the second sees the `best` the first one left. Only a candidate measured on the
+  current best can move it, and only forward (its parent is the best), so `best` always
+  fast-forwards and never advances twice from the same base.
 - Revert and confirm need no lock: the base's runs and the noise estimate they rest on are what
   they are whether the best moved or not. A confirmation run queued just as the best moved is
   judged again when it returns, and then re-applied onto the new best if still promising.
@@ -31,30 +33,19 @@ from sqlalchemy.orm import Session
 
 from client.events import DECIDED_EVENT, Decided, EventType, Queued
 from client.states import DECIDED_STATUS, Decision, ExperimentStatus, Rule, RunKind, RunState
-from harness.result import RunResult
 from server.candidates import commit_message, find_same_train_py, queue_candidate
 from server.carry import CACHED, Carried, carried
 from server.context import AppContext, Tx
-from server.crud import noise as noise_crud
 from server.crud.experiments import agent_names, by_commit
 from server.crud.project import current_best, load_project
 from server.crud.runs import cancel_queued_runs, count_runs, queue_runs
 from server.judge import (
     Action,
     Comparison,
-    Evidence,
-    JudgedRun,
-    Noise,
-    Reference,
-    Sample,
-    Snapshot,
     Verdict,
-    judge,
-    run_counts,
 )
 from server.lifecycle import move_experiment, move_run
 from server.models import EXPERIMENTS, RUNS, AnyRow, Experiment, Project, Run, utcnow
-from server.noise_pool import bounded_mean
 
 log = logging.getLogger(__name__)
 
@@ -62,150 +53,30 @@ log = logging.getLogger(__name__)
 # those queued on any former best (reapply_before_running).
 REVOKED = "kept, then revoked"
 
-# The oldest experiment of a commit (by_commit), as the sample a candidate is compared with.
-_REFERENCE = (
-    select(EXPERIMENTS.c.id, EXPERIMENTS.c.base_commit, EXPERIMENTS.c.valid_runs, EXPERIMENTS.c.val_bpb)
-    .where(EXPERIMENTS.c.commit_sha == bindparam("commit"))
-    .order_by(EXPERIMENTS.c.id)
-    .limit(1)
-)
 
-
-def decide(ctx: AppContext, tx: Tx, experiment: AnyRow, run: AnyRow, result: RunResult) -> dict[str, object]:
-    """Count the run, judge the experiment if it is undecided, apply the verdict, emit events.
-
-    Returns the experiment's new column values; the caller writes them with its own changes.
-    `decision_reason` is among them exactly when this run decided something (a verdict, a
-    cancellation); a run of an experiment decided before it only counts, and the caller's answer
-    says so (server/flows/results.py, `_reason`).
-    """
-    project: AnyRow | Project = current_best(tx.session)
-    before = noise_crud.RunStats(experiment.valid_runs, experiment.val_bpb, experiment.val_bpb_m2)
-    after = before
-    if run_counts(
-        result.status, result.val_bpb, result.device, result.harness_id, project.platform, project.harness_id
-    ):
-        assert result.val_bpb is not None
-        after = before.with_run(result.val_bpb)
-        if noise_crud.is_measuring(experiment.base_commit is None, run.kind):
-            # Recorded already, just before this decision: pooled with all the others.
-            noise_crud.update_estimate(
-                tx.session, project.platform or result.device, project.harness_id or result.harness_id
-            )
-    changes: dict[str, object] = {"valid_runs": after.n, "val_bpb": after.mean, "val_bpb_m2": after.m2}
-    if experiment.decision is not None or experiment.status in DECIDED_STATUS.values():
-        return changes  # a repeat of a decided experiment (the best): measured, nothing to decide
-    if experiment.cancel_requested:
+def settle(
+    ctx: AppContext, tx: Tx, project: AnyRow | Project, experiment: AnyRow, verdict: Verdict
+) -> dict[str, object]:
+    """Carry out the judge's verdict on the experiment a run's result was for: the experiment's
+    new column values (the caller writes them with its own changes), after the effects (the
+    best, runs queued or cancelled, git, events). `decision_reason` is among them exactly when
+    this run decided something (a verdict, a cancellation, a revocation); a run that only counts
+    (Action.COUNT) changes nothing here, and the caller's answer says so."""
+    if verdict.action is Action.COUNT:
+        return {}
+    if verdict.action is Action.CANCEL:
         cancel_queued_runs(tx.session, experiment.id, utcnow())
-        return changes | {
+        return {
             "status": ExperimentStatus.CANCELLED,
-            "decision_reason": "cancelled while running; its result is recorded but not compared",
+            "decision_reason": verdict.reason,
             "finished_at": utcnow(),
         }
-    snapshot = _snapshot(ctx, tx.session, project, experiment, run, result, after)
-    verdict = judge(snapshot)
-    if verdict.action in (Action.KEEP, Action.REBASE):
-        # Positive verdicts move the best or build on it: decided again on the locked, fresh row.
-        project = load_project(tx.session, lock=True)
-        snapshot = _snapshot(ctx, tx.session, project, experiment, run, result, after)
-        verdict = judge(snapshot)
+    if verdict.action is Action.REVOKE:
+        assert isinstance(project, Project)  # locked: judged again on the fresh row
+        return _revoke(ctx, tx, project, experiment, verdict.reason)
     reference_commit = experiment.base_commit if experiment.base_commit is not None else experiment.commit_sha
-    changes |= _comparison_columns(reference_commit, verdict.comparison)
+    changes = _comparison_columns(reference_commit, verdict.comparison)
     return changes | _apply(ctx, tx, project, experiment, verdict)
-
-
-def _snapshot(
-    ctx: AppContext,
-    session: Session,
-    project: AnyRow | Project,
-    experiment: AnyRow,
-    run: AnyRow,
-    result: RunResult,
-    candidate: noise_crud.RunStats,
-) -> Snapshot:
-    is_baseline = experiment.base_commit is None
-    rule = ctx.settings.decision_rule
-    noise = noise_crud.noise(session, project.platform, project.harness_id)
-    reference = (
-        _reference(session, experiment.base_commit, project, rule, noise)
-        if not is_baseline
-        else Reference(Sample(0, None), measured=False)
-    )
-    reference_commit = experiment.commit_sha if is_baseline else experiment.base_commit
-    return Snapshot(
-        settings=ctx.settings.rule,
-        run=JudgedRun(
-            number=run.number,
-            status=result.status,
-            error_class=result.error_class,
-            val_bpb=result.val_bpb,
-            device=result.device,
-            harness_id=result.harness_id,
-        ),
-        platform=project.platform,
-        harness_id=project.harness_id,
-        candidate=Sample(candidate.n, candidate.mean),
-        reference=reference.sample,
-        reference_measured=reference.measured,
-        reference_is_best=reference_commit == project.best_commit,
-        is_baseline=is_baseline,
-        earlier=_earlier(session, project, rule, noise, experiment.rebased_from_id),
-        noise=noise,
-    )
-
-
-_EARLIER = select(EXPERIMENTS.c.base_commit, EXPERIMENTS.c.rebased_from_id).where(
-    EXPERIMENTS.c.id == bindparam("id")
-)
-
-
-def _earlier(
-    session: Session,
-    project: AnyRow | Project,
-    rule: Rule,
-    noise: Noise | None,
-    rebased_from_id: int | None,
-) -> tuple[Evidence, ...]:
-    """A re-applied change's confirmation runs on each base it was measured on before, with that
-    base's value (the noise-aware rule pools them, judge.compare); nothing under the greedy rule.
-
-    Its screening run there is left out: it was chosen for being low (it passed the screen), and
-    counted again here it would make null changes look better than they are.
-    """
-    evidence: list[Evidence] = []
-    while rebased_from_id is not None and rule == Rule.NOISE_AWARE:
-        row = session.connection().execute(_EARLIER, {"id": rebased_from_id}).one()
-        values = noise_crud.confirmation_runs(session, rebased_from_id, project.platform, project.harness_id)
-        if values:
-            reference = _reference(session, row.base_commit, project, rule, noise).sample
-            evidence.append(Evidence(Sample(len(values), sum(values) / len(values)), reference))
-        rebased_from_id = row.rebased_from_id
-    return tuple(evidence)
-
-
-def _reference(
-    session: Session, commit: str, project: AnyRow | Project, rule: Rule, noise: Noise | None
-) -> Reference:
-    """The sample a candidate on `commit` is compared with.
-
-    Under the noise-aware rule, a kept change's own runs do not count: they were selected for being
-    good (it was kept because they were), so their mean is too low, and every later candidate
-    compared with it would look worse than it is (the winner's curse; docs/api.md, "Decisions").
-    Its value is its measuring runs (noise_crud.measuring_runs): its repeats as the best, or all
-    of the baseline's runs; their mean, each run bounded at a few pooled sigmas from their median
-    (noise_pool.bounded_mean: one far run would pin the best's value).
-    """
-    row = session.connection().execute(_REFERENCE, {"commit": commit}).first()
-    if row is None:
-        return Reference(Sample(0, None), measured=False)
-    measured = row.valid_runs > 0
-    if rule == Rule.GREEDY:
-        return Reference(Sample(row.valid_runs, row.val_bpb), measured)
-    values = noise_crud.measuring_runs(
-        session, row.id, row.base_commit is None, project.platform, project.harness_id
-    )
-    sigma = None if noise is None else noise.sigma
-    return Reference(Sample(len(values), bounded_mean(values, sigma) if values else None), measured)
 
 
 def _comparison_columns(reference_commit: str, comparison: Comparison | None) -> dict[str, object]:
@@ -228,19 +99,20 @@ def _comparison_columns(reference_commit: str, comparison: Comparison | None) ->
 def _apply(
     ctx: AppContext, tx: Tx, project: AnyRow | Project, experiment: AnyRow, verdict: Verdict
 ) -> dict[str, object]:
-    """Carry out the verdict; the experiment's status, decision and reason, and its events."""
-    if verdict.action is Action.CONFIRM:
+    """Carry out the verdict; the experiment's status, decision and reason, and its event."""
+    decision, reason, rebased_to = Decision.REVERT, verdict.reason, None
+    if verdict.action is Action.KEEP:
+        assert isinstance(project, Project)  # locked
+        _advance_best(ctx, tx, project, experiment)  # its runs go on: it is the best now
+        decision = Decision.KEEP
+    elif verdict.action is Action.REBASE:
+        assert isinstance(project, Project)  # locked
+        decision, reason, rebased_to = _rebase(ctx, tx, project, experiment, verdict.reason)
+    elif verdict.action is Action.CONFIRM:
         (number,) = queue_runs(tx.session, experiment.id, RunKind.CONFIRMATION, experiment.queued_at)
         tx.emit(EventType.QUEUED, Queued(experiment_id=experiment.id, run=number, why=verdict.reason))
         return {"status": ExperimentStatus.QUEUED, "decision_reason": verdict.reason}
-    decision, reason, rebased_to = Decision(verdict.action.value), verdict.reason, None
-    if verdict.action is Action.KEEP:
-        assert isinstance(project, Project)
-        _advance_best(ctx, tx, project, experiment)  # its runs go on: it is the best now
-    else:
-        if verdict.action is Action.REBASE:
-            assert isinstance(project, Project)
-            decision, reason, rebased_to = _rebase(ctx, tx, project, experiment, verdict.reason)
+    if decision is not Decision.KEEP:
         cancel_queued_runs(tx.session, experiment.id, utcnow())
     comparison = verdict.comparison
     tx.emit(
@@ -457,15 +329,11 @@ def value_runs(session: Session, experiment_id: int, base_commit: str | None) ->
     return count_runs(session, experiment_id, None if base_commit is None else RunKind.REPEAT)
 
 
-def revoke_best(ctx: AppContext, tx: Tx, experiment: AnyRow, why: str) -> dict[str, object]:
+def _revoke(ctx: AppContext, tx: Tx, project: Project, experiment: AnyRow, why: str) -> dict[str, object]:
     """A kept best whose later run (a repeat) ended in an integrity class was never fit to keep:
     the best goes back to the commit it was kept on (its base, whose runs still make its value),
     its queued repeats end, and it is reverted with `why`. Changes queued on it are carried onto
-    the restored best when they are claimed, as for any former best. Returns the experiment's new
-    column values; nothing for an experiment that is not the kept best."""
-    project = load_project(tx.session, lock=True)
-    if experiment.status != ExperimentStatus.KEPT or project.best_experiment_id != experiment.id:
-        return {}
+    the restored best when they are claimed, as for any former best."""
     restored = by_commit(tx.session, experiment.base_commit) if experiment.base_commit else None
     assert restored is not None, "a kept experiment's base is an experiment's commit"
     now = utcnow()

@@ -1,7 +1,15 @@
 """Keep or revert, as a pure function of the measurements: `judge(snapshot) -> Verdict`.
 
 No database, no git, no I/O: the snapshot holds everything the rule looks at, and the verdict is
-everything it says. `server/decisions.py` builds the snapshot and applies the verdict.
+everything it says. `server/crud/evidence.py` reads the snapshot, `server/decisions.py` applies
+the verdict, and `server/flows/results.py` calls the three in that order, once per result.
+
+Before any comparison, what the run is a run of:
+
+- a decided experiment (the best's repeats, the baseline's measuring runs): the run only counts,
+  unless it ended in an integrity class (harness.result.INTEGRITY_CLASSES) and its experiment is a
+  kept change that is the best now: a best caught later was never fit to keep, and is revoked.
+- an experiment whose cancel was requested while it ran: recorded, not compared.
 
 The noise-aware rule (docs/api.md, "Decisions"), for a candidate measured against its reference
 (the best, or its own base when the best moved on):
@@ -40,6 +48,7 @@ from statistics import NormalDist
 import mpmath
 
 from client.states import Decision, Rule
+from harness.result import INTEGRITY_CLASSES
 
 
 class Action(StrEnum):
@@ -50,6 +59,14 @@ class Action(StrEnum):
     REVERT = Decision.REVERT.value
     REBASE = Decision.REBASE.value  # better (or promising) against its base, but the best moved: re-apply it
     CONFIRM = "confirm"  # undecided: queue one more run of the candidate
+    COUNT = "count"  # a run of a decided experiment: counted, nothing to decide
+    CANCEL = "cancel"  # its cancel was requested while it ran: recorded, not compared
+    REVOKE = "revoke"  # a kept best's later run ended in an integrity class: revert it, restore its base
+
+
+# Verdicts that move the best or build on it: decided again on the locked, fresh project row
+# (server/flows/results.py).
+NEEDS_FRESH_BEST = frozenset({Action.KEEP, Action.REBASE, Action.REVOKE})
 
 
 @dataclass(frozen=True)
@@ -112,12 +129,15 @@ class Snapshot:
     platform: str | None  # the project's pins (None: not pinned yet)
     harness_id: str | None
     candidate: Sample  # its valid runs, this one included
-    reference: Sample  # the best's runs, or its base's when the best moved on (decisions._reference)
+    reference: Sample  # the best's runs, or its base's when the best moved on (crud/evidence.py, _reference)
     reference_measured: bool  # the reference commit has a valid run, in the sample or not
     reference_is_best: bool
     is_baseline: bool  # the project's first best (no base): measured, not judged
     earlier: tuple[Evidence, ...]  # a re-applied change's runs on its former bases, newest first
     noise: Noise | None  # pooled over the measuring runs (server/crud/noise.py)
+    decided: bool = False  # the experiment was decided before this run (the rest is then unread)
+    cancel_requested: bool = False
+    is_best: bool = False  # the experiment is the project's best now
 
 
 @dataclass(frozen=True)
@@ -220,6 +240,10 @@ def run_counts(
 
 def judge(snapshot: Snapshot) -> Verdict:
     """The verdict on an experiment after one of its runs was reported."""
+    if snapshot.decided:
+        return _after_decision(snapshot)
+    if snapshot.cancel_requested:
+        return Verdict(Action.CANCEL, "cancelled while running; its result is recorded but not compared")
     settled = _not_comparable(snapshot) or _not_valid(snapshot)
     if settled is not None:
         return settled
@@ -231,6 +255,13 @@ def judge(snapshot: Snapshot) -> Verdict:
     if snapshot.settings.rule == Rule.GREEDY:
         return _greedy(snapshot)
     return _noise_aware(snapshot)
+
+
+def _after_decision(snapshot: Snapshot) -> Verdict:
+    run = snapshot.run
+    if run.error_class in INTEGRITY_CLASSES and snapshot.is_best and not snapshot.is_baseline:
+        return Verdict(Action.REVOKE, f"run {run.number} ended {run.status} ({run.error_class})")
+    return Verdict(Action.COUNT, "")
 
 
 def _not_comparable(snapshot: Snapshot) -> Verdict | None:

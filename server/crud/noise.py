@@ -113,7 +113,7 @@ def confirmation_runs(
     session: Session, experiment_id: int, platform: str | None, harness_id: str | None
 ) -> list[float]:
     """The val_bpb of the experiment's valid confirmation runs: its runs after the screening run,
-    which alone chose it (a re-applied change's evidence from a former base, decisions._earlier)."""
+    which alone chose it (a re-applied change's evidence from a former base, crud/evidence.py, _earlier)."""
     params = {"experiment_id": experiment_id, "platform": platform, "harness_id": harness_id}
     return [
         value for value in session.connection().execute(_CONFIRMING, params).scalars() if value is not None

@@ -1,4 +1,9 @@
-"""Recording a worker's result for one run and deciding on it, exactly once per result_id."""
+"""Recording a worker's result for one run and deciding on it, exactly once per result_id.
+
+One result, one pass through the layers: the result stored (server/crud/results.py), the run
+counted and the judge's snapshot read (server/crud/evidence.py), the verdict (server/judge.py,
+pure), its effects (server/decisions.py), the experiment's row written.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,15 @@ from client.states import LeaseState, RunState
 from harness.result import INTEGRITY_CLASSES
 from server.context import AppContext
 from server.core.problems import Problem
-from server.crud import integrity, results
+from server.crud import evidence, integrity, results
 from server.crud.leases import set_lease
+from server.crud.project import current_best, load_project
 from server.crud.tokens import Principal
-from server.decisions import decide, revoke_best
+from server.decisions import settle
 from server.flows.leases import locked_lease, require_held
+from server.judge import NEEDS_FRESH_BEST, judge
 from server.lifecycle import check_experiment_move, check_run_move
-from server.models import utcnow
+from server.models import AnyRow, Project, utcnow
 
 
 def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: ResultIn) -> ResultOutcome:
@@ -68,8 +75,20 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
                 val_bpb=measured.val_bpb,
             ),
         )
+        project: AnyRow | Project = current_best(tx.session)
+        after = evidence.count_run(tx.session, project, experiment, run, measured)
+        locked = False
+        while True:  # a verdict that moves the best or builds on it is reached again on the locked row
+            snapshot = evidence.snapshot(
+                tx.session, ctx.settings.rule, project, experiment, run, measured, after
+            )
+            verdict = judge(snapshot)
+            if locked or verdict.action not in NEEDS_FRESH_BEST:
+                break
+            project, locked = load_project(tx.session, lock=True), True
         changes: dict[str, object] = {"platform": measured.device}
-        changes |= decide(ctx, tx, experiment, run, measured)
+        changes |= {"valid_runs": after.n, "val_bpb": after.mean, "val_bpb_m2": after.m2}
+        changes |= settle(ctx, tx, project, experiment, verdict)
         if measured.error_class in INTEGRITY_CLASSES and experiment.agent_id is not None:
             event = integrity.record_event(
                 tx.session.connection(),
@@ -79,9 +98,6 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
                 measured.error_class,
                 now,
             )
-            if "decision_reason" not in changes:  # a run of a decided experiment: the kept best's repeat
-                why = f"run {run.number} ended {measured.status} ({measured.error_class})"
-                changes |= revoke_best(ctx, tx, experiment, why)
             if "decision_reason" in changes:
                 changes["decision_reason"] = (
                     f"{changes['decision_reason']}; integrity event {event}: this agent's queued "

@@ -103,6 +103,31 @@ def test_runs_of_another_harness_or_platform_are_never_compared() -> None:
 
 
 @pytest.mark.parametrize(
+    "error_class", [None, "train_error", "over_budget", "non_causal", "score_over_budget"]
+)
+@pytest.mark.parametrize("is_best", [True, False])
+@pytest.mark.parametrize("is_baseline", [True, False])
+def test_a_run_of_a_decided_experiment_only_counts_unless_it_catches_the_kept_best(
+    error_class: str | None, is_best: bool, is_baseline: bool
+) -> None:
+    run = JudgedRun(
+        3, "ok" if error_class is None else "invalid", error_class, 0.5, device="gpu", harness_id="h"
+    )
+    verdict = judge(snapshot(0.5, runs=3, run=run, decided=True, is_best=is_best, is_baseline=is_baseline))
+    caught = error_class in ("non_causal", "score_over_budget") and is_best and not is_baseline
+    assert verdict.action is (Action.REVOKE if caught else Action.COUNT)
+    assert verdict.reason == (f"run 3 ended invalid ({error_class})" if caught else "")
+    assert verdict.comparison is None  # a decided experiment is never compared again
+
+
+def test_a_cancel_requested_while_running_is_recorded_not_compared() -> None:
+    for mean in (0.5, 1.5):  # far better or far worse: the same verdict
+        verdict = judge(snapshot(mean, cancel_requested=True))
+        assert verdict.action is Action.CANCEL and verdict.comparison is None
+        assert verdict.reason == "cancelled while running; its result is recorded but not compared"
+
+
+@pytest.mark.parametrize(
     ("status", "error_class"),
     [("crash", "train_error"), ("over_budget", "over_budget"), ("invalid", "non_causal")],
 )

@@ -1,0 +1,151 @@
+"""What the judge looks at when a run's result arrives, read inside the result's transaction:
+the run counted into its experiment's sample (and into the noise estimate when it measures), and
+the snapshot (server/judge.py) of the candidate, its reference, its earlier evidence and the noise.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import bindparam, select
+from sqlalchemy.orm import Session
+
+from client.states import DECIDED_STATUS, Rule
+from harness.result import RunResult
+from server.crud import noise as noise_crud
+from server.judge import (
+    Evidence,
+    JudgedRun,
+    Noise,
+    Reference,
+    RuleSettings,
+    Sample,
+    Snapshot,
+    run_counts,
+)
+from server.models import EXPERIMENTS, AnyRow, Project
+from server.noise_pool import bounded_mean
+
+# The oldest experiment of a commit (by_commit), as the sample a candidate is compared with.
+_REFERENCE = (
+    select(EXPERIMENTS.c.id, EXPERIMENTS.c.base_commit, EXPERIMENTS.c.valid_runs, EXPERIMENTS.c.val_bpb)
+    .where(EXPERIMENTS.c.commit_sha == bindparam("commit"))
+    .order_by(EXPERIMENTS.c.id)
+    .limit(1)
+)
+_EARLIER = select(EXPERIMENTS.c.base_commit, EXPERIMENTS.c.rebased_from_id).where(
+    EXPERIMENTS.c.id == bindparam("id")
+)
+
+
+def count_run(
+    session: Session, project: AnyRow | Project, experiment: AnyRow, run: AnyRow, result: RunResult
+) -> noise_crud.RunStats:
+    """The experiment's valid runs with this one (when it counts, judge.run_counts); a measuring
+    run is pooled into the noise estimate first, so the snapshot reads the estimate with it."""
+    before = noise_crud.RunStats(experiment.valid_runs, experiment.val_bpb, experiment.val_bpb_m2)
+    if not run_counts(
+        result.status, result.val_bpb, result.device, result.harness_id, project.platform, project.harness_id
+    ):
+        return before
+    assert result.val_bpb is not None
+    if noise_crud.is_measuring(experiment.base_commit is None, run.kind):
+        # Recorded already, just before this decision: pooled with all the others.
+        noise_crud.update_estimate(
+            session, project.platform or result.device, project.harness_id or result.harness_id
+        )
+    return before.with_run(result.val_bpb)
+
+
+def snapshot(
+    session: Session,
+    settings: RuleSettings,
+    project: AnyRow | Project,
+    experiment: AnyRow,
+    run: AnyRow,
+    result: RunResult,
+    candidate: noise_crud.RunStats,
+) -> Snapshot:
+    """Everything judge() looks at. A decided experiment's run is judged on the run alone: its
+    reference, earlier evidence and the noise are not read."""
+    is_baseline = experiment.base_commit is None
+    decided = experiment.decision is not None or experiment.status in DECIDED_STATUS.values()
+    noise = None if decided else noise_crud.noise(session, project.platform, project.harness_id)
+    reference = (
+        Reference(Sample(0, None), measured=False)
+        if is_baseline or decided
+        else _reference(session, experiment.base_commit, project, settings.rule, noise)
+    )
+    reference_commit = experiment.commit_sha if is_baseline else experiment.base_commit
+    return Snapshot(
+        settings=settings,
+        run=JudgedRun(
+            number=run.number,
+            status=result.status,
+            error_class=result.error_class,
+            val_bpb=result.val_bpb,
+            device=result.device,
+            harness_id=result.harness_id,
+        ),
+        platform=project.platform,
+        harness_id=project.harness_id,
+        candidate=Sample(candidate.n, candidate.mean),
+        reference=reference.sample,
+        reference_measured=reference.measured,
+        reference_is_best=reference_commit == project.best_commit,
+        is_baseline=is_baseline,
+        earlier=()
+        if decided
+        else _earlier(session, project, settings.rule, noise, experiment.rebased_from_id),
+        noise=noise,
+        decided=decided,
+        cancel_requested=bool(experiment.cancel_requested),
+        is_best=project.best_experiment_id == experiment.id,
+    )
+
+
+def _earlier(
+    session: Session,
+    project: AnyRow | Project,
+    rule: Rule,
+    noise: Noise | None,
+    rebased_from_id: int | None,
+) -> tuple[Evidence, ...]:
+    """A re-applied change's confirmation runs on each base it was measured on before, with that
+    base's value (the noise-aware rule pools them, judge.compare); nothing under the greedy rule.
+
+    Its screening run there is left out: it was chosen for being low (it passed the screen), and
+    counted again here it would make null changes look better than they are.
+    """
+    evidence: list[Evidence] = []
+    while rebased_from_id is not None and rule == Rule.NOISE_AWARE:
+        row = session.connection().execute(_EARLIER, {"id": rebased_from_id}).one()
+        values = noise_crud.confirmation_runs(session, rebased_from_id, project.platform, project.harness_id)
+        if values:
+            reference = _reference(session, row.base_commit, project, rule, noise).sample
+            evidence.append(Evidence(Sample(len(values), sum(values) / len(values)), reference))
+        rebased_from_id = row.rebased_from_id
+    return tuple(evidence)
+
+
+def _reference(
+    session: Session, commit: str, project: AnyRow | Project, rule: Rule, noise: Noise | None
+) -> Reference:
+    """The sample a candidate on `commit` is compared with.
+
+    Under the noise-aware rule, a kept change's own runs do not count: they were selected for being
+    good (it was kept because they were), so their mean is too low, and every later candidate
+    compared with it would look worse than it is (the winner's curse; docs/api.md, "Decisions").
+    Its value is its measuring runs (noise_crud.measuring_runs): its repeats as the best, or all
+    of the baseline's runs; their mean, each run bounded at a few pooled sigmas from their median
+    (noise_pool.bounded_mean: one far run would pin the best's value).
+    """
+    row = session.connection().execute(_REFERENCE, {"commit": commit}).first()
+    if row is None:
+        return Reference(Sample(0, None), measured=False)
+    measured = row.valid_runs > 0
+    if rule == Rule.GREEDY:
+        return Reference(Sample(row.valid_runs, row.val_bpb), measured)
+    values = noise_crud.measuring_runs(
+        session, row.id, row.base_commit is None, project.platform, project.harness_id
+    )
+    sigma = None if noise is None else noise.sigma
+    return Reference(Sample(len(values), bounded_mean(values, sigma) if values else None), measured)
