@@ -114,4 +114,3 @@ def test_an_action_with_one_name_has_it_everywhere(name: str) -> None:
         assert name in [item.split("(", 1)[0] for item in quoted(row["SDK"])], row
         assert name.replace("_", "-") in [item.split()[0] for item in quoted(row["CLI"])], row
     assert name in tools
-
