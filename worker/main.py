@@ -266,6 +266,8 @@ class Worker:
                 # The next run's train sandbox starts while this one is scored (see run()).
                 keep_warm=True,
                 seed=claim.seed,
+                # A confirmation run or a repeat of the best starts with its train.py's compile.
+                compile_cache=self.work_root.with_name("compile-cache"),
                 **self.runner_options(),
             )
             if result.error_class in WORKER_FAULT_CLASSES:

@@ -35,7 +35,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,9 @@ class Feeder:
         self.job = job
         self.sock = sock
         self.first_request_at: float | None = None  # time.monotonic() of the first message
+        # Called on the first message, before it is answered and timed: startup's last act (the
+        # compile cache's seal, harness.runner.compile_cache).
+        self.on_first_request: Callable[[], None] | None = None
         # Rows of training data handed to the sandbox (each `next`): the run's trusted count of
         # what it trained on, behind the score phase's bound (harness.runner.score_budget).
         self.rows_served = 0
@@ -151,6 +154,8 @@ class Feeder:
                 if not data:
                     return
                 if self.first_request_at is None:
+                    if self.on_first_request is not None:
+                        self.on_first_request()
                     self.first_request_at = time.monotonic()
                 reply, fd = self._answer(data)
                 if not self._send(json.dumps(reply).encode(), fd):

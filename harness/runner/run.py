@@ -19,6 +19,8 @@ from harness.data_layout import prepared_paths, read_manifest
 from harness.result import ProgressEvent, RunResult
 from harness.runner import timing
 from harness.runner.classify import Ending, over_budget, train_failure
+from harness.runner.compile_cache import CacheUse, CompileCaches
+from harness.runner.compile_cache import cache_key as compile_cache_key
 from harness.runner.devices import device_name, mfu_percent, peak_flops, resolve_device
 from harness.runner.limits import Cgroup, Limits, default_limits, tree_memory_bytes
 from harness.runner.output import ProgressPacer
@@ -43,6 +45,7 @@ def run_experiment(
     keep_warm: bool = False,
     seed: int | None = None,
     phases: Phases | None = None,
+    compile_cache: Path | None = None,
 ) -> RunResult:
     """Train and score `train_py` under `settings`; every number in the result is measured here.
 
@@ -56,6 +59,8 @@ def run_experiment(
     (status crash, error class cancelled). `keep_warm` starts the next run's train sandbox once
     this one has trained (see harness.runner.run_setup; end it with close_warm_sandbox()).
     `phases`, when given, gets the wall and CPU seconds of each step (harness.runner.phases).
+    `compile_cache`, a worker's folder of compile caches: a run of a train.py that ran ok before
+    starts with what its compile wrote then (harness.runner.compile_cache).
     Safe to call repeatedly; apart from that spare it leaves no process, file or cgroup.
     """
     started, began_cpu = time.monotonic(), time.process_time()
@@ -77,6 +82,8 @@ def run_experiment(
     name = device_name(device)
     key, job = train_job(settings, manifest, device, sandboxed, work_root)
     run = take_spare(key) or prepare_run(key, job, work_root, idle=False)
+    caches = CompileCaches(compile_cache) if compile_cache is not None else None
+    cache_key = compile_cache_key(train_py.read_bytes(), manifest["harness_id"])
     notes = harness_notes(sandboxed, run.limits, device, settings)
     pacer = ProgressPacer(on_progress)
     try:
@@ -103,12 +110,13 @@ def run_experiment(
         )
         try:
             phases.add("prepare", time.monotonic() - started, time.process_time() - began_cpu)
-            with phases("train: sandbox ready, feeder start"):
-                spawned_at = run.sandbox.go(seed)
+            with phases("train: sandbox ready, compile cache, feeder start"):
+                spawned_at = run.sandbox.go(seed, cache_use(caches, cache_key, run.run_dir))
                 if spawned_at is None:  # the spare died (e.g. with the thread that started it)
                     discard(run)
                     run = prepare_run(key, job, work_root, idle=False)
-                    spawned_at = run.sandbox.go(seed) or time.monotonic()
+                    cache = cache_use(caches, cache_key, run.run_dir)
+                    spawned_at = run.sandbox.go(seed, cache) or time.monotonic()
             outcome = run_train_phase(run.sandbox, spawned_at, pacer, cancel, started, phases)
             if run.sandbox.feeder.failure is not None:  # the harness's fault, not the candidate's
                 raise DataError(f"{paths.train_dir}: {run.sandbox.feeder.failure}")
@@ -123,12 +131,16 @@ def run_experiment(
                 scorer.close()
         with phases("parameters counted"):
             num_params = count_params(run.run_dir / "weights" / WEIGHTS_FILE)
+        ending = ending or over_budget(outcome, settings)
+        if caches is not None and run.sandbox.sealed is not None and ending is None:
+            with phases("compile cache kept"):
+                caches.keep(run.sandbox.sealed, cache_key)
     finally:
         with phases("run folder removed"):
             discard(run)
     phases.extend(scored.get("phases", []), "score/")
     return build_result(
-        ending or over_budget(outcome, settings),
+        ending,
         outcome,
         scored,
         device,
@@ -140,6 +152,14 @@ def run_experiment(
         notes,
         time.monotonic() - started,
     )
+
+
+def cache_use(caches: CompileCaches | None, key: str, run_dir: Path) -> CacheUse | None:
+    """Restore the kept compile cache of `key`, or seal this run's into its folder to keep it."""
+    if caches is None:
+        return None
+    kept = caches.find(key)
+    return CacheUse(restore=kept, seal_into=None if kept else run_dir / "compile-cache")
 
 
 def warm_up(

@@ -94,6 +94,7 @@ def main(config: dict[str, Any]) -> None:
         import torch._dynamo  # every torch.optim optimizer imports it: seconds, better before `go`
 
         from harness.context import TrainContext
+        from harness.runner.compile_cache import hand_over
         from harness.runner.feed_client import FeedClient
 
         if config["device"].startswith("cuda"):  # a driver or device node missing shows here
@@ -101,6 +102,7 @@ def main(config: dict[str, Any]) -> None:
                 raise RuntimeError("torch sees no GPU inside the sandbox")
             if int(torch.ones(4, device=config["device"]).sum().item()) != 4:
                 raise RuntimeError("a sum on the GPU came back wrong")
+        hand_over(config["cache_dir"], config["feed_fd"])  # torch.compile's caches, kept per train.py
     except BaseException as exc:  # the harness itself failed: report and stop
         reporter.error("harness", exc)
         finish(1)

@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.config import HarnessSettings
 from harness.result import ProgressEvent
-from harness.runner import timing
+from harness.runner import compile_cache, timing
 from harness.runner.feeder import Feeder, FeedJob
 from harness.runner.launch import launch
 from harness.runner.limits import Limits, idle_nice, peak_rss_bytes, raise_priority, tree_cpu_seconds
@@ -109,9 +109,18 @@ def train_spec(job: TrainJob) -> SandboxSpec:
         Bind(job.candidate_dir, "/sandbox/candidate"),
         Bind(job.work_dir / WEIGHTS_FILE, f"/sandbox/work/{WEIGHTS_FILE}", writable=True),
     )
+    cached = compile_cache.environment(cache_folder(job))
+    if not job.sandboxed:
+        return SandboxSpec(binds=binds, cwd=str(job.work_dir), env=cached)
     work = (Scratch("/sandbox/work", work_disk_bytes(job.settings)),)
-    spec = SandboxSpec(binds=binds, scratch=work, cwd="/sandbox/work", cuda=job.device.startswith("cuda"))
-    return spec if job.sandboxed else SandboxSpec(binds=binds, cwd=str(job.work_dir))
+    cuda = job.device.startswith("cuda")
+    return SandboxSpec(binds=binds, scratch=work, cwd="/sandbox/work", cuda=cuda, env=cached)
+
+
+def cache_folder(job: TrainJob) -> str:
+    """Where torch.compile's caches go, as the train entry sees it: in the work tmpfs, sandboxed."""
+    work = "/sandbox/work" if job.sandboxed else str(job.work_dir)
+    return os.path.join(work, compile_cache.FOLDER)
 
 
 def work_disk_bytes(settings: HarnessSettings) -> int:
@@ -141,6 +150,7 @@ class TrainSandbox:
             "events_fd": events_w,
             "go_fd": go_r,
             "feed_fd": feed_sandbox.fileno(),
+            "cache_dir": cache_folder(job),
             "device": job.device,
             "vocab_size": settings.vocab_size,
             "seq_len": settings.seq_len,
@@ -178,19 +188,24 @@ class TrainSandbox:
         self.ready = False  # `ready` came (and was taken out of `early`)
         self.go_w = go_w
         self.fds = [events_r, go_w]
+        self.cache_fd: int | None = None  # the sandbox's compile cache folder (harness.runner.compile_cache)
+        self.sealed: Path | None = None  # its copy at the first data request, when one was asked for
         self.output = OutputTail(log_r)
 
     def alive(self) -> bool:
         return self.launched.popen.poll() is None
 
-    def go(self, seed: int) -> float | None:
+    def go(self, seed: int, cache: compile_cache.CacheUse | None = None) -> float | None:
         """Start the experiment, with `seed` as its ctx.seed, once the sandbox is ready; its clock
         starts now. None if the sandbox died before it was ready (its messages are kept for the
         watch). (The seed comes with `go`, not the config: a sandbox is started before anyone
-        knows which run it will serve.)"""
+        knows which run it will serve.) `cache`: the compile cache to restore into the sandbox
+        first, or where to seal its own at the first data request (`self.sealed` then)."""
         raise_priority(self.launched.pids())
         if not self.wait_ready():
             return None
+        if cache is not None and self.cache_fd is not None:
+            self._use_cache(cache, self.cache_fd)
         spawned_at = time.monotonic()
         self.feeder.start()
         try:
@@ -198,6 +213,19 @@ class TrainSandbox:
         except BrokenPipeError:
             return None
         return spawned_at
+
+    def _use_cache(self, cache: compile_cache.CacheUse, folder_fd: int) -> None:
+        if cache.restore is not None:
+            with contextlib.suppress(OSError):  # a partial restore only means more to compile
+                compile_cache.copy_in(cache.restore, folder_fd)
+        elif cache.seal_into is not None:
+            seal_into = cache.seal_into
+
+            def seal() -> None:
+                if compile_cache.copy_out(folder_fd, seal_into):
+                    self.sealed = seal_into
+
+            self.feeder.on_first_request = seal
 
     def wait_ready(self) -> bool:
         """Wait until the entry has started, imported torch and, on CUDA, computed on the GPU
@@ -210,6 +238,9 @@ class TrainSandbox:
                 if message["ev"] == "ready":
                     self.early.remove(message)
                     self.ready = True
+                    self.cache_fd = compile_cache.take_over(self.feeder.sock)
+                    if self.cache_fd is not None:
+                        self.fds.append(self.cache_fd)
                     return True
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -34,7 +34,8 @@ def run_candidate(settings: HarnessSettings, tmp_path: Path) -> RunCandidate:
     def run(
         train_py: Path, on_progress: Callable[[ProgressEvent], None] | None = None, **overrides: Any
     ) -> RunResult:
-        options = {key: overrides.pop(key) for key in ("unsafe_no_sandbox", "cancel") if key in overrides}
+        run_options = ("unsafe_no_sandbox", "cancel", "compile_cache")
+        options = {key: overrides.pop(key) for key in run_options if key in overrides}
         # Startup (torch import, the first optimizer step) can take many seconds on a busy 2-core
         # machine; tests that are not about startup give it room so an honest run stays in budget.
         chosen = settings.model_copy(update={"compile_allowance": STARTUP_ROOM_S, **overrides})
