@@ -60,6 +60,9 @@ def test_the_cpu_dry_run_passes_every_step(built_kit: dict[str, object], tmp_pat
     baseline = steps["1_sandboxed_baseline"]
     assert baseline["sandbox"] and math.isfinite(baseline["val_bpb"]) and baseline["val_bpb"] > 0
     assert baseline["tokens_per_s"] > 0 and baseline["peak_memory_mb"] > 0
+    # The second run of the same file, from the first's compile cache (kept when the first was ok).
+    assert baseline["compile_cache_kept"] == (baseline["status_of_run"] == "ok")  # kept after an ok run
+    assert baseline["startup_seconds_again"] is not None and baseline["startup_seconds_again"] >= 0
     assert steps["4_loader_wait"]["measured_steps"] >= 1
     assert 0 <= steps["4_loader_wait"]["wait_fraction"] < 1
     handover = steps["3_logits_handover"]
