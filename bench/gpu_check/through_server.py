@@ -154,8 +154,12 @@ def body(results: Results, mode: str) -> None:
                 print(f"--- worker log (last 6000 characters):\n{worker.log()[-6000:]}", flush=True)
             project.close()
     first = results.sections[SECTION]["experiment_1"]
-    completed = ("ok",) if mode == "gpu" else ("ok", "over_budget")  # as in step 1 (baseline.py)
-    problems = [] if first["status"] in completed else [f"experiment 1 ended {first['status']}"]
+    # As in step 1 (baseline.py): on a CPU the dry run checks the path, not the CPU's speed, and a
+    # 2 s run on a loaded 2-core machine can end over one of the time bounds (the score phase's
+    # once, in a suite run beside the worker tests). On the GPU only `ok` passes.
+    speed = first["status"] == "over_budget" or first["error_class"] == "score_over_budget"
+    completed = first["status"] == "ok" or (mode != "gpu" and speed)
+    problems = [] if completed else [f"experiment 1 ended {first['status']} ({first['error_class']})"]
     if not results.sections[SECTION]["kit_data_reused"]:
         problems.append("prepare changed the kit's data")
     results.update(SECTION, status="failed" if problems else "ok", error="; ".join(problems) or None)
