@@ -148,11 +148,12 @@ def body(results: Results, mode: str) -> None:
                 candidate, settings, on_progress=progress.append, unsafe_no_sandbox=True, device=device
             )
         else:
+            kept = caches.exists() and any(caches.iterdir())  # after an ok run only
             short = settings.model_copy(update={"time_budget": AGAIN_BUDGET_S})
             again = run_experiment(candidate, short, device=device, compile_cache=caches)
             results.update(
                 RUN,
-                compile_cache_kept=any(caches.iterdir()) if caches.exists() else False,
+                compile_cache_kept=kept,
                 startup_seconds_again=again.startup_seconds,
                 status_again=again.status,
             )
