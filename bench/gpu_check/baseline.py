@@ -28,7 +28,7 @@ from bench.gpu_check.layout import REPO
 from bench.gpu_check.results import Results, run_step
 
 RUN, LOADER = "1_sandboxed_baseline", "4_loader_wait"
-AGAIN_BUDGET_S = 5.0  # the second run: only its startup is measured
+AGAIN_BUDGET_S = {"gpu": 5.0, "cpu": 1.0}  # the second run: only its startup is measured
 BASELINE = REPO / "harness" / "baseline" / "train.py"
 # Replaces the baseline's train() by one that runs it with the timed ctx.
 GLUE = """
@@ -149,7 +149,7 @@ def body(results: Results, mode: str) -> None:
             )
         else:
             kept = caches.exists() and any(caches.iterdir())  # after an ok run only
-            short = settings.model_copy(update={"time_budget": AGAIN_BUDGET_S})
+            short = settings.model_copy(update={"time_budget": AGAIN_BUDGET_S[mode]})
             again = run_experiment(candidate, short, device=device, compile_cache=caches)
             results.update(
                 RUN,

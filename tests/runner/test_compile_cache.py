@@ -195,6 +195,3 @@ def test_a_run_gets_only_what_its_own_train_py_wrote_before_its_first_batch(
     assert other.status == "ok", other.log_tail
     assert found_line(other.log_tail) == "FOUND []"
     assert len(list(caches.iterdir())) == 2
-
-    without = run_candidate(candidate("one"))  # a run given no cache folder (autoresearch run)
-    assert without.status == "ok" and found_line(without.log_tail) == "FOUND []"
