@@ -12,7 +12,8 @@ Trust. A cache is written by candidate code, so it is candidate content:
   in it, and nothing written later is ever read;
 - the copy takes regular files only and follows no link: every folder and file is opened relative
   to its parent's descriptor with O_NOFOLLOW, so a link planted in the cache cannot make the
-  runner read a host file; at most MAX_BYTES and MAX_FILES (past either, nothing is kept).
+  runner read a host file; at most MAX_BYTES, MAX_FILES and MAX_DEPTH (past any, nothing is
+  kept: a cache made to be slow or deep to copy costs its run its cache, not the runner).
 Restoring writes the kept files into the next run's cache folder the same way, before its `go`.
 """
 
@@ -33,7 +34,8 @@ FOLDER = "compile-cache"  # in the train sandbox's work folder
 FOLDERS = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
 HAND_OVER = b"compile-cache"
 MAX_BYTES = 2 << 30
-MAX_FILES = 20_000
+MAX_FILES = 20_000  # files and folders together
+MAX_DEPTH = 32  # folders within folders (inductor and Triton use a few)
 KEPT = 8  # caches per worker: the newest used, the others removed
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO must not block
@@ -89,25 +91,28 @@ def take_over(feed: socket.socket) -> int | None:
 
 def copy_out(folder_fd: int, dest: Path) -> bool:
     """Copy the regular files under `folder_fd` into `dest` (a new folder); False, leaving nothing,
-    when they exceed MAX_BYTES or MAX_FILES or the folder cannot be read."""
+    when they exceed MAX_BYTES, MAX_FILES or MAX_DEPTH or the folder cannot be read."""
     budget = [MAX_BYTES, MAX_FILES]
     dest.mkdir()
     try:
-        _copy_tree_out(folder_fd, dest, budget)
+        _copy_tree_out(folder_fd, dest, budget, MAX_DEPTH)
     except (OSError, TooLarge):
         shutil.rmtree(dest, ignore_errors=True)
         return False
     return True
 
 
-def _copy_tree_out(folder_fd: int, dest: Path, budget: list[int]) -> None:
+def _copy_tree_out(folder_fd: int, dest: Path, budget: list[int], depth: int) -> None:
     for entry in os.scandir(folder_fd):
         mode = os.lstat(entry.name, dir_fd=folder_fd).st_mode
         if stat.S_ISDIR(mode):
+            budget[1] -= 1
+            if budget[1] < 0 or depth <= 0:
+                raise TooLarge
             child = os.open(entry.name, _OPEN_DIR, dir_fd=folder_fd)
             try:
                 (dest / entry.name).mkdir()
-                _copy_tree_out(child, dest / entry.name, budget)
+                _copy_tree_out(child, dest / entry.name, budget, depth - 1)
             finally:
                 os.close(child)
         elif stat.S_ISREG(mode):

@@ -74,6 +74,24 @@ def test_copy_out_keeps_nothing_past_its_caps(tmp_path: Path, monkeypatch: pytes
         os.close(folder)
 
 
+def test_copy_out_keeps_nothing_of_a_tree_too_deep_or_with_too_many_folders(tmp_path: Path) -> None:
+    deep = tmp_path / "deep"
+    (deep / Path(*["d"] * (compile_cache.MAX_DEPTH + 1))).mkdir(parents=True)  # one level too many
+    wide = tmp_path / "wide"
+    for number in range(compile_cache.MAX_FILES + 1):  # empty folders count too
+        (wide / str(number)).mkdir(parents=True)
+    fits = tmp_path / "fits"
+    (fits / Path(*["d"] * compile_cache.MAX_DEPTH)).mkdir(parents=True)
+    (fits / Path(*["d"] * compile_cache.MAX_DEPTH) / "f").write_text("at the deepest level allowed")
+    for name, expected in (("deep", False), ("wide", False), ("fits", True)):
+        folder = open_dir(tmp_path / name)
+        try:
+            assert copy_out(folder, tmp_path / f"sealed-{name}") is expected, name
+        finally:
+            os.close(folder)
+        assert (tmp_path / f"sealed-{name}").exists() is expected
+
+
 def test_copy_in_restores_into_a_fresh_folder(tmp_path: Path) -> None:
     kept = tmp_path / "kept"
     (kept / "inductor" / "aot").mkdir(parents=True)
