@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from cli import views
 from cli.connection import add_connection_args, connect, reporting
@@ -66,7 +65,7 @@ def show_experiments(client: Client, args: argparse.Namespace) -> None:
                 data["diff"] = client.diff(experiment.id)
             if args.log:
                 data["log"] = client.log(experiment.id)
-        print(json.dumps(shown if len(shown) > 1 else shown[0], indent=2))
+        print(views.as_json(shown if len(shown) > 1 else shown[0]))
         return
     for index, experiment in enumerate(experiments):
         if index:
@@ -116,7 +115,7 @@ def show_overview(client: Client, args: argparse.Namespace) -> None:
             **counts,
             "experiments": [experiment.model_dump(mode="json") for experiment in recent],
         }
-        print(json.dumps(overview, indent=2))
+        print(views.as_json(overview))
         return
     if best is None:
         print("no project yet: run `autoresearch init` on the server host")

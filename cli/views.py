@@ -16,14 +16,20 @@ def bpb(value: float | None) -> str:
     return "-" if value is None else f"{value:.6f}"
 
 
-def as_json(value: BaseModel | Sequence[BaseModel] | Mapping[str, object] | None) -> str:
-    """An answer (or several) as the API sent it, or a local command's facts, indented: what --json
+def as_json(
+    value: BaseModel | Sequence[BaseModel | Mapping[str, object]] | Mapping[str, object] | None,
+) -> str:
+    """An answer (or several) as the API sent it, or a command's own facts, indented: what --json
     prints."""
-    if isinstance(value, Mapping):
-        return json.dumps(value, indent=2)
-    if isinstance(value, Sequence):
-        return json.dumps([item.model_dump(mode="json") for item in value], indent=2)
-    return json.dumps(None if value is None else value.model_dump(mode="json"), indent=2)
+    return json.dumps(_plain(value), indent=2)
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [_plain(item) for item in value]
+    return value
 
 
 def progress(sample: ProgressEvent) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import datetime
 
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
@@ -39,11 +40,7 @@ from server.context import AppContext, Tx
 from server.crud.experiments import agent_names, by_commit
 from server.crud.project import current_best, load_project
 from server.crud.runs import cancel_queued_runs, count_runs, queue_runs
-from server.judge import (
-    Action,
-    Comparison,
-    Verdict,
-)
+from server.judge import Action, Comparison, Verdict
 from server.lifecycle import move_experiment, move_run
 from server.models import EXPERIMENTS, RUNS, AnyRow, Experiment, Project, Run, utcnow
 
@@ -267,12 +264,9 @@ def _agent_labels(session: Session, experiments: Sequence[AnyRow | Experiment]) 
 
 def _advance_best(ctx: AppContext, tx: Tx, project: Project, experiment: AnyRow) -> None:
     """Make the experiment the best (its runs become the best's runs) and give it its repeats."""
-    previous, previous_id = project.best_commit, project.best_experiment_id
+    previous_id = project.best_experiment_id
     now = utcnow()
-    project.best_commit = experiment.commit_sha
-    project.best_experiment_id = experiment.id
-    project.best_since_experiment_id = _last_experiment_id(tx.session)
-    project.updated_at = now
+    _move_best(ctx, tx, project, experiment.commit_sha, experiment.id, now)
     if previous_id is not None and previous_id != experiment.id:
         cancel_queued_runs(tx.session, previous_id, now)  # repeats of a best that is no longer it
     if ctx.settings.decision_rule == Rule.NOISE_AWARE:
@@ -280,8 +274,19 @@ def _advance_best(ctx: AppContext, tx: Tx, project: Project, experiment: AnyRow)
             tx.session, experiment.id, experiment.base_commit
         )
         queue_runs(tx.session, experiment.id, RunKind.REPEAT, experiment.queued_at, max(0, missing))
-    if previous != experiment.commit_sha:
-        ctx.repo.set_best(experiment.commit_sha)
+
+
+def _move_best(
+    ctx: AppContext, tx: Tx, project: Project, commit: str, experiment_id: int, now: datetime
+) -> None:
+    """Point the project row and the repo's `best` at `commit` (the repo's move is undone if the
+    transaction fails); the repeats due from now on count from the newest experiment."""
+    previous = project.best_commit
+    project.best_commit, project.best_experiment_id = commit, experiment_id
+    project.best_since_experiment_id = _last_experiment_id(tx.session)
+    project.updated_at = now
+    if previous != commit:
+        ctx.repo.set_best(commit)
         if previous is not None:
             tx.undo.append(lambda: ctx.repo.set_best(previous))
 
@@ -337,12 +342,8 @@ def _revoke(ctx: AppContext, tx: Tx, project: Project, experiment: AnyRow, why: 
     restored = by_commit(tx.session, experiment.base_commit) if experiment.base_commit else None
     assert restored is not None, "a kept experiment's base is an experiment's commit"
     now = utcnow()
-    project.best_commit, project.best_experiment_id = restored.commit_sha, restored.id
-    project.best_since_experiment_id = _last_experiment_id(tx.session)
-    project.updated_at = now
+    _move_best(ctx, tx, project, restored.commit_sha, restored.id, now)
     cancel_queued_runs(tx.session, experiment.id, now)
-    ctx.repo.set_best(restored.commit_sha)
-    tx.undo.append(lambda: ctx.repo.set_best(experiment.commit_sha))
     reason = f"{REVOKED}: {why}; the best is experiment {restored.id} again"
     tx.emit(
         EventType.REVERTED,

@@ -126,7 +126,7 @@ def _copy_tree_out(folder_fd: int, dest: Path, budget: list[int], depth: int) ->
                 with open(dest / entry.name, "wb") as out, os.fdopen(os.dup(source), "rb") as data:
                     while chunk := data.read(1 << 20):
                         budget[0] -= len(chunk)
-                        if budget[0] < 0 or budget[1] < 0:
+                        if budget[0] < 0:
                             raise TooLarge
                         out.write(chunk)
             finally:
