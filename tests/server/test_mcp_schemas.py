@@ -107,6 +107,14 @@ def test_every_tool_says_what_it_changes_and_the_server_its_version() -> None:
     assert server.version == importlib.metadata.version("autoresearch-server") != ""
 
 
+def test_submit_says_that_the_same_train_py_again_is_the_existing_experiment() -> None:
+    """An agent learns it from the tool's own text (issue 29); tests/worker/test_mcp.py shows it."""
+    tools = {tool.name: tool for tool in asyncio.run(build_mcp(lambda: None).list_tools())}  # type: ignore[arg-type]
+    text = " ".join((tools["submit"].description or "").split())
+    assert "The same train.py submitted again returns the existing experiment (`existing`)" in text
+    assert "existing" in tools["submit"].output_schema["properties"]
+
+
 def test_arguments_that_fail_a_tools_schema_are_a_tool_error_in_words() -> None:
     """Not pydantic's raw text with its link (issue 29): which argument, and why."""
     server = build_mcp(lambda: None)  # type: ignore[arg-type, return-value]
