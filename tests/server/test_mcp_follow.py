@@ -38,6 +38,11 @@ def test_submit_answers_at_once_then_progress_wait_and_cancel_follow_it(
             )
             out["submit_s"] = time.monotonic() - started
             first = out["submitted"]["experiment"]["id"]
+            out["again"] = await call(
+                client,
+                "submit",
+                {"description": "lr up again", "train_py": SOURCE.replace("0.01", "0.02", 1)},
+            )
             out["waited_queued"] = await call(client, "wait", {"experiment_ids": [first], "timeout_s": 0})
 
             claim = await asyncio.to_thread(worker.claim)
@@ -77,6 +82,8 @@ def test_submit_answers_at_once_then_progress_wait_and_cancel_follow_it(
     first, second = out["ids"]
     submitted = out["submitted"]
     assert submitted["decided"] is False and submitted["experiment"]["status"] == "queued"
+    again = out["again"]  # the same train.py: the tool's text says so (test_mcp_schemas.py)
+    assert again["existing"] is True and again["experiment"]["id"] == first
     assert out["submit_s"] < 10  # nothing waited for a decision (no worker has even claimed it)
     assert out["waited_queued"] == {"decided": [], "undecided": {str(first): "queued"}}
     progress = out["progress"]

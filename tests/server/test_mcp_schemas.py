@@ -108,7 +108,7 @@ def test_every_tool_says_what_it_changes_and_the_server_its_version() -> None:
 
 
 def test_submit_says_that_the_same_train_py_again_is_the_existing_experiment() -> None:
-    """An agent learns it from the tool's own text (issue 29); tests/worker/test_mcp.py shows it."""
+    """An agent learns it from the tool's own text (issue 29); test_mcp_follow.py shows it does."""
     tools = {tool.name: tool for tool in asyncio.run(build_mcp(lambda: None).list_tools())}  # type: ignore[arg-type]
     text = " ".join((tools["submit"].description or "").split())
     assert "The same train.py submitted again returns the existing experiment (`existing`)" in text
