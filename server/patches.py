@@ -95,6 +95,7 @@ def parse_patch(patch: str) -> list[Hunk]:
         lines.pop()  # the text after the final newline is not a line
     hunks: list[Hunk] = []
     seen_file = False
+    header, hunk_ended_at = "", -1  # the last hunk's header, and the line just past what it counts
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -116,13 +117,19 @@ def parse_patch(patch: str) -> list[Hunk]:
         elif line.startswith("@@"):
             if not seen_file:
                 raise PatchError("patch-malformed", f"line {line_no}: hunk before the ---/+++ file header")
+            header = line
             hunk, i = _parse_hunk(lines, i)
             hunks.append(hunk)
+            hunk_ended_at = i
             continue
         elif seen_file and line.strip() and not line.startswith("index "):
-            raise PatchError(
-                "patch-malformed", f"line {line_no}: unexpected line {line[:80]!r} outside a hunk"
-            )
+            why = f"line {line_no}: unexpected line {line[:80]!r} outside a hunk"
+            if i == hunk_ended_at and line[:1] in " +-":  # the usual cause: a hand-edited hunk
+                why += (
+                    f"; hunk {len(hunks)}'s header {header[:80]!r} counts fewer lines than follow it: "
+                    "correct its counts, or make the patch with `git diff` or `diff -u`"
+                )
+            raise PatchError("patch-malformed", why)
         i += 1
     if not seen_file:
         raise PatchError("patch-malformed", "no ---/+++ file header found; send a unified diff of train.py")

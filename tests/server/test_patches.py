@@ -137,6 +137,19 @@ def test_a_patch_whose_context_is_missing_does_not_apply() -> None:
     assert "hunk 1" in caught.value.detail
 
 
+def test_a_hunk_whose_header_counts_too_few_lines_says_so() -> None:
+    """The common hand-made mistake (issue 29): the message names the hunk and its header."""
+    with pytest.raises(PatchError) as caught:
+        parse_patch(GOOD_HEADER + "@@ -1 +1 @@\n-line 1\n+line one\n+extra\n")
+    assert caught.value.detail == (
+        "line 6: unexpected line '+extra' outside a hunk; hunk 1's header '@@ -1 +1 @@' counts fewer "
+        "lines than follow it: correct its counts, or make the patch with `git diff` or `diff -u`"
+    )
+    with pytest.raises(PatchError) as caught:  # text after a blank line is not taken for the hunk's
+        parse_patch(GOOD_HEADER + "@@ -1 +1 @@\n-line 1\n+line one\n\n+extra\n")
+    assert caught.value.detail == "line 7: unexpected line '+extra' outside a hunk"
+
+
 def test_hunks_apply_in_order_and_never_overlap() -> None:
     """A second hunk may not match text before the end of the first one (git's rule too)."""
     old = "x\ny\nx\ny\n"
