@@ -32,7 +32,10 @@ import numpy as np
 # (not measured: no GPU was available) deterministic kernels agree exactly as well; 1e-3 admits
 # float32 atomics in a forward (about 1e-5) but not bf16 ones, whose roundings are ~1e-2.
 TOLERANCE_NATS = {"cpu": 1e-4, "cuda": 1e-3}
-LEAN_FRACTION = 1.0 / 8.0
+# Honest groups lean exactly 0 where measured, and noise that does differ by a rounding leans
+# both ways, so its mean shrinks with the positions compared: the lean limit can sit far below the
+# tolerance (docs/runner.md, "Agreement").
+LEAN_FRACTION = 1.0 / 32.0
 GROUP_TEXT = {
     "repeat": "the same row, scored early and again late in the evaluation, got different predictions",
     "probe": "a fresh process scoring the same prefix got different predictions",

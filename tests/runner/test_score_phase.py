@@ -55,9 +55,7 @@ CLIPPED = [
     ("hostile/lookahead_mix.py", {"share": 0.0001}),
     ("hostile/ngram_cache.py", {"share": 0.1}),
     ("hostile/online_head.py", {"lr": 1.0}),
-    # At lr 1.0 the bias leaned 1.08-1.24e-05 nats against the limit of 1.25e-05, which the lean
-    # rule lets through by design (so the test failed in about 2 runs of 5); at 3.0, 2.1-2.8e-05.
-    ("hostile/online_bias.py", {"lr": 3.0}),
+    ("hostile/online_bias.py", {"lr": 1.0}),
     ("hostile/online_lora.py", {"lr": 1.0}),
 ]
 
