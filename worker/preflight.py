@@ -5,7 +5,9 @@ attempts. So before it registers (and so before any claim) it checks the prepare
 harness id, and does a real round trip through the sandbox: it starts the train sandbox of its
 next run, whose harness entry imports torch and the train entry and, on a CUDA device, computes
 on the GPU through the device nodes the sandbox binds, then says `ready` on a pipe only the
-sandbox holds. That sandbox is kept for the first experiment. The device itself was probed by
+sandbox holds. That sandbox is kept for the first experiment. On CUDA a known GPU buffer then goes
+from a model sandbox to the scorer's namespace through CUDA IPC, as every run's logits do
+(harness.runner.handover_check). The device itself was probed by
 `worker.device` before. Each check raises PreflightError with one line that says what to fix.
 """
 
@@ -17,6 +19,9 @@ from harness.config import HarnessSettings
 from harness.data.errors import DataError
 from harness.data_layout import prepared_paths, read_manifest
 from harness.runner import warm_up
+from harness.runner.cuda_handover import Handover, handover_for
+from harness.runner.handover_check import HandoverCheckError
+from harness.runner.handover_check import check as check_handover
 from harness.runner.run import check_eval_files
 from harness.runner.sandbox import SandboxUnavailableError
 
@@ -56,3 +61,8 @@ def preflight(
     """Every check a worker passes before it takes work; raises PreflightError on the first failure."""
     check_data(settings, harness_id)
     sandbox_round_trip(settings, device, unsafe_no_sandbox, work_root)
+    if handover_for(device) is Handover.CUDA_IPC and not unsafe_no_sandbox:
+        try:
+            check_handover(device)
+        except HandoverCheckError as exc:
+            raise PreflightError(f"{exc} (the scorer cannot read the model's logits here)") from exc

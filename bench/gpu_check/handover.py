@@ -1,11 +1,12 @@
 """Step 3 of the GPU check: what handing a batch of logits from the model process to the scorer costs.
 
-The runner today (harness/runner/model_entry.py, model_process.py, scorer.py) sends every batch
-of logits through host memory: the model process copies them from the GPU into a shared memfd
-mapping, the scorer copies the mapping into a private array and that back to the GPU, where it
-computes the loss. For the h100 preset (10240 rows of 2048 x 8192 float32 logits) that is about
-690 GB each way. Measured here, on one batch of the h100 preset's shape ([64, 2048, 8192] float32,
-4 GiB; one row in the --cpu dry run), the median of REPEATS:
+On CUDA the runner now hands logits over through CUDA IPC (harness/runner/cuda_handover.py; step
+1's score phase runs it, and the worker's preflight in step 2 checks it). This step measures the
+alternatives side by side: the host path the runner uses on CPU (the model process copies the
+logits into a shared memfd mapping, the scorer copies the mapping into a private array and that
+back to the GPU; for the h100 preset, 10240 rows of 2048 x 8192 float32 logits, about 690 GB
+each way) and the bare IPC legs. Measured here, on one batch of the h100 preset's shape
+([64, 2048, 8192] float32, 4 GiB; one row in the --cpu dry run), the median of REPEATS:
 
 - `host_shared_memory`: that path, leg by leg, in one process (the legs are the same copies);
 - `page_locked_direct`: a fix that keeps the design: the mapping registered as page-locked memory

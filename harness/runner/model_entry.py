@@ -3,7 +3,8 @@
 Run as `python -m harness.runner.model_entry CONFIG_JSON` by the trusted scorer. The process
 first imports torch and waits (so the scorer can start it early), then on `go` imports train.py,
 calls `build_model`, loads the saved weights (safetensors: tensors only) and answers `batch N`
-commands: it reads N rows of validation *inputs* from shared memory and writes the logits back.
+commands: it reads N rows of validation *inputs* from shared memory and writes the logits back
+(on CUDA into one GPU buffer the scorer opens through CUDA IPC: harness.runner.cuda_handover).
 It never sees targets or byte lengths, and it computes no loss: the scorer does.
 
 The weights are loaded with `torch.nn.Module`'s own `load_state_dict` and the model put in eval
@@ -21,6 +22,7 @@ import os
 import sys
 from typing import Any
 
+from harness.runner.cuda_handover import Handover, export
 from harness.runner.limits import Limits, apply_rlimits
 
 CPU_SPARE_CORES = 1
@@ -71,10 +73,14 @@ def main(config: dict[str, Any]) -> None:
         reporter.error("harness", exc)
         finish(1)
     rows, seq_len, vocab = config["max_rows"], config["seq_len"], config["vocab_size"]
+    on_gpu = Handover(config["handover"]) is Handover.CUDA_IPC
     inputs_map = mmap.mmap(config["inputs_fd"], rows * seq_len * 8)
-    logits_map = mmap.mmap(config["logits_fd"], rows * seq_len * vocab * 4)
     inputs = torch.from_numpy(np.frombuffer(inputs_map, dtype=np.int64).reshape(rows, seq_len))
-    logits_out = torch.from_numpy(np.frombuffer(logits_map, dtype=np.float32).reshape(rows, seq_len, vocab))
+    if not on_gpu:
+        logits_map = mmap.mmap(config["logits_fd"], rows * seq_len * vocab * 4)
+        logits_out = torch.from_numpy(
+            np.frombuffer(logits_map, dtype=np.float32).reshape(rows, seq_len, vocab)
+        )
     device = torch.device(config["device"])
     if device.type == "cpu":
         # Every core but one, as the baseline trains: torch's threads stall whenever another thread
@@ -86,8 +92,13 @@ def main(config: dict[str, Any]) -> None:
     if first is None or first.get("cmd") != "go":
         finish(0)
 
-    where = "import"
+    where = "harness"
     try:
+        shared: dict[str, object] = {}
+        if on_gpu:  # one buffer for the process's life, made before any candidate code runs
+            logits_out = torch.empty((rows, seq_len, vocab), dtype=torch.float32, device=device)
+            shared = {"handover": export(logits_out)}
+        where = "import"
         candidate = import_candidate(config["candidate"])
         where = "build_model"
         torch.manual_seed(config["seed"])
@@ -101,7 +112,7 @@ def main(config: dict[str, Any]) -> None:
     except BaseException as exc:
         reporter.error(where, exc)
         finish(1)
-    reporter.send("loaded")
+    reporter.send("loaded", **shared)
 
     for command in stream:
         if command.get("cmd") != "batch":
@@ -112,6 +123,8 @@ def main(config: dict[str, Any]) -> None:
                 output = model(inputs[:count].to(device))
             check_output(output, count, seq_len, vocab, torch)
             logits_out[:count].copy_(output[..., :vocab].float())
+            if on_gpu:  # written before `done` reaches the scorer
+                torch.cuda.synchronize(device)
         except BaseException as exc:
             kind = "invalid_output" if isinstance(exc, InvalidOutputError) else None
             reporter.error("forward", exc, kind)

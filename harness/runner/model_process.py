@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import mmap
 import os
 import select
@@ -19,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
+from harness.runner.cuda_handover import ExportError, Handover, OpenError, open_logits, parse_export
 from harness.runner.launch import Launched, launch
 from harness.runner.limits import Limits
 from harness.runner.messages import LineReader, text
@@ -50,7 +53,12 @@ class ModelJob:
     max_rows: int
     sandboxed: bool
     limits: Limits
+    handover: Handover  # how logits reach the scorer (harness.runner.cuda_handover)
+    shared_shm: bool = False  # bind the scorer's /dev/shm (the run's folder) as the sandbox's
 
+
+# The scorer's /dev/shm: on CUDA the run's folder (harness.runner.cuda_handover.RunShm).
+SCORER_SHM = Path("/dev/shm")
 
 # How often a wait on the model calls its `check` (the scorer's CPU-seconds bound): a model past
 # its bound runs at most this much longer.
@@ -66,29 +74,42 @@ ERROR_CLASSES = {
 }
 
 
+def model_spec(job: ModelJob) -> SandboxSpec:
+    """What a model sandbox sees: the candidate, the weights folder and, for CUDA IPC, the
+    scorer's /dev/shm (the run's folder) as its own."""
+    binds: tuple[Bind, ...] = (
+        Bind(job.candidate, "/sandbox/candidate/train.py"),
+        Bind(job.weights_dir, "/sandbox/weights"),
+    )
+    if job.shared_shm:
+        binds += (Bind(SCORER_SHM, "/dev/shm", writable=True),)
+    if not job.sandboxed:
+        return SandboxSpec(binds=binds, cwd=str(job.weights_dir))
+    return SandboxSpec(binds=binds, cwd="/tmp", cuda=job.device.startswith("cuda"))
+
+
 class ModelProcess:
     def __init__(self, job: ModelJob, label: str) -> None:
         self.label = label
+        self.job = job
         self.inputs_fd = os.memfd_create("inputs")  # the name is visible inside: it must not say which
-        self.logits_fd = os.memfd_create("logits")
         os.ftruncate(self.inputs_fd, job.max_rows * job.seq_len * 8)
-        os.ftruncate(self.logits_fd, job.max_rows * job.seq_len * job.vocab_size * 4)
         self.inputs = np.frombuffer(
             mmap.mmap(self.inputs_fd, job.max_rows * job.seq_len * 8), dtype=np.int64
         ).reshape(job.max_rows, job.seq_len)
-        self.logits = np.frombuffer(
-            mmap.mmap(self.logits_fd, job.max_rows * job.seq_len * job.vocab_size * 4), dtype=np.float32
-        ).reshape(job.max_rows, job.seq_len, job.vocab_size)
+        shape = (job.max_rows, job.seq_len, job.vocab_size)
+        # The host hand-over's shared file, or (CUDA IPC) the model's GPU buffer, opened on `loaded`.
+        self.logits_fd: int | None = None
+        self.logits: np.ndarray | torch.Tensor | None = None
+        if job.handover is Handover.HOST:
+            self.logits_fd = os.memfd_create("logits")
+            os.ftruncate(self.logits_fd, math.prod(shape) * 4)
+            self.logits = np.frombuffer(mmap.mmap(self.logits_fd, math.prod(shape) * 4), dtype=np.float32)
+            self.logits = self.logits.reshape(shape)
         events_r, events_w = os.pipe()
         commands_r, commands_w = os.pipe()
         log_r, log_w = os.pipe()
-        binds = (
-            Bind(job.candidate, "/sandbox/candidate/train.py"),
-            Bind(job.weights_dir, "/sandbox/weights"),
-        )
-        spec = SandboxSpec(binds=binds, cwd="/tmp", cuda=job.device.startswith("cuda"))
-        if not job.sandboxed:
-            spec = SandboxSpec(binds=binds, cwd=str(job.weights_dir))
+        spec = model_spec(job)
         config = {
             "candidate": visible_path(spec, job.candidate, job.sandboxed),
             "weights": os.path.join(visible_path(spec, job.weights_dir, job.sandboxed), WEIGHTS_FILE),
@@ -96,6 +117,7 @@ class ModelProcess:
             "commands_fd": commands_r,
             "inputs_fd": self.inputs_fd,
             "logits_fd": self.logits_fd,
+            "handover": job.handover.value,
             "device": job.device,
             "vocab_size": job.vocab_size,
             "seq_len": job.seq_len,
@@ -105,7 +127,8 @@ class ModelProcess:
             "max_rows": job.max_rows,
             "limits": asdict(job.limits),
         }
-        fds = (events_w, commands_r, self.inputs_fd, self.logits_fd)
+        own = [self.inputs_fd] if self.logits_fd is None else [self.inputs_fd, self.logits_fd]
+        fds = (events_w, commands_r, *own)
         try:
             self.launched: Launched = launch(
                 python_command("harness.runner.model_entry", json.dumps(config)),
@@ -122,7 +145,7 @@ class ModelProcess:
         self.events_r = events_r
         self.commands_w = commands_w
         self.pidfd = os.pidfd_open(self.launched.popen.pid)
-        self.fds = [events_r, commands_w, self.pidfd, self.inputs_fd, self.logits_fd]
+        self.fds = [events_r, commands_w, self.pidfd, *own]
         self.reader = LineReader()
         self.output = OutputTail(log_r)
         self.pending: list[dict[str, Any]] = []
@@ -147,11 +170,11 @@ class ModelProcess:
         late: ModelFailure,
         batch: int | None = None,
         check: Callable[[], None] | None = None,
-    ) -> None:
-        """Block until the model sends `event` (for `batch`, if given); raise ModelFailure on an
-        error report, the process's death, or `late` at the deadline. Stale or forged answers are
-        skipped. `check`, if given, is called every CHECK_EVERY_S while waiting and may raise
-        (the scorer's CPU-seconds bound)."""
+    ) -> dict[str, Any]:
+        """Block until the model sends `event` (for `batch`, if given), and return that message;
+        raise ModelFailure on an error report, the process's death, or `late` at the deadline.
+        Stale or forged answers are skipped. `check`, if given, is called every CHECK_EVERY_S
+        while waiting and may raise (the scorer's CPU-seconds bound)."""
         while True:
             if check is not None:
                 check()
@@ -169,7 +192,7 @@ class ModelProcess:
                     detail = text(message.get("traceback")) or text(message.get("message"))
                     raise ModelFailure(status, error_class, f"score phase ({self.label}): {detail}")
                 if message["ev"] == event and (batch is None or message.get("batch") == batch):
-                    return
+                    return message
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise late
@@ -195,8 +218,22 @@ class ModelProcess:
         loaded; the seconds that took. Call once the process is `ready` (wait_for)."""
         started = time.monotonic()
         self.send(cmd="go")
-        self.wait_for("loaded", deadline, late, check=check)
+        loaded = self.wait_for("loaded", deadline, late, check=check)
+        if self.job.handover is Handover.CUDA_IPC:
+            self.logits = self.open_shared(loaded.get("handover"))
         return time.monotonic() - started
+
+    def open_shared(self, message: object) -> torch.Tensor:
+        """The model's exported GPU buffer, opened here (harness.runner.cuda_handover)."""
+        shape = (self.job.max_rows, self.job.seq_len, self.job.vocab_size)
+        device = torch.device(self.job.device)
+        index = torch.cuda.current_device() if device.index is None else device.index
+        try:
+            return open_logits(parse_export(message, index, math.prod(shape) * 4), shape)
+        except ExportError as exc:
+            raise ModelFailure("invalid", "invalid_output", f"score phase ({self.label}): {exc}") from exc
+        except OpenError as exc:
+            raise ModelFailure("crash", "sandbox_error", f"score phase ({self.label}): {exc}") from exc
 
     def submit(self, rows: np.ndarray) -> None:
         """Command a forward pass over `rows` [n, T]; `receive` waits for its logits. The model may
@@ -209,12 +246,13 @@ class ModelProcess:
 
     def receive(
         self, deadline: float, late: ModelFailure, check: Callable[[], None] | None = None
-    ) -> tuple[np.ndarray, float]:
-        """The logits [n, T, V] of the batch submitted last, as a view of the shared buffer (the
-        model process can still write to it: copy before use), and the seconds from command to
-        answer."""
+    ) -> tuple[np.ndarray | torch.Tensor, float]:
+        """The logits [n, T, V] of the batch submitted last, as a view of the shared buffer (host
+        memory, or the model's GPU buffer: the model process can still write to it, so copy before
+        use), and the seconds from command to answer."""
         count, started = self.submitted
         self.wait_for("done", deadline, late, self.batches, check)
+        assert self.logits is not None  # opened by `start`
         return self.logits[:count], time.monotonic() - started
 
     def log(self) -> str:
@@ -223,6 +261,7 @@ class ModelProcess:
     def close(self) -> None:
         """Kill the sandbox and close its fds; safe to repeat (never closes an fd number twice)."""
         self.launched.close()
+        self.logits = None  # the model is gone: now its GPU buffer can be let go (no counter race)
         fds, self.fds = self.fds, []
         for fd in fds:
             with contextlib.suppress(OSError):

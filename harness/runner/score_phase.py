@@ -14,9 +14,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.runner.cuda_handover import Handover, RunShm, handover_for
 from harness.runner.limits import Limits, descendants, idle_nice, raise_priority
 from harness.runner.messages import MAX_TEXT_CHARS
 from harness.runner.output import ProgressPacer
+from harness.runner.sandbox import check_bwrap
 from harness.runner.train_phase import TrainOutcome
 
 # Beyond the scorer's own limit: time for it to notice, clean up and answer.
@@ -52,6 +54,10 @@ class Scorer:
 
     def __init__(self, job: ScoreJob) -> None:
         self.job = job
+        # On CUDA the logits stay on the GPU, which needs the scorer and its models to share a tmpfs
+        # as /dev/shm: a folder of this run's, in a mount namespace of the scorer's own.
+        on_gpu = handover_for(job.device) is Handover.CUDA_IPC
+        self.shm = RunShm.create() if on_gpu and job.sandboxed else None
         config = {
             "val_dir": str(job.val_dir),
             "candidate": str(job.candidate),
@@ -67,26 +73,24 @@ class Scorer:
             "sandboxed": job.sandboxed,
             "limits": asdict(job.limits),
             "timeout": job.timeout,
+            "shared_shm": self.shm is not None,
         }
+        command = [sys.executable, "-I", "-B", "-u", "-m", "harness.runner.scorer", json.dumps(config)]
+        if self.shm is not None:
+            command = self.shm.wrap(check_bwrap(), command)
         # Idle priority until `go`: on a small CPU machine its startup must not slow training.
-        self.popen = subprocess.Popen(
-            [
-                "nice",
-                "-n",
-                str(idle_nice()),
-                sys.executable,
-                "-I",
-                "-B",
-                "-u",
-                "-m",
-                "harness.runner.scorer",
-                json.dumps(config),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        try:
+            self.popen = subprocess.Popen(
+                ["nice", "-n", str(idle_nice()), *command],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError:
+            if self.shm is not None:
+                self.shm.remove()
+            raise
 
     def score(self, cancel: threading.Event, pacer: ProgressPacer, trained: TrainOutcome) -> dict[str, Any]:
         """Send `go` with the run's training throughput, from the harness's own counts (the score
@@ -145,3 +149,5 @@ class Scorer:
         for stream in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
             if stream is not None:
                 stream.close()
+        if self.shm is not None:
+            self.shm.remove()

@@ -40,6 +40,7 @@ import torch
 from harness.data.tokens import open_token_dir
 from harness.evaluate import EvalRows, bpb, load_eval_rows, token_nats
 from harness.runner import agreement
+from harness.runner.cuda_handover import check_run_shm, empty_run_shm, handover_for
 from harness.runner.limits import Limits
 from harness.runner.model_entry import CPU_SPARE_CORES
 from harness.runner.model_process import ModelFailure, ModelJob, ModelProcess
@@ -148,6 +149,7 @@ class Scoring:
     donor: np.ndarray  # the training tokens (a memory map): the text probe variants continue with
     probe_share: float  # the share of positions a lookahead must use to be caught (PROBE_POWER)
     received: np.ndarray | None = None  # the scorer's copy of the latest batch of logits
+    received_on_device: torch.Tensor | None = None  # the same, on the GPU (CUDA IPC)
 
     def plan_probes(self, rng: np.random.Generator) -> list[list[Probe]]:
         inputs = self.rows.inputs.numpy()
@@ -187,9 +189,16 @@ class Scoring:
                 nats = token_nats(logits, targets).cpu().numpy()
             yield nats
 
-    def private_copy(self, view: np.ndarray) -> torch.Tensor:
+    def private_copy(self, view: np.ndarray | torch.Tensor) -> torch.Tensor:
         """`view`'s logits on the scoring device, copied out of the shared buffer (which the model
-        can still write to) into one buffer of the scorer's own, reused for every batch."""
+        can still write to) into one buffer of the scorer's own, reused for every batch: from host
+        memory, or on the GPU from the model's own buffer (CUDA IPC)."""
+        if isinstance(view, torch.Tensor):
+            if self.received_on_device is None or self.received_on_device.shape != view.shape:
+                self.received_on_device = torch.empty_like(view)
+            self.received_on_device.copy_(view)
+            torch.cuda.synchronize(self.device)  # the copy is done, and its time measured, here
+            return self.received_on_device
         if self.received is None or self.received.shape != view.shape:
             self.received = np.empty(view.shape, dtype=np.float32)
         np.copyto(self.received, view)
@@ -345,6 +354,8 @@ def score(
             val_bpb, first = scoring.evaluate(eval_model, clocks[0], order, keep, groups[0])
         with phases("eval close"):
             eval_model.close()
+            if settings["shared_shm"]:  # what the eval left in the models' /dev/shm goes
+                empty_run_shm()
         message = agreement.judge(groups[:1], tolerance)
         if message is None and plan:
             if weights_identity(weights) != identity:
@@ -412,6 +423,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
 def setup(config: dict[str, Any]) -> tuple[EvalRows, np.ndarray, list[ModelProcess]]:
     """The validation rows, the training tokens probe variants continue with (a memory map), and
     the eval and probe sandboxes started (they import torch and wait)."""
+    if config["shared_shm"]:
+        check_run_shm()  # before anything is started: it is about to be the models' /dev/shm
     rows = load_eval_rows(Path(config["val_dir"]))
     donor = open_token_dir(Path(config["donor_dir"])).tokens
     batch_rows = config["batch_rows"]
@@ -427,6 +440,8 @@ def setup(config: dict[str, Any]) -> tuple[EvalRows, np.ndarray, list[ModelProce
         max_rows=batch_rows,
         sandboxed=config["sandboxed"],
         limits=Limits(**config["limits"]),
+        handover=handover_for(config["device"]),
+        shared_shm=config["shared_shm"],
     )
     return rows, donor, [ModelProcess(job, "eval"), ModelProcess(job, "probe")]
 
