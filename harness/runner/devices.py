@@ -58,10 +58,17 @@ def peak_flops(name: str) -> float | None:
     return None
 
 
-def mfu_percent(
-    num_params: int | None, tokens: int | None, seconds: float, peak: float | None
-) -> float | None:
-    """Model FLOP utilisation from the 6 * params * tokens estimate of training FLOPs."""
-    if not (num_params and tokens and peak and seconds > 0):
+def flops_per_token(declared: float | None, num_params: int | None) -> float | None:
+    """Training FLOPs per token: what the model declares (`model.flops_per_token()`, the anchor's
+    count in the baseline: 6 per matmul weight other than the token embedding, plus attention's
+    12 x layers x width x sequence length), else 6 per parameter."""
+    if declared is not None:
+        return declared
+    return 6.0 * num_params if num_params else None
+
+
+def mfu_percent(flops: float | None, tokens: int | None, seconds: float, peak: float | None) -> float | None:
+    """Model FLOP utilisation: `flops` per token over `tokens` in `seconds`, against the bf16 peak."""
+    if not (flops and tokens and peak and seconds > 0):
         return None
-    return 100.0 * 6.0 * num_params * tokens / (seconds * peak)
+    return 100.0 * flops * tokens / (seconds * peak)

@@ -21,7 +21,7 @@ from harness.runner import timing
 from harness.runner.classify import Ending, over_budget, train_failure
 from harness.runner.compile_cache import CacheUse, CompileCaches
 from harness.runner.compile_cache import cache_key as compile_cache_key
-from harness.runner.devices import device_name, mfu_percent, peak_flops, resolve_device
+from harness.runner.devices import device_name, flops_per_token, mfu_percent, peak_flops, resolve_device
 from harness.runner.limits import Cgroup, Limits, default_limits, tree_memory_bytes
 from harness.runner.output import ProgressPacer
 from harness.runner.phases import Phases
@@ -338,6 +338,7 @@ def build_result(
     else:
         peak = outcome.peak_rss_bytes
     trained = outcome.training_seconds
+    flops = flops_per_token(outcome.flops_per_token, num_params)
     log = notes + outcome.log + scored.get("log", "")
     return RunResult(
         status=status,
@@ -353,7 +354,7 @@ def build_result(
         tokens=outcome.tokens,
         steps=outcome.steps,
         num_params=num_params,
-        mfu_percent=mfu_percent(num_params, outcome.tokens, trained, peak_flops(name)),
+        mfu_percent=mfu_percent(flops, outcome.tokens_served, trained, peak_flops(name)),
         device=name,
         harness_id=harness_id,
         seed=seed,

@@ -83,6 +83,16 @@ def state_tensors(model: Any) -> dict[str, Any]:
     return tensors
 
 
+def declared_flops_per_token(model: Any) -> float | None:
+    """The model's own count of training FLOPs per token (`model.flops_per_token()`), for the MFU
+    figure: None when it has none or it fails (the figure then counts 6 per parameter)."""
+    method = getattr(model, "flops_per_token", None)
+    try:
+        return float(method()) if callable(method) else None
+    except Exception:
+        return None
+
+
 def main(config: dict[str, Any]) -> None:
     from harness.runner.entry_common import Reporter, finish, import_candidate
 
@@ -142,6 +152,7 @@ def main(config: dict[str, Any]) -> None:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"build_model must return a torch.nn.Module, not {type(model).__name__}")
         num_params = sum(p.numel() for p in model.parameters())
+        declared = declared_flops_per_token(model)
         reporter.send("phase", name="training", num_params=num_params)
         where = "train"
         candidate.train(model, ctx)
@@ -156,7 +167,13 @@ def main(config: dict[str, Any]) -> None:
         reporter.error(where, exc, kind)
         finish(1)
     cuda_peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
-    reporter.send("stats", steps=progress.steps, tokens=progress.tokens, cuda_peak_bytes=cuda_peak)
+    reporter.send(
+        "stats",
+        steps=progress.steps,
+        tokens=progress.tokens,
+        cuda_peak_bytes=cuda_peak,
+        flops_per_token=declared,
+    )
     reporter.send("phase", name="saved")
     finish(0)
 

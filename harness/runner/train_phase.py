@@ -44,6 +44,11 @@ WEIGHTS_FILE = "model.safetensors"
 READY_TIMEOUT_S = 300.0
 
 
+# A model's own FLOPs per token above this is not believed (a 1e15-parameter model): the MFU figure
+# falls back to 6 per parameter.
+MAX_FLOPS_PER_TOKEN = 1e15
+
+
 @dataclass
 class TrainOutcome:
     """What the harness observed of one train process. Only times and exit are its own findings;
@@ -70,6 +75,7 @@ class TrainOutcome:
     steps: int | None = None  # (claimed) ctx.log calls
     step: int | None = None  # (claimed) the step number last logged, for progress
     tokens: int | None = None  # (claimed)
+    flops_per_token: float | None = None  # (claimed) the model's own count, for the MFU figure only
     tokens_served: int = 0  # input tokens of the rows the feeder handed out (trusted)
     cuda_peak_bytes: int | None = None  # (claimed)
     loss: float | None = None  # (claimed) the latest loss, for progress
@@ -407,6 +413,8 @@ def handle(message: dict[str, Any], after: float, outcome: TrainOutcome) -> None
         outcome.steps = count(message.get("steps"))
         outcome.tokens = count(message.get("tokens"))
         outcome.cuda_peak_bytes = count(message.get("cuda_peak_bytes"))
+        flops = number(message.get("flops_per_token"), 1.0, MAX_FLOPS_PER_TOKEN)
+        outcome.flops_per_token = flops if flops is not None and math.isfinite(flops) else None
     elif event == "phase" and message.get("name") == "saved":
         outcome.saved = True
 

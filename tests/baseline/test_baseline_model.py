@@ -111,3 +111,16 @@ def test_saved_weights_rebuild_the_same_model(train_py: ModuleType) -> None:
     idx = torch.randint(VOCAB, (2, SEQ_LEN))
     with torch.no_grad():
         torch.testing.assert_close(rebuilt.eval()(idx), trained(idx), rtol=0, atol=0)
+
+
+def test_the_baseline_declares_the_anchors_flops_per_token(train_py: ModuleType) -> None:
+    """The MFU figure uses the model's own count (harness.runner.devices.flops_per_token); the
+    baseline's is autoresearch's: 6 x the parameters other than the token embedding, plus 12 x
+    layers x width x sequence length. Computed here from the parameters as the anchor does (all of
+    them: the baseline counts matmul weights only, so its scalars make the difference)."""
+    model = random_model(train_py)
+    blocks = len(model.blocks)
+    width = model.wte.embedding_dim
+    others = sum(p.numel() for p in model.parameters()) - model.wte.weight.numel()
+    anchor = 6 * others + 12 * blocks * width * SEQ_LEN
+    assert model.flops_per_token() == pytest.approx(anchor, rel=1e-3)
