@@ -56,11 +56,16 @@ def variant(baseline: str, k: int) -> str:
     return baseline.replace(CONSTANT, f"MATRIX_LR = {0.04 * (1 + 0.05 * k):.4f}")
 
 
-def timings(path: Path) -> dict[int, dict[str, Any]]:
+def timing_lines(path: Path) -> list[dict[str, Any]]:
+    """The worker's timing lines (--timings), one per run, in the order the runs ended."""
     if not path.exists():
-        return {}
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line]
-    return {line["experiment_id"]: line for line in lines}
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def timings(path: Path) -> dict[int, dict[str, Any]]:
+    """The latest timing line of each experiment."""
+    return {line["experiment_id"]: line for line in timing_lines(path)}
 
 
 def healthz_round_trip(url: str, n: int = 20) -> float:

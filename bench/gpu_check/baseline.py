@@ -2,11 +2,9 @@
 
 Step 1 reports what the runner measures: status, val_bpb, training tokens per second, MFU (the
 runner's, against the device's bf16 peak: 989.5 TFLOP/s for an H200), peak memory, the credited
-startup (interpreter, imports, torch.compile, the first step) and the scoring time. A second,
-short run of the same file then starts from the compile cache the first one left, as a worker's
-confirmation runs and repeats of the best do (harness.runner.compile_cache): its startup is
-`startup_seconds_again` (issue 28's target: at most 10 s). The
-candidate is the baseline with bench/gpu_check/loader_timer.py appended, which times the
+startup (interpreter, imports, torch.compile, the first step) and the scoring time (the reuse of
+the compile by later runs of the same file is step 2's: the baseline's repeats through the
+worker). The candidate is the baseline with bench/gpu_check/loader_timer.py appended, which times the
 harness loader's next() in every step: that is step 4, the loader's wait per training step on
 the GPU, measured in the same run (the runner reports no such figure).
 
@@ -28,7 +26,6 @@ from bench.gpu_check.layout import REPO
 from bench.gpu_check.results import Results, run_step
 
 RUN, LOADER = "1_sandboxed_baseline", "4_loader_wait"
-AGAIN_BUDGET_S = {"gpu": 5.0, "cpu": 1.0}  # the second run: only its startup is measured
 BASELINE = REPO / "harness" / "baseline" / "train.py"
 # Replaces the baseline's train() by one that runs it with the timed ctx.
 GLUE = """
@@ -127,12 +124,9 @@ def body(results: Results, mode: str) -> None:
     with tempfile.TemporaryDirectory(prefix="gpu-check-baseline-") as tmp:
         candidate = Path(tmp) / "train.py"
         candidate.write_text(candidate_source(device, settings.seq_len, timed=True))
-        caches = Path(tmp) / "compile-caches"
         result, failure = None, None
         try:
-            result = run_experiment(
-                candidate, settings, on_progress=progress.append, device=device, compile_cache=caches
-            )
+            result = run_experiment(candidate, settings, on_progress=progress.append, device=device)
         except SandboxUnavailableError as exc:
             failure = f"SandboxUnavailableError: {exc}"
         if result is not None and result.error_class == "sandbox_error":
@@ -146,16 +140,6 @@ def body(results: Results, mode: str) -> None:
             progress.clear()
             result = run_experiment(
                 candidate, settings, on_progress=progress.append, unsafe_no_sandbox=True, device=device
-            )
-        else:
-            kept = caches.exists() and any(caches.iterdir())  # after an ok run only
-            short = settings.model_copy(update={"time_budget": AGAIN_BUDGET_S[mode]})
-            again = run_experiment(candidate, short, device=device, compile_cache=caches)
-            results.update(
-                RUN,
-                compile_cache_kept=kept,
-                startup_seconds_again=again.startup_seconds,
-                status_again=again.status,
             )
     print(result.log_tail, flush=True)
     figures = run_figures(result, settings, progress)

@@ -24,6 +24,8 @@ each way) and the bare IPC legs. Measured here, on one batch of the h100 preset'
   bound.
 
 `h100_eval_seconds` scales each path's per-row cost to the h100 preset's 10240 evaluation rows.
+`forward_h100_batch` times the score phase's forward itself at the h100 shapes (64 rows of 2048
+tokens; timed_forward), the other term of an h100 score phase.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.gpu_check import ipc_consumer
+from bench.gpu_check.baseline import candidate_source
 from bench.gpu_check.results import Results, run_step
 
 SECTION = "3_logits_handover"
@@ -252,6 +255,37 @@ def ipc_probes(results: Results, device: str, shape: tuple[int, int, int]) -> No
         print(f"{name}: {figures}", flush=True)
 
 
+def timed_forward(device: str) -> dict[str, Any]:
+    """The score phase's forward pass at the h100 preset's shapes: the baseline built as a model
+    process builds it (build_model with the score phase's ctx, eval mode), over one batch of
+    eval_batch_rows x seq_len tokens (one row of the CPU-sized baseline in the dry run); a warm-up,
+    then the median of REPEATS."""
+    import torch
+
+    from harness.runner.entry_common import import_candidate
+    from harness.runner.model_entry import score_context
+
+    _, batch_rows, seq_len, vocab = h100_shape()
+    count = batch_rows if device == "cuda" else 1
+    with tempfile.TemporaryDirectory(prefix="gpu-check-forward-") as folder:
+        path = Path(folder) / "train.py"
+        path.write_text(candidate_source(device, seq_len, timed=False))
+        candidate = import_candidate(str(path))
+    config = {"vocab_size": vocab, "seq_len": seq_len, "time_budget": 300.0, "seed": 0, "bos_id": 0}
+    model = candidate.build_model(score_context(config, torch.device(device)))
+    torch.nn.Module.train(model, False)
+    inputs = torch.randint(vocab, (count, seq_len), device=device)
+    samples = []
+    with torch.no_grad():
+        for _ in range(REPEATS + 1):
+            started = time.perf_counter()
+            model(inputs)
+            synchronize(device)
+            samples.append(time.perf_counter() - started)
+    median = statistics.median(samples[1:])
+    return {"rows": count, "first_s": round(samples[0], 4), "median_s": round(median, 4)}
+
+
 def body(results: Results, mode: str) -> None:
     device = "cuda" if mode == "gpu" else "cpu"
     rows, batch_rows, seq_len, vocab = h100_shape()
@@ -261,7 +295,7 @@ def body(results: Results, mode: str) -> None:
         shape=list(shape),
         batch_mib=shape[0] * seq_len * vocab * 4 / 2**20,
         h100_eval_rows=rows,
-        headline=("host_per_batch_s", "page_locked_per_batch_s", "h100_eval_s_host", "ipc_in_sandbox"),
+        headline=("host_per_batch_s", "forward_h100_batch_s", "h100_eval_s_host", "ipc_in_sandbox"),
     )
     host = timed_legs(device, shape, direct=False)
     results.update(SECTION, host_shared_memory=host, host_per_batch_s=host.get("per_batch_s"))
@@ -269,12 +303,17 @@ def body(results: Results, mode: str) -> None:
     locked = timed_legs(device, shape, direct=True)  # page-locked on CUDA only
     results.update(SECTION, page_locked_direct=locked, page_locked_per_batch_s=locked.get("per_batch_s"))
     ipc_probes(results, device, shape)
+    try:
+        forward = timed_forward(device)
+    except Exception as exc:  # a finding, as an IPC variant's failure is
+        forward = {"error": f"{type(exc).__name__}: {exc}"}
+    results.update(SECTION, forward_h100_batch=forward, forward_h100_batch_s=forward.get("median_s"))
     section = results.sections[SECTION]
     results.update(SECTION, ipc_in_sandbox=section["ipc_sandbox"].get("works"))
     # On the GPU every path's outcome is a finding (an IPC variant that fails says why); the step
     # fails only when the host path could not be measured. The dry run must also get the consumer
     # started and fed, outside and inside the sandbox.
-    needed = ["host_shared_memory"]
+    needed = ["host_shared_memory", "forward_h100_batch"]
     if device == "cpu":
         needed += ["page_locked_direct", "ipc_unsandboxed", "ipc_sandbox"]
     errors = [f"{name}: {section[name]['error']}" for name in needed if section[name].get("error")]
