@@ -71,8 +71,9 @@ def test_the_cpu_dry_run_passes_every_step(built_kit: dict[str, object], tmp_pat
     assert server["pickup_ms"] > 0 and 0 < server["idle_fraction_at_h100_budget"] < 1
     # The baseline measured as the noise-aware server measures a project: three runs, three seeds,
     # the second and third from the first's compile cache; a cycle each for a first run and a repeat.
+    # (More than three where a run on a loaded CPU ended over a time bound: not a valid run.)
     seeds = server["baseline_noise"]["seeds"]
-    assert len(server["baseline_runs"]) == 3 and len(set(seeds)) == 3 and None not in seeds
+    assert len(server["baseline_runs"]) >= 3 and len(set(seeds)) == len(seeds) and None not in seeds
     again = server["startup_seconds_again"]
     assert len(again) == 2 and all(seconds is not None and seconds >= 0 for seconds in again)
     for cycle in (server["cycle_first_run"], server["cycle_repeat"]):
