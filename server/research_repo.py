@@ -11,8 +11,8 @@ for objects that are not loose (after a `git gc`): GitPython's defaults start a 
 round trip per object, which dominated the cost of a submission. GitPython's objects are not
 thread-safe, so refs and the caches go through one lock; one server process per repo. New objects
 are written without it: gitdb writes each to a temporary file and renames it into place, so
-writers cannot collide, and a write that stalls on the disk (one took 0.7 s under
-bench/api_load.py) no longer holds up every submission's cached reads of train.py behind it.
+writers cannot collide, and a write that stalls on the disk (bench/api_load.py saw it) no longer
+holds up every submission's cached reads of train.py behind it.
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@ therefore bounded by one batch's allowance, however many batches follow.
 
 `forward` comes from the run's own training throughput: a forward pass costs about a third of
 a training step (FORWARD_SHARE). `transfer` is the scorer's own time to take one batch of logits
-out of shared memory onto its device, the least it has seen in this run: the model process pays
-a copy of the same size to put them there. In wall seconds, only what happens between the
+onto its device (out of shared memory on a CPU; on CUDA a device copy from the model's own buffer,
+harness.runner.cuda_handover), the least it has seen in this run: the model process pays a copy
+of the same size to put them there. In wall seconds, only what happens between the
 measured points is unmeasured: the scorer's copy of a batch's logits, after the model answered and
 before the next batch is commanded (the scorer computes the loss while the model runs the next
 batch); CPU seconds count that too.
@@ -34,20 +35,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Importing train.py, build_model and the weight load took 0.04-0.3 s for the baseline and the
-# test candidates on CPU, on a 2-core machine at load 5-12 (docs/runner.md); the rest is room for
-# a CUDA context and a loaded machine. It is also all the time a model that compiles in
-# build_model or in its first forward gets: compile in train().
+# Room for importing train.py, build_model and the weight load (an honest model needs a fraction
+# of it), a CUDA context and a loaded machine; also all a model that compiles in build_model or in
+# its first forward gets: compile in train(). docs/runner.md, "The score phase", has the
+# measurements.
 STARTUP_MIN_S = 3.0
 STARTUP_FRACTION = 0.02
 FORWARD_SHARE = 1.0 / 3.0  # forward FLOPs per token are a third of a training step's (2 of 6)
 # How much slower per token than a third of a training step an honest forward may be, by device
-# type. CPU: the baseline's eval batches took 1.3x the estimate (one thread, in-process) to 2.8x
-# (in the sandbox on a shared 2-core machine whose load changed between training and scoring) in
-# float32, and 5.4x with bf16 autocast on a CPU without fast bf16; a CPU with fast bf16 (AMX),
-# where the baseline trains in bf16 but is scored in float32, is not measured. CUDA (not measured:
-# no GPU here): the baseline trains compiled under bf16 autocast and is scored eager in float32,
-# estimated 6-9x. docs/runner.md has the figures.
+# type: room for an eager float32 forward of a model trained compiled or in bf16, and for a
+# machine whose load changed between training and scoring (the measured ratios: docs/runner.md).
 FORWARD_SLACK = {"cpu": 10.0, "cuda": 20.0}
 TRANSFER_SLACK = 2.0
 # Assumed before the scorer has timed its first batch of logits (it then uses its own figure).
