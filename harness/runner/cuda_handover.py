@@ -235,12 +235,30 @@ def check_run_shm(shm: Path = Path("/dev/shm")) -> None:
         raise RuntimeError(f"{shm} is not this run's folder: the scorer was not started in its namespace")
 
 
-def empty_run_shm(shm: Path = Path("/dev/shm")) -> None:
+def empty_run_shm(shm: Path = Path("/dev/shm")) -> list[str]:
     """Scorer side, once the eval process is gone: remove everything it left in the shared /dev/shm
-    (the marker too, if the eval left it), so that the probe process finds nothing of it. Call only
-    after `check_run_shm` passed at the scorer's start: its namespace cannot change since."""
+    (the marker too, if the eval left it), so that the probe process finds nothing of it; the
+    names it could not remove (the caller fails the run: the probe must not start beside them).
+    Folders the model locked (mode 000, owned by the same user) are opened first. Call only after
+    `check_run_shm` passed at the scorer's start: its namespace cannot change since."""
     for entry in os.scandir(shm):
+        path = Path(entry.path)
         if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path, ignore_errors=True)
+            _unlock(path)
+            shutil.rmtree(path, ignore_errors=True)
         else:
-            Path(entry.path).unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
+    return sorted(os.listdir(shm))
+
+
+def _unlock(folder: Path) -> None:
+    """Give the owner rwx on `folder` and every folder below it (no symlink followed, no recursion:
+    a model can nest folders deeper than Python's stack)."""
+    stack = [folder]
+    while stack:
+        current = stack.pop()
+        try:
+            os.chmod(current, 0o700, follow_symlinks=False)
+            stack += [Path(e.path) for e in os.scandir(current) if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue  # what stays is reported by empty_run_shm

@@ -354,8 +354,9 @@ def score(
             val_bpb, first = scoring.evaluate(eval_model, clocks[0], order, keep, groups[0])
         with phases("eval close"):
             eval_model.close()
-            if settings["shared_shm"]:  # what the eval left in the models' /dev/shm goes
-                empty_run_shm()
+            if settings["shared_shm"] and (left := empty_run_shm()):  # the probe must find nothing
+                why = f"score phase (eval): it left {left[:3]} in /dev/shm, which could not be removed"
+                raise ModelFailure("invalid", "invalid_output", why)
         message = agreement.judge(groups[:1], tolerance)
         if message is None and plan:
             if weights_identity(weights) != identity:

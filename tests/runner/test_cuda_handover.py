@@ -11,8 +11,11 @@ process leaves there is gone before the probe process starts.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import uuid
 from pathlib import Path
@@ -248,3 +251,38 @@ def test_the_preflight_check_says_which_part_fails_on_a_machine_without_cuda_ipc
     with pytest.raises(HandoverCheckError, match=r"CUDA IPC check: the model sandbox: .*CUDA"):
         check("cuda")
     assert set(Path("/dev/shm").glob("autoresearch-run-*")) <= before
+
+
+NOBODY = 65534
+
+
+def test_what_the_eval_locked_in_dev_shm_is_removed_too() -> None:
+    """A model that leaves folders locked (mode 000) and nested, to carry state to the probe: the
+    scorer, as the same unprivileged user (as root the lock would not hold), opens and removes
+    them and reports nothing left. Run with setpriv as nobody: a model sandbox has no root."""
+    shm = Path(tempfile.mkdtemp(prefix="autoresearch-test-shm-"))  # outside pytest's root-only folder
+    os.chown(shm, NOBODY, NOBODY)
+    script = textwrap.dedent(
+        """
+        import os, sys
+        from pathlib import Path
+        from harness.runner.cuda_handover import empty_run_shm
+        shm = Path(sys.argv[1])
+        deep = shm / "locked" / Path(*["d"] * 300)
+        deep.mkdir(parents=True)
+        (deep / "state").write_text("learned")
+        (shm / "torch_1_2_3").write_text("counter")
+        os.chmod(deep, 0)
+        os.chmod(shm / "locked", 0)
+        print(empty_run_shm(shm), sorted(os.listdir(shm)))
+        """
+    )
+    as_nobody = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
+    try:
+        done = subprocess.run(
+            [*as_nobody, sys.executable, "-c", script, str(shm)], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "[] []"
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
