@@ -117,7 +117,9 @@ def run_experiment(
                     run = prepare_run(key, job, work_root, idle=False)
                     cache = cache_use(caches, cache_key, run.run_dir)
                     spawned_at = run.sandbox.go(seed, cache) or time.monotonic()
-            outcome = run_train_phase(run.sandbox, spawned_at, pacer, cancel, started, phases)
+            outcome = run_train_phase(
+                run.sandbox, spawned_at, pacer, cancel, started, phases, on_training=scorer.start
+            )
             if run.sandbox.feeder.failure is not None:  # the harness's fault, not the candidate's
                 raise DataError(f"{paths.train_dir}: {run.sandbox.feeder.failure}")
             if keep_warm:

@@ -1,4 +1,4 @@
-"""The score phase, runner side: the trusted scorer process, started early and told when to go."""
+"""The score phase, runner side: the trusted scorer, started at the first training batch, told when to go."""
 
 from __future__ import annotations
 
@@ -49,11 +49,20 @@ class ScoreJob:
 
 
 class Scorer:
-    """One scorer process. Starting it early overlaps its startup (and its model sandboxes')
-    with training; it only receives the weights after the train sandbox is gone."""
+    """One scorer process, started when the candidate begins training (its first batch): its
+    startup (and its model sandboxes') then overlaps with training, and a candidate that fails
+    before training costs no scorer. It only receives the weights after the train sandbox is gone."""
 
     def __init__(self, job: ScoreJob) -> None:
         self.job = job
+        self.shm: RunShm | None = None
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start the scorer process (once; later calls do nothing)."""
+        if self.popen is not None:
+            return
+        job = self.job
         # On CUDA the logits stay on the GPU, which needs the scorer and its models to share a tmpfs
         # as /dev/shm: a folder of this run's, in a mount namespace of the scorer's own.
         on_gpu = handover_for(job.device) is Handover.CUDA_IPC
@@ -95,8 +104,9 @@ class Scorer:
     def score(self, cancel: threading.Event, pacer: ProgressPacer, trained: TrainOutcome) -> dict[str, Any]:
         """Send `go` with the run's training throughput, from the harness's own counts (the score
         phase's bound follows from it), and wait for the scorer's verdict (a dict with at least
-        `status`)."""
-        assert self.popen.stdin is not None
+        `status`). Starts the scorer first if training never asked for a batch."""
+        self.start()
+        assert self.popen is not None and self.popen.stdin is not None
         raise_priority(descendants(self.popen.pid))
         go = json.dumps(
             {
@@ -139,6 +149,8 @@ class Scorer:
 
     def close(self) -> None:
         """Kill the scorer and its model sandboxes (which would also die with it, but later)."""
+        if self.popen is None:
+            return
         tree = descendants(self.popen.pid) if self.popen.poll() is None else []
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signal.SIGKILL)

@@ -10,6 +10,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -291,12 +292,14 @@ def run_train_phase(
     cancel: threading.Event,
     started_at: float,
     phases: Phases,
+    on_training: Callable[[], None] = lambda: None,
 ) -> TrainOutcome:
-    """Watch a sandbox that was just sent `go` at `spawned_at` until it is done; then end it."""
+    """Watch a sandbox that was just sent `go` at `spawned_at` until it is done; then end it.
+    `on_training` is called once, when the candidate asks for its first batch (the scorer starts)."""
     outcome = TrainOutcome()
     try:
         with phases("train: go to exit (startup, training, weight save)"):
-            watch(sandbox, outcome, pacer, cancel, spawned_at, started_at)
+            watch(sandbox, outcome, pacer, cancel, spawned_at, started_at, on_training)
     finally:
         with phases("train: sandbox and feeder close"):
             sandbox.close()
@@ -316,6 +319,7 @@ def watch(
     cancel: threading.Event,
     spawned_at: float,
     started_at: float,
+    on_training: Callable[[], None] = lambda: None,
 ) -> None:
     """Follow the train process until it exits or must be killed; fill in `outcome`."""
     process, events_r, settings = sandbox.launched, sandbox.events_r, sandbox.job.settings
@@ -325,9 +329,13 @@ def watch(
     for message in sandbox.early:
         handle(message, 0.0, outcome)
     try:
+        training = False
         while True:
             now = time.monotonic()
             note_first_request(sandbox, outcome, spawned_at)
+            if not training and outcome.first_data_after is not None:
+                training = True
+                on_training()
             allowance = settings.compile_allowance
             credit = timing.startup_credit(outcome.started_after, now - spawned_at, allowance)
             outcome.deadline_after = timing.train_deadline(settings.time_budget, credit)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from harness.config import HarnessSettings
 from harness.runner import timing
+from tests.proc_scan import processes_mentioning
 from tests.runner.candidates import compose
 
 pytestmark = pytest.mark.heavy
@@ -119,3 +122,32 @@ def test_memory_limit_holds_for_many_processes_together(run_candidate, tmp_path:
     assert "limit 2 GB" in result.error_message
     # Stopped when the kernel killed a child, not at the deadline.
     assert result.startup_seconds + result.training_seconds < timing.train_deadline(30.0, 20.0) - 0.5
+
+
+@pytest.mark.parametrize(("part", "scorer_started"), [("broken/build_model_raises.py", False), (None, True)])
+def test_the_scorer_starts_only_once_the_candidate_trains(
+    run_candidate, tmp_path: Path, part: str | None, scorer_started: bool
+) -> None:
+    """The scorer and its two model sandboxes (three interpreters importing torch) start at the
+    candidate's first training batch: one that fails in build_model never costs them, one that
+    trains does. Seen from /proc while the run goes (the scorer's command line names the run)."""
+    candidate = compose(tmp_path, *([part] if part else []))
+    seen: list[str] = []
+    done = threading.Event()
+
+    def look() -> None:
+        while not done.is_set():
+            seen.extend(
+                c for c in processes_mentioning("harness.runner.scorer").values() if str(tmp_path) in c
+            )
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=look)
+    watcher.start()
+    try:
+        result = run_candidate(candidate, time_budget=1.0)
+    finally:
+        done.set()
+        watcher.join()
+    assert (result.status == "ok") == scorer_started, result.log_tail
+    assert bool(seen) == scorer_started
