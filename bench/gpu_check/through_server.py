@@ -17,8 +17,8 @@ The same processes as production, started through their CLI (`autoresearch init`
    to the h100 budget (its training replaced by 300 s); the idle fraction at the h100 budget is
    the repeat's fixed part over fixed + 300 s;
 4. pickup: with the worker idle in its long poll, experiment 2 is submitted; the time from sending
-   the submit to the worker's claim is the pickup latency;
-5. the worker gets SIGTERM, which with --stop-now cancels what it runs and gives it back.
+   the submit to the worker's claim (the server's `started_at`) is the pickup latency;
+5. the worker gets SIGTERM at once, which with --stop-now cancels that run and gives it back.
 
 Runs are SERVER_BUDGET_S long on the GPU: the fixed costs, not the training, are measured here.
 On a CPU (the dry run), CPU_SERVER_BUDGET_S.
@@ -42,7 +42,6 @@ from bench.worker_idle import (
     Cycle,
     submit_when_idle,
     timing_lines,
-    timings,
 )
 from client.states import Rule
 from harness.config import HarnessSettings, load_settings
@@ -90,6 +89,12 @@ def start_worker(project: Project, mode: str, log: Path) -> WorkerProcess:
     worker = WorkerProcess("gpu-check", args, env, project.tmp / "worker.log")
     project.workers.append(worker)
     return worker.start()
+
+
+def started_at(project: Project, experiment_id: int) -> float | None:
+    """When the server handed the experiment's run to a worker (its claim), as a Unix time."""
+    value = project.experiment(experiment_id).started_at
+    return value.timestamp() if value else None
 
 
 def run_figures(row: dict[str, Any]) -> dict[str, Any]:
@@ -155,15 +160,15 @@ def measure(results: Results, project: Project, worker: WorkerProcess, log: Path
         idle_target=TARGET_IDLE,
     )
     pickup_id, submitted = pickup.pickup_id, pickup.submitted_at
-    claimed = wait_until(lambda: timings(log).get(pickup_id), WAIT_S, "the pickup experiment")
+    # The claim as the server recorded it: the run itself is not waited for (it is cancelled below).
+    claimed_at = wait_until(lambda: started_at(project, pickup_id), WAIT_S, "the pickup experiment's claim")
     results.update(
         SECTION,
-        pickup_ms=round(1e3 * (claimed["claimed_at"] - submitted), 1),
+        pickup_ms=round(1e3 * (claimed_at - submitted), 1),
         submit_answer_ms=round(1e3 * (pickup.answered_at - submitted), 1),
         pickup_target_ms=1e3 * TARGET_PICKUP_S,
-        experiment_2=run_figures(claimed),
     )
-    worker.signal(signal.SIGTERM)  # --stop-now: whatever it runs now is cancelled and given back
+    worker.signal(signal.SIGTERM)  # --stop-now: the pickup experiment's run is cancelled and given back
     results.update(SECTION, worker_exit_code=worker.wait(timeout=120))
 
 
