@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.runner.sandbox import check_bwrap
+
 
 class Handover(enum.StrEnum):
     HOST = "host"  # a shared memory file: the model copies to the host, the scorer back
@@ -198,6 +200,17 @@ def open_logits(
     return tensor.set_(storage, 0, tuple(shape), strides)
 
 
+def open_export(message: object, device: str, shape: Sequence[int]) -> Any:
+    """Scorer side, the one way in: the export a model process sent (`message`), checked as data
+    (parse_export) for the scorer's `device` ("cuda" or "cuda:N"), opened as a tensor of `shape`
+    (open_logits)."""
+    import torch
+
+    index = torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    return open_logits(parse_export(message, index, math.prod(shape) * 4), shape)
+
+
 @dataclass(frozen=True)
 class RunShm:
     """Runner side: one run's folder on the host's tmpfs, the `/dev/shm` of its scorer and models."""
@@ -210,10 +223,10 @@ class RunShm:
         (folder / MARKER).touch()
         return cls(folder)
 
-    def wrap(self, bwrap: str, command: Sequence[str]) -> list[str]:
+    def wrap(self, command: Sequence[str]) -> list[str]:
         """`command` in a mount namespace where this folder is /dev/shm and all else is the host's."""
         return [
-            bwrap,
+            check_bwrap(),
             "--dev-bind",
             "/",
             "/",

@@ -27,13 +27,12 @@ from harness.runner.cuda_handover import (
     RunShm,
     check_run_shm,
     export,
-    open_logits,
-    parse_export,
+    open_export,
 )
 from harness.runner.launch import launch
 from harness.runner.limits import default_limits
 from harness.runner.model_process import ModelJob, model_spec
-from harness.runner.sandbox import check_bwrap, python_command
+from harness.runner.sandbox import python_command
 
 MAX_ROWS, SEQ_LEN, VOCAB = 2, 4, 8
 PRODUCER_TIMEOUT_S = 90.0  # torch's import and the CUDA context, on a busy machine
@@ -52,7 +51,7 @@ def check(device: str) -> None:
     try:
         command = [sys.executable, "-I", "-B", "-u", "-m", "harness.runner.handover_check", "consume", device]
         done = subprocess.run(
-            shm.wrap(check_bwrap(), command),
+            shm.wrap(command),
             capture_output=True,
             text=True,
             timeout=CHECK_TIMEOUT_S,
@@ -121,12 +120,9 @@ def compare(producer: subprocess.Popen[bytes], device: str, torch: Any) -> dict[
     if not sent.get("ok"):
         return {"ok": False, "part": "the model sandbox", "error": sent.get("error")}
     shape = (MAX_ROWS, SEQ_LEN, VOCAB)
-    index = torch.device(device).index
-    index = torch.cuda.current_device() if index is None else index
     started = time.monotonic()
     try:
-        logits = open_logits(parse_export(sent.get("handover"), index, math.prod(shape) * 4), shape)
-        copy = logits.clone()
+        copy = open_export(sent.get("handover"), device, shape).clone()
     except (ExportError, OpenError) as exc:
         return {"ok": False, "part": "the scorer's open", "error": str(exc)}
     expected = torch.arange(math.prod(shape), dtype=torch.float32, device=copy.device).reshape(shape)

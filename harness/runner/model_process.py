@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.runner.cuda_handover import ExportError, Handover, OpenError, open_logits, parse_export
+from harness.runner.cuda_handover import ExportError, Handover, OpenError, open_export
 from harness.runner.launch import Launched, launch
 from harness.runner.limits import Limits
 from harness.runner.messages import LineReader, text
@@ -97,15 +97,15 @@ class ModelProcess:
         self.inputs = np.frombuffer(
             mmap.mmap(self.inputs_fd, job.max_rows * job.seq_len * 8), dtype=np.int64
         ).reshape(job.max_rows, job.seq_len)
-        shape = (job.max_rows, job.seq_len, job.vocab_size)
+        self.shape = (job.max_rows, job.seq_len, job.vocab_size)  # of the logits buffer
         # The host hand-over's shared file, or (CUDA IPC) the model's GPU buffer, opened on `loaded`.
         self.logits_fd: int | None = None
         self.logits: np.ndarray | torch.Tensor | None = None
         if job.handover is Handover.HOST:
+            size = math.prod(self.shape) * 4
             self.logits_fd = os.memfd_create("logits")
-            os.ftruncate(self.logits_fd, math.prod(shape) * 4)
-            self.logits = np.frombuffer(mmap.mmap(self.logits_fd, math.prod(shape) * 4), dtype=np.float32)
-            self.logits = self.logits.reshape(shape)
+            os.ftruncate(self.logits_fd, size)
+            self.logits = np.frombuffer(mmap.mmap(self.logits_fd, size), dtype=np.float32).reshape(self.shape)
         events_r, events_w = os.pipe()
         commands_r, commands_w = os.pipe()
         log_r, log_w = os.pipe()
@@ -225,11 +225,8 @@ class ModelProcess:
 
     def open_shared(self, message: object) -> torch.Tensor:
         """The model's exported GPU buffer, opened here (harness.runner.cuda_handover)."""
-        shape = (self.job.max_rows, self.job.seq_len, self.job.vocab_size)
-        device = torch.device(self.job.device)
-        index = torch.cuda.current_device() if device.index is None else device.index
         try:
-            return open_logits(parse_export(message, index, math.prod(shape) * 4), shape)
+            return open_export(message, self.job.device, self.shape)
         except ExportError as exc:
             raise ModelFailure("invalid", "invalid_output", f"score phase ({self.label}): {exc}") from exc
         except OpenError as exc:

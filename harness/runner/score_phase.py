@@ -18,7 +18,6 @@ from harness.runner.cuda_handover import Handover, RunShm, handover_for
 from harness.runner.limits import Limits, descendants, idle_nice, raise_priority
 from harness.runner.messages import MAX_TEXT_CHARS
 from harness.runner.output import ProgressPacer
-from harness.runner.sandbox import check_bwrap
 from harness.runner.train_phase import TrainOutcome
 
 # Beyond the scorer's own limit: time for it to notice, clean up and answer.
@@ -86,7 +85,7 @@ class Scorer:
         }
         command = [sys.executable, "-I", "-B", "-u", "-m", "harness.runner.scorer", json.dumps(config)]
         if self.shm is not None:
-            command = self.shm.wrap(check_bwrap(), command)
+            command = self.shm.wrap(command)
         # Idle priority until `go`: on a small CPU machine its startup must not slow training.
         try:
             self.popen = subprocess.Popen(

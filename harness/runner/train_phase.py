@@ -329,12 +329,9 @@ def watch(
     for message in sandbox.early:
         handle(message, 0.0, outcome)
     try:
-        training = False
         while True:
             now = time.monotonic()
-            note_first_request(sandbox, outcome, spawned_at)
-            if not training and outcome.first_data_after is not None:
-                training = True
+            if note_first_request(sandbox, outcome, spawned_at):
                 on_training()
             allowance = settings.compile_allowance
             credit = timing.startup_credit(outcome.started_after, now - spawned_at, allowance)
@@ -378,11 +375,14 @@ def watch(
         outcome.oom_killed = process.oom_killed()
 
 
-def note_first_request(sandbox: TrainSandbox, outcome: TrainOutcome, spawned_at: float) -> None:
-    """Copy the feeder's time of the first data request (its own clock) into the outcome."""
+def note_first_request(sandbox: TrainSandbox, outcome: TrainOutcome, spawned_at: float) -> bool:
+    """Copy the feeder's time of the first data request (its own clock) into the outcome; whether
+    this call was the one that found it (training has just begun)."""
     requested_at = sandbox.feeder.first_request_at
     if outcome.first_data_after is None and requested_at is not None:
         outcome.first_data_after = requested_at - spawned_at
+        return True
+    return False
 
 
 def drain(events_r: int, reader: LineReader, outcome: TrainOutcome, at: float) -> None:

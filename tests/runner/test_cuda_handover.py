@@ -38,7 +38,6 @@ from harness.runner.cuda_handover import (
 from harness.runner.handover_check import HandoverCheckError, check
 from harness.runner.limits import default_limits
 from harness.runner.model_process import SCORER_SHM, ModelJob, model_spec
-from harness.runner.sandbox import check_bwrap
 
 # The export of a [64, 2048, 8192] float32 buffer on an H200 (../shared/gpu/, the sandbox probe):
 # torch's handle, its reference-counter name and event handle, as the model process sends them.
@@ -146,7 +145,7 @@ def test_what_the_scorer_reads_must_lie_inside_the_mapped_allocation(
 
 def in_scorer_namespace(shm: RunShm, script: str) -> subprocess.CompletedProcess[str]:
     """Run `script` as the scorer runs: python in the run folder's namespace (RunShm.wrap)."""
-    command = shm.wrap(check_bwrap(), [sys.executable, "-c", textwrap.dedent(script)])
+    command = shm.wrap([sys.executable, "-c", textwrap.dedent(script)])
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
