@@ -1,8 +1,9 @@
 """The server's events (GET /events), each type defined once with its payload.
 
-The server emits them (server/context.py `Transaction.emit`, after the commit) and the SDK reads
-them (`Client.events`), both through these classes; the wire format is the payload's fields that
-the emitter set, as JSON. Decisions' events are named for the status they leave the experiment
+The server emits them (server/transaction.py `Transaction.emit`, after the commit) and the SDK
+reads them (`Client.events`), both through these classes: a payload class is its event type
+(`TYPE`), so an event cannot carry another type's payload. The wire format is the payload's
+fields that the emitter set, as JSON. Decisions' events are named for the status they leave the experiment
 in (kept, reverted, rebased, stale). Payloads ignore fields they do not know, so that an older
 SDK can follow a newer server.
 """
@@ -13,10 +14,11 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from client.states import DECIDED_STATUS, Decision, ExperimentStatus, RunState
+from client.states import Decision, ExperimentStatus, RunState
 from harness.result import ProgressEvent, RunStatus
 
 
@@ -33,17 +35,13 @@ class EventType(StrEnum):
     SUMMARISED = "summarised"  # a decided experiment's change was summarised (keep rates count it)
 
 
-DECIDED_EVENT: dict[Decision, EventType] = {
-    decision: EventType(status.value) for decision, status in DECIDED_STATUS.items()
-}
-DECIDED_EVENTS = frozenset(DECIDED_EVENT.values())
-
-
 class Payload(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
+    TYPE: ClassVar[EventType]
 
 
 class Queued(Payload):
+    TYPE = EventType.QUEUED
     experiment_id: int
     run: int | None = None  # another run of the experiment (a confirmation, a repeat, a requeue)
     attempts: int | None = None  # the run's attempts so far, when it was queued again
@@ -54,6 +52,7 @@ class Queued(Payload):
 
 
 class Started(Payload):
+    TYPE = EventType.STARTED
     experiment_id: int
     run: int
     attempt: int
@@ -61,6 +60,7 @@ class Started(Payload):
 
 
 class Progress(ProgressEvent, Payload):
+    TYPE = EventType.PROGRESS
     experiment_id: int
     run: int | None
     attempt: int
@@ -70,6 +70,7 @@ class Finished(Payload):
     """A run's result was recorded (`run`, `result_status`, `val_bpb`), or the experiment ended
     without a decision (`status` cancelled or infra_failed, `reason`)."""
 
+    TYPE = EventType.FINISHED
     experiment_id: int
     run: int | None = None
     result_status: RunStatus | None = None
@@ -79,7 +80,8 @@ class Finished(Payload):
 
 
 class Decided(Payload):
-    """Kept, reverted, rebased or stale (the event's type); the comparison when there was one."""
+    """Kept, reverted, rebased or stale (the subclass, which is the event's type); the comparison
+    when there was one."""
 
     experiment_id: int
     reason: str
@@ -92,30 +94,45 @@ class Decided(Payload):
 
 
 class Note(Payload):
+    TYPE = EventType.NOTE
     note_id: int
     experiment_id: int | None
     author: str
 
 
 class Summarised(Payload):
+    TYPE = EventType.SUMMARISED
     experiment_id: int
 
 
-PAYLOADS: dict[EventType, type[Payload]] = {
-    EventType.QUEUED: Queued,
-    EventType.STARTED: Started,
-    EventType.PROGRESS: Progress,
-    EventType.FINISHED: Finished,
-    **dict.fromkeys(DECIDED_EVENTS, Decided),
-    EventType.NOTE: Note,
-    EventType.SUMMARISED: Summarised,
+class Kept(Decided):
+    TYPE = EventType.KEPT
+
+
+class Reverted(Decided):
+    TYPE = EventType.REVERTED
+
+
+class Rebased(Decided):
+    TYPE = EventType.REBASED
+
+
+class Stale(Decided):
+    TYPE = EventType.STALE
+
+
+# Named for the status the decision leaves the experiment in (client/states.py, DECIDED_STATUS).
+DECIDED_PAYLOAD: dict[Decision, type[Decided]] = {
+    Decision.KEEP: Kept,
+    Decision.REVERT: Reverted,
+    Decision.REBASE: Rebased,
+    Decision.STALE: Stale,
 }
-
-
-def check_payload(type_: EventType, payload: Payload) -> None:
-    """An event of `type_` carries that type's payload class, or it is a programming error."""
-    if type(payload) is not PAYLOADS[type_]:
-        raise TypeError(f"a {type_} event carries {PAYLOADS[type_].__name__}, not {type(payload).__name__}")
+DECIDED_EVENTS = frozenset(payload.TYPE for payload in DECIDED_PAYLOAD.values())
+PAYLOADS: dict[EventType, type[Payload]] = {
+    payload.TYPE: payload
+    for payload in (Queued, Started, Progress, Finished, Kept, Reverted, Rebased, Stale, Note, Summarised)
+}
 
 
 _TYPE_NAMES = frozenset(member.value for member in EventType)

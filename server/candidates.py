@@ -7,13 +7,14 @@ from datetime import datetime
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
-from client.events import EventType, Queued
+from client.events import Queued
 from client.states import ExperimentStatus, RunKind
 from server.changes import ChangeSummary
-from server.context import AppContext, Tx
+from server.context import AppContext
 from server.crud.runs import queue_runs
 from server.crud.similar import SAME_TRAIN_PY, store_change
 from server.models import Experiment, utcnow
+from server.transaction import Transaction
 
 _SAME_TRAIN_PY = SAME_TRAIN_PY.order_by(Experiment.id).limit(1)  # built once: every submission runs it
 
@@ -45,7 +46,7 @@ def commit_message(description: str, hypothesis: str | None) -> str:
 
 def queue_candidate(
     ctx: AppContext,
-    tx: Tx,
+    tx: Transaction,
     *,
     agent_id: int | None,
     source: str,
@@ -83,7 +84,6 @@ def queue_candidate(
     ctx.repo.set_experiment_ref(experiment_id, commit_sha)
     tx.undo.append(lambda: ctx.repo.delete_experiment_ref(experiment_id))
     tx.emit(
-        EventType.QUEUED,
         Queued(experiment_id=experiment_id, description=description, base=base_commit, commit=commit_sha),
     )
     return experiment

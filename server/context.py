@@ -10,41 +10,27 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio.to_thread
 from anyio import CapacityLimiter
 from cachetools import TTLCache
 from prometheus_client import Histogram
-from sqlalchemy.orm import Session
 
-from client.events import EventType, Payload, check_payload
 from server.core.config import ServerSettings
 from server.core.db import Database
 from server.core.rate_limit import PerCallerLimit
 from server.crud.tokens import Principal
-from server.events import Broadcaster, Event
+from server.events import Broadcaster
 from server.fleet import Fleet
 from server.presence import Presence
 from server.research_repo import ResearchRepo
 from server.standings_cache import TotalsCache
+from server.transaction import Transaction
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-@dataclass
-class Tx:
-    session: Session
-    events: list[Event] = field(default_factory=list)
-    undo: list[Callable[[], None]] = field(default_factory=list)
-
-    def emit(self, type_: EventType, payload: Payload) -> None:
-        """Publish `payload` as a `type_` event when the transaction commits; the wire's data is
-        the fields set here (client/events.py)."""
-        check_payload(type_, payload)
-        self.events.append(Event(type_, payload.model_dump(exclude_unset=True)))
 
 
 @dataclass
@@ -78,11 +64,11 @@ class AppContext:
         return await anyio.to_thread.run_sync(work, *args, limiter=self._worker_threads)
 
     @contextmanager
-    def transaction(self) -> Iterator[Tx]:
-        tx: Tx | None = None
+    def transaction(self) -> Iterator[Transaction]:
+        tx: Transaction | None = None
         try:
             with self.db.write() as session:
-                tx = Tx(session)
+                tx = Transaction(session)
                 yield tx
         except BaseException:
             for action in reversed(tx.undo if tx else []):

@@ -32,17 +32,18 @@ from datetime import datetime
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
-from client.events import DECIDED_EVENT, Decided, EventType, Queued
+from client.events import DECIDED_PAYLOAD, Queued, Reverted
 from client.states import DECIDED_STATUS, Decision, ExperimentStatus, Rule, RunKind, RunState
 from server.candidates import commit_message, find_same_train_py, queue_candidate
 from server.carry import CACHED, Carried, carried
-from server.context import AppContext, Tx
+from server.context import AppContext
 from server.crud.experiments import agent_names, by_commit
 from server.crud.project import current_best, load_project
 from server.crud.runs import cancel_queued_runs, count_runs, queue_runs
 from server.judge import Action, Comparison, Verdict
 from server.lifecycle import move_experiment, move_run
 from server.models import EXPERIMENTS, RUNS, AnyRow, Experiment, Project, Run, utcnow
+from server.transaction import Transaction
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ REVOKED = "kept, then revoked"
 
 
 def settle(
-    ctx: AppContext, tx: Tx, project: AnyRow | Project, experiment: AnyRow, verdict: Verdict
+    ctx: AppContext, tx: Transaction, project: AnyRow | Project, experiment: AnyRow, verdict: Verdict
 ) -> dict[str, object]:
     """Carry out the judge's verdict on the experiment a run's result was for: the experiment's
     new column values (the caller writes them with its own changes), after the effects (the
@@ -94,7 +95,7 @@ def _comparison_columns(reference_commit: str, comparison: Comparison | None) ->
 
 
 def _apply(
-    ctx: AppContext, tx: Tx, project: AnyRow | Project, experiment: AnyRow, verdict: Verdict
+    ctx: AppContext, tx: Transaction, project: AnyRow | Project, experiment: AnyRow, verdict: Verdict
 ) -> dict[str, object]:
     """Carry out the verdict; the experiment's status, decision and reason, and its event."""
     decision, reason, rebased_to = Decision.REVERT, verdict.reason, None
@@ -107,14 +108,13 @@ def _apply(
         decision, reason, rebased_to = _rebase(ctx, tx, project, experiment, verdict.reason)
     elif verdict.action is Action.CONFIRM:
         (number,) = queue_runs(tx.session, experiment.id, RunKind.CONFIRMATION, experiment.queued_at)
-        tx.emit(EventType.QUEUED, Queued(experiment_id=experiment.id, run=number, why=verdict.reason))
+        tx.emit(Queued(experiment_id=experiment.id, run=number, why=verdict.reason))
         return {"status": ExperimentStatus.QUEUED, "decision_reason": verdict.reason}
     if decision is not Decision.KEEP:
         cancel_queued_runs(tx.session, experiment.id, utcnow())
     comparison = verdict.comparison
     tx.emit(
-        DECIDED_EVENT[decision],
-        Decided(
+        DECIDED_PAYLOAD[decision](
             experiment_id=experiment.id,
             val_bpb=comparison.mean if comparison else None,
             effect=comparison.effect if comparison else None,
@@ -135,7 +135,7 @@ def _apply(
 
 
 def _rebase(
-    ctx: AppContext, tx: Tx, project: Project, experiment: AnyRow | Experiment, why: str
+    ctx: AppContext, tx: Transaction, project: Project, experiment: AnyRow | Experiment, why: str
 ) -> tuple[Decision, str, int | None]:
     assert project.best_commit is not None and experiment.base_commit is not None
     moved = f"{why} (from {experiment.base_commit[:10]} to {project.best_commit[:10]})"
@@ -215,7 +215,7 @@ def carry_ahead(ctx: AppContext) -> None:
             log.exception("carrying the change of commit %s onto the best failed", experiment.commit_sha)
 
 
-def reapply_before_running(ctx: AppContext, tx: Tx, experiment_id: int, run_id: int) -> bool:
+def reapply_before_running(ctx: AppContext, tx: Transaction, experiment_id: int, run_id: int) -> bool:
     """A change about to run on a former best: re-apply it onto the current best instead.
 
     Running it on the old best would be wasted (a promising result is re-applied and run again
@@ -250,8 +250,9 @@ def reapply_before_running(ctx: AppContext, tx: Tx, experiment_id: int, run_id: 
     move_run(run, RunState.CANCELLED)
     run.finished_at, run.attempts = now, run.attempts - 1
     tx.emit(
-        DECIDED_EVENT[decision],
-        Decided(experiment_id=experiment.id, reason=reason, best=project.best_commit, rebased_to=rebased_to),
+        DECIDED_PAYLOAD[decision](
+            experiment_id=experiment.id, reason=reason, best=project.best_commit, rebased_to=rebased_to
+        ),
     )
     return True
 
@@ -262,7 +263,7 @@ def _agent_labels(session: Session, experiments: Sequence[AnyRow | Experiment]) 
     return ["baseline" if e.agent_id is None else names.get(e.agent_id, "agent") for e in experiments]
 
 
-def _advance_best(ctx: AppContext, tx: Tx, project: Project, experiment: AnyRow) -> None:
+def _advance_best(ctx: AppContext, tx: Transaction, project: Project, experiment: AnyRow) -> None:
     """Make the experiment the best (its runs become the best's runs) and give it its repeats."""
     previous_id = project.best_experiment_id
     now = utcnow()
@@ -277,7 +278,7 @@ def _advance_best(ctx: AppContext, tx: Tx, project: Project, experiment: AnyRow)
 
 
 def _move_best(
-    ctx: AppContext, tx: Tx, project: Project, commit: str, experiment_id: int, now: datetime
+    ctx: AppContext, tx: Transaction, project: Project, commit: str, experiment_id: int, now: datetime
 ) -> None:
     """Point the project row and the repo's `best` at `commit` (the repo's move is undone if the
     transaction fails); the repeats due from now on count from the newest experiment."""
@@ -334,7 +335,9 @@ def value_runs(session: Session, experiment_id: int, base_commit: str | None) ->
     return count_runs(session, experiment_id, None if base_commit is None else RunKind.REPEAT)
 
 
-def _revoke(ctx: AppContext, tx: Tx, project: Project, experiment: AnyRow, why: str) -> dict[str, object]:
+def _revoke(
+    ctx: AppContext, tx: Transaction, project: Project, experiment: AnyRow, why: str
+) -> dict[str, object]:
     """A kept best whose later run (a repeat) ended in an integrity class was never fit to keep:
     the best goes back to the commit it was kept on (its base, whose runs still make its value),
     its queued repeats end, and it is reverted with `why`. Changes queued on it are carried onto
@@ -346,8 +349,7 @@ def _revoke(ctx: AppContext, tx: Tx, project: Project, experiment: AnyRow, why: 
     cancel_queued_runs(tx.session, experiment.id, now)
     reason = f"{REVOKED}: {why}; the best is experiment {restored.id} again"
     tx.emit(
-        EventType.REVERTED,
-        Decided(
+        Reverted(
             experiment_id=experiment.id, reason=reason, best=restored.commit_sha, val_bpb=experiment.val_bpb
         ),
     )

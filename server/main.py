@@ -122,7 +122,6 @@ def queue_what_the_best_is_due(ctx: AppContext) -> None:
         if again is not None:
             log.warning("the best, experiment %d, has no valid measurement: queued again", again.id)
             tx.emit(
-                EventType.QUEUED,
                 Queued(experiment_id=again.id, attempts=0, why="the best has no valid measurement"),
             )
             return

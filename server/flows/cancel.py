@@ -7,7 +7,7 @@ the run, server/flows/leases.py); a decided one cannot be cancelled.
 
 from __future__ import annotations
 
-from client.events import EventType, Finished, Queued
+from client.events import Finished, Queued
 from client.states import FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus, TokenKind
 from server.context import AppContext
 from server.core.problems import Problem, unknown_experiment
@@ -37,7 +37,6 @@ def cancel(ctx: AppContext, agent: Principal, experiment_id: int) -> None:
             experiment.decision_reason = f"cancelled by {agent.name} while queued"
             cancel_queued_runs(tx.session, experiment_id, experiment.finished_at)
             tx.emit(
-                EventType.FINISHED,
                 Finished(
                     experiment_id=experiment_id,
                     status=ExperimentStatus.CANCELLED,
@@ -66,4 +65,4 @@ def retry(ctx: AppContext, admin: Principal, experiment_id: int) -> None:
             raise Problem(409, "has-result", f"experiment {experiment_id} already has a result")
         why = f"queued again by {admin.name} (was {experiment.status})"
         queue_again(tx.session, experiment, utcnow())
-        tx.emit(EventType.QUEUED, Queued(experiment_id=experiment_id, attempts=0, why=why))
+        tx.emit(Queued(experiment_id=experiment_id, attempts=0, why=why))

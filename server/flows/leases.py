@@ -15,10 +15,10 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session
 
-from client.events import EventType, Finished, Progress, Queued, Started
+from client.events import Finished, Progress, Queued, Started
 from client.schemas import ClaimOut, HeartbeatOut, ProgressEventIn
 from client.states import RETRYABLE_STATUSES, ExperimentStatus, LeaseState, Rule, RunState
-from server.context import AppContext, Tx
+from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import leases
 from server.crud import noise as noise_crud
@@ -28,6 +28,7 @@ from server.crud.tokens import Principal
 from server.decisions import reapply_before_running
 from server.lifecycle import UNDECIDED, move_experiment, move_run
 from server.models import AnyRow, Experiment, Run, utcnow
+from server.transaction import Transaction
 
 
 def owner_of(ctx: AppContext, session: Session, worker_id: str) -> int | None:
@@ -133,7 +134,6 @@ def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | N
             }
             leases.insert_lease(tx.session, lease)
             tx.emit(
-                EventType.STARTED,
                 Started(
                     experiment_id=picked.experiment_id,
                     run=picked.number,
@@ -207,7 +207,6 @@ def record_progress(
         leases.add_progress(tx.session, lease, events, ctx.settings.max_progress_events)
         last = events[-1]
         tx.emit(
-            EventType.PROGRESS,
             Progress(
                 experiment_id=lease.experiment_id,
                 run=leases.run_number(tx.session, lease.run_id),
@@ -218,7 +217,7 @@ def record_progress(
 
 
 def back_to_queue(
-    tx: Tx, experiment: Experiment, run: Run, why: str, count_attempt: bool, max_attempts: int
+    tx: Transaction, experiment: Experiment, run: Run, why: str, count_attempt: bool, max_attempts: int
 ) -> None:
     """A run ended without a result: queue it again, or end it (cancelled, or too many attempts).
 
@@ -239,7 +238,6 @@ def back_to_queue(
         run.finished_at = now
         if not undecided:
             tx.emit(
-                EventType.FINISHED,
                 Finished(
                     experiment_id=experiment.id, run=run.number, status=RunState.INFRA_FAILED, reason=why
                 ),
@@ -257,14 +255,12 @@ def back_to_queue(
             move_experiment(experiment, ExperimentStatus.QUEUED)
             experiment.started_at = None
         tx.emit(
-            EventType.QUEUED,
             Queued(experiment_id=experiment.id, run=run.number, attempts=run.attempts, why=why),
         )
         return
     cancel_queued_runs(tx.session, experiment.id, now)
     experiment.finished_at = now
     tx.emit(
-        EventType.FINISHED,
         Finished(experiment_id=experiment.id, status=experiment.status, reason=experiment.decision_reason),
     )
 

@@ -7,7 +7,7 @@ pure), its effects (server/decisions.py), the experiment's row written.
 
 from __future__ import annotations
 
-from client.events import EventType, Finished
+from client.events import Finished
 from client.schemas import ResultIn, ResultOutcome
 from client.states import LeaseState, RunState
 from harness.result import INTEGRITY_CLASSES
@@ -67,7 +67,6 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
         }
         results.insert_result(tx.session, row)
         tx.emit(
-            EventType.FINISHED,
             Finished(
                 experiment_id=experiment.id,
                 run=run.number,

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from client.schemas import ExperimentOut, SimilarExperiment, SimilarIn, SubmitIn
 from server.candidates import commit_message, find_same_train_py, queue_candidate, same_train_py_and_queued
 from server.changes import summarize
-from server.context import AppContext, Tx
+from server.context import AppContext
 from server.core.problems import Problem
 from server.crud.experiments import get_view, resolve_commit
 from server.crud.project import current_best, load_project
@@ -33,6 +33,7 @@ from server.patches import PatchError, apply_patch, parse_patch
 from server.research_repo import blob_sha
 from server.similarity import Change
 from server.train_py_data import measure
+from server.transaction import Transaction
 
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 
@@ -228,7 +229,7 @@ def submit(
 
 def _queue(
     ctx: AppContext,
-    tx: Tx,
+    tx: Transaction,
     project: Project,
     principal: Principal,
     body: SubmitIn,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from client.events import EventType, Summarised
+from client.events import Summarised
 from server.changes import summarize
 from server.context import AppContext
 from server.crud import change_kinds, similar
@@ -37,7 +37,7 @@ def summarise_pending(ctx: AppContext, batch: int = BATCH) -> int:
         with ctx.transaction() as tx:
             change_kinds.store_kinds(tx.session, summaries)
             for id_ in summaries:
-                tx.emit(EventType.SUMMARISED, Summarised(experiment_id=id_))
+                tx.emit(Summarised(experiment_id=id_))
         done += len(summaries)
 
 

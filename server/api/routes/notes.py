@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from sqlalchemy.orm import Session
 
-from client.events import EventType, Note
+from client.events import Note
 from client.schemas import NoteIn, NoteOut, NotePage
 from server.api.deps import Agent, Ctx, Reader, Responses
 from server.api.params import NotesQuery, since_utc
@@ -60,7 +60,7 @@ def post_note(ctx: Ctx, agent: Agent, body: NoteIn) -> NoteOut:
             )
         commit = _commit(tx.session, body.commit, 422) if body.commit is not None else None
         note = add_note(tx.session, agent.id, body.text, body.experiment_id, commit)
-        tx.emit(EventType.NOTE, Note(note_id=note.id, experiment_id=note.experiment_id, author=note.author))
+        tx.emit(Note(note_id=note.id, experiment_id=note.experiment_id, author=note.author))
     return note
 
 
