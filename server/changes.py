@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from server.outline import Edit, Outline, base_outline, outline_after
+from server.outline import Edit, outlines
 
 MODULE = "module"  # the region of module-level code
 
@@ -51,8 +51,7 @@ def summarize(base: str, new: str) -> ChangeSummary:
     edit = Edit.of(base, new)
     base_lines = _lines(edit.base, edit.head, len(edit.base) - edit.tail)
     new_lines = _lines(edit.new, edit.head, len(edit.new) - edit.tail)
-    base_of = base_outline(base)
-    new_of = outline_after(edit, base_of) if base_of is not None else None
+    base_of, new_of = outlines(edit)
     parsed = base_of is not None and new_of is not None
     base_regions = base_of.owners if base_of is not None else None
     new_regions = new_of.owners if new_of is not None else None
@@ -73,8 +72,17 @@ def summarize(base: str, new: str) -> ChangeSummary:
                 out.append(text)
                 if owners is not None:
                     regions.add(owners.get(number, MODULE))
+    # A constant assigned twice holds its last value, as when the module runs.
+    before = {name: value for _line, name, value in base_of.constants} if base_of is not None else {}
+    after = {name: value for _line, name, value in new_of.constants} if new_of is not None else {}
+    constants = [
+        ConstantChange(name, before.get(name), value)
+        for name, value in after.items()
+        if name not in before or before[name] != value
+    ]
+    constants += [ConstantChange(name, value, None) for name, value in before.items() if name not in after]
     return ChangeSummary(
-        constants=_constant_changes(base_of, new_of) if base_of is not None and new_of is not None else (),
+        constants=tuple(constants) if parsed else (),
         regions=tuple(sorted(regions)) if parsed else (),
         removed=tuple(removed),
         added=tuple(added),
@@ -87,14 +95,3 @@ def _lines(lines: list[str], start: int, end: int) -> list[tuple[int, str]]:
     their numbers (1-based; lines as Python's tokenizer ends them, so that they agree with ast's)."""
     collapsed = ((number, " ".join(line.split())) for number, line in enumerate(lines[start:end], start + 1))
     return [(number, text) for number, text in collapsed if text]
-
-
-def _constant_changes(base_of: Outline, new_of: Outline) -> tuple[ConstantChange, ...]:
-    before, after = base_of.constant_values(), new_of.constant_values()
-    changes = [
-        ConstantChange(name, before.get(name), value)
-        for name, value in after.items()
-        if name not in before or before[name] != value
-    ]
-    changes += [ConstantChange(name, value, None) for name, value in before.items() if name not in after]
-    return tuple(changes)

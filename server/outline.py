@@ -7,7 +7,7 @@ change is a few lines of one file that the server has parsed before. So:
 - the base's outline is cached (`base_outline`: a submission's base is nearly always the best,
   the same for every submission until the best moves);
 - the new source's outline is the base's, except for the top-level statements the change
-  touched: only those are parsed (`outline_after`). Everything outside them is the base's,
+  touched: only those are parsed (`outlines`). Everything outside them is the base's,
   line for line (the lines are identical), so the result is the outline of a full parse.
   When the changed statements do not parse on their own (a change that continues a statement
   above it, such as an added `else:`), the whole source is parsed.
@@ -47,10 +47,6 @@ class Outline:
     owners: dict[int, str]  # line -> its top-level function or class (`GPT.forward` for a method)
     constants: tuple[tuple[int, str, Number], ...]  # (line, name, value) in file order
 
-    def constant_values(self) -> dict[str, Number]:
-        """Name -> value; a name assigned twice holds its last value, as when the module runs."""
-        return {name: value for _line, name, value in self.constants}
-
 
 def outline(source: str) -> Outline | None:
     """Of the whole source: None when it does not parse."""
@@ -85,9 +81,13 @@ class Edit:
         return cls(base_lines, new_lines, head, tail)
 
 
-def outline_after(edit: Edit, base_of: Outline) -> Outline | None:
-    """The outline of `edit.new`, with the base outlined as `base_of`, parsing only what changed."""
+def outlines(edit: Edit) -> tuple[Outline | None, Outline | None]:
+    """The outlines of `edit.base` (cached) and of `edit.new` (parsing only what changed); None
+    for a source that does not parse, and for the new source when the base does not."""
     base_lines, new_lines, same_head = edit.base, edit.new, edit.head
+    base_of = base_outline("".join(base_lines))
+    if base_of is None:
+        return None, None
     last_changed = len(base_lines) - edit.tail  # of the base; below the first changed line on an insertion
     # The changed statements: from the last one that starts at or above the first changed line
     # to the first one that starts below the last changed line (exclusive).
@@ -98,11 +98,11 @@ def outline_after(edit: Edit, base_of: Outline) -> Outline | None:
     try:
         tree = _parse(window)
     except (SyntaxError, ValueError):
-        return outline("".join(new_lines))
+        return base_of, outline("".join(new_lines))
     if first > 1 and any(isinstance(s, ast.ImportFrom) and s.module == "__future__" for s in tree.body):
-        return outline("".join(new_lines))  # allowed at the top only: the whole source decides
+        return base_of, outline("".join(new_lines))  # allowed at the top only: the whole source decides
     middle = _of_tree(tree, window, first - 1)
-    return Outline(
+    return base_of, Outline(
         spans=(
             *(span for span in base_of.spans if span[0] < first),
             *middle.spans,

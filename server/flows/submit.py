@@ -49,22 +49,19 @@ class SubmitOutcome:
     queued: tuple[Change, str] | None = None
 
 
-def _with_view(session: Session, outcome: SubmitOutcome) -> SubmitOutcome:
-    """The outcome with its experiment's view, read in the session at hand (one session less)."""
-    return replace(outcome, view=get_view(session, outcome.experiment_id))
-
-
-def _with_similar(session: Session, outcome: SubmitOutcome) -> SubmitOutcome:
-    """The outcome with the earlier experiments whose change resembles its experiment's."""
+def _answer(session: Session, outcome: SubmitOutcome) -> SubmitOutcome:
+    """The outcome with its experiment's view and the earlier experiments whose change resembles
+    its experiment's, read in the session at hand (one session less)."""
+    view = get_view(session, outcome.experiment_id)
     if outcome.queued is not None:
         change, blob = outcome.queued
         earlier = outcome.experiment_id
-        return replace(
-            outcome, similar=find_similar(session, change, blob, exclude={earlier}, before_id=earlier)
-        )
-    experiment = session.get(Experiment, outcome.experiment_id)
-    assert experiment is not None
-    return replace(outcome, similar=similar_to_experiment(session, experiment, earlier_only=True))
+        similar = find_similar(session, change, blob, exclude={earlier}, before_id=earlier)
+    else:
+        experiment = session.get(Experiment, outcome.experiment_id)
+        assert experiment is not None
+        similar = similar_to_experiment(session, experiment, earlier_only=True)
+    return replace(outcome, view=view, similar=similar)
 
 
 @dataclass(frozen=True)
@@ -193,13 +190,13 @@ def submit(
         if idempotency_key is not None:
             replay = _replayed(session, principal, idempotency_key, request_sha)
             if replay is not None:
-                return _with_similar(session, _with_view(session, replay))
+                return _answer(session, replay)
         proposed = propose(ctx, session, body)
         base, new_source = proposed.base, proposed.new_source.encode()
         blob = blob_sha(new_source)
         existing = find_same_train_py(session, blob)
         if existing is not None and idempotency_key is None:
-            return _with_similar(session, _with_view(session, SubmitOutcome(existing, created=False)))
+            return _answer(session, SubmitOutcome(existing, created=False))
     # Summarized before the transaction: it takes milliseconds, and the project is locked in it.
     change = proposed.change
     commit = ctx.repo.commit_candidate(
@@ -224,7 +221,7 @@ def submit(
                 )
     # The answer is read after the commit, not under the project lock (which serialises submits).
     with ctx.db.read() as session:
-        return _with_similar(session, _with_view(session, outcome))
+        return _answer(session, outcome)
 
 
 def _queue(

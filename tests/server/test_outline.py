@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.outline import Edit, base_outline, outline, outline_after
+from server.outline import Edit, outline, outlines
 
 BASELINE = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()
 LINES = BASELINE.splitlines(keepends=True)
@@ -55,19 +55,15 @@ def edited(changes: list[tuple[int, int, list[str]]]) -> str:
 def test_parsing_only_what_changed_gives_the_outline_of_the_whole(
     changes: list[tuple[int, int, list[str]]],
 ) -> None:
-    base_of = base_outline(BASELINE)
-    assert base_of is not None
     new = edited(changes)
-    assert outline_after(Edit.of(BASELINE, new), base_of) == outline(new)
+    assert outlines(Edit.of(BASELINE, new)) == (outline(BASELINE), outline(new))
 
 
 def test_a_constant_set_in_a_function_is_no_change_of_the_module_s_constants() -> None:
     base = "LR = 0.1\n\ndef train():\n    return LR\n"
     new = base.replace("    return LR\n", "    LR = 0.2\n    return LR\n")
-    base_of = outline(base)
-    assert base_of is not None
-    after = outline_after(Edit.of(base, new), base_of)
-    assert after is not None and after.constant_values() == {"LR": 0.1}
+    _, after = outlines(Edit.of(base, new))
+    assert after is not None and [(name, value) for _, name, value in after.constants] == [("LR", 0.1)]
     assert after.owners[4] == after.owners[5] == "train"
 
 
