@@ -11,8 +11,10 @@ from client.events import Queued
 from client.states import ExperimentStatus, RunKind
 from server.changes import ChangeSummary
 from server.context import AppContext
+from server.core.problems import Problem
 from server.crud.runs import queue_runs
 from server.crud.similar import SAME_TRAIN_PY, store_change
+from server.crud.tokens import Principal
 from server.models import Experiment, utcnow
 from server.transaction import Transaction
 
@@ -87,3 +89,45 @@ def queue_candidate(
         Queued(experiment_id=experiment_id, description=description, base=base_commit, commit=commit_sha),
     )
     return experiment
+
+
+def queue_submission(
+    ctx: AppContext,
+    tx: Transaction,
+    agent: Principal,
+    *,
+    description: str,
+    hypothesis: str | None,
+    base_commit: str,
+    commit_sha: str,
+    blob: str,
+    change: ChangeSummary,
+) -> tuple[int, bool]:
+    """An agent's submission, in the transaction with the project locked: the experiment with this
+    train.py if there is one by now (its id, False), else a new one queued (its id, True).
+    Problem 429 if the agent already has its limit of experiments queued."""
+    existing, queued = same_train_py_and_queued(tx.session, blob, agent.id)
+    if existing is not None:
+        return existing, False
+    limit = ctx.settings.max_queued_per_agent
+    if queued >= limit:
+        raise Problem(
+            429,
+            "too-many-queued",
+            f"agent {agent.name} has {queued} experiments queued (limit {limit}); "
+            "wait for some to start or cancel some",
+            headers={"Retry-After": "10"},
+        )
+    experiment = queue_candidate(
+        ctx,
+        tx,
+        agent_id=agent.id,
+        source="agent",
+        description=description,
+        hypothesis=hypothesis,
+        base_commit=base_commit,
+        commit_sha=commit_sha,
+        blob=blob,
+        change=change,
+    )
+    return experiment.id, True

@@ -255,3 +255,16 @@ def similar_to_experiment(
         before_id=experiment.id if earlier_only else None,
         limit=limit,
     )
+
+
+def similar_earlier(
+    session: Session, experiment_id: int, queued: tuple[Change, str] | None
+) -> list[SimilarExperiment]:
+    """The experiments before `experiment_id` whose change resembles its change: from `queued`
+    (its change and train.py blob) when the caller has them at hand, else from its stored summary."""
+    if queued is not None:
+        change, blob = queued
+        return find_similar(session, change, blob, exclude={experiment_id}, before_id=experiment_id)
+    experiment = session.get(Experiment, experiment_id)
+    assert experiment is not None
+    return similar_to_experiment(session, experiment, earlier_only=True)

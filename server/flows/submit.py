@@ -18,22 +18,21 @@ from dataclasses import dataclass, field, replace
 from sqlalchemy.orm import Session
 
 from client.schemas import ExperimentOut, SimilarExperiment, SimilarIn, SubmitIn
-from server.candidates import commit_message, find_same_train_py, queue_candidate, same_train_py_and_queued
+from server.candidates import commit_message, find_same_train_py, queue_submission
 from server.changes import summarize
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud.experiments import get_view, resolve_commit
 from server.crud.project import current_best, load_project
-from server.crud.similar import find_similar, similar_to_experiment
+from server.crud.similar import similar_earlier
 from server.crud.tokens import Principal
 from server.decisions import queue_best_repeats
 from server.edits import EditError, apply_edits
-from server.models import Experiment, IdempotencyKey, Project
+from server.models import IdempotencyKey
 from server.patches import PatchError, apply_patch, parse_patch
 from server.research_repo import blob_sha
 from server.similarity import Change
 from server.train_py_data import measure
-from server.transaction import Transaction
 
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 
@@ -47,21 +46,6 @@ class SubmitOutcome:
     # Queued by this request: its change and train.py blob, so that its similar experiments are
     # found from them rather than from its rows read back.
     queued: tuple[Change, str] | None = None
-
-
-def _answer(session: Session, outcome: SubmitOutcome) -> SubmitOutcome:
-    """The outcome with its experiment's view and the earlier experiments whose change resembles
-    its experiment's, read in the session at hand (one session less)."""
-    view = get_view(session, outcome.experiment_id)
-    if outcome.queued is not None:
-        change, blob = outcome.queued
-        earlier = outcome.experiment_id
-        similar = find_similar(session, change, blob, exclude={earlier}, before_id=earlier)
-    else:
-        experiment = session.get(Experiment, outcome.experiment_id)
-        assert experiment is not None
-        similar = similar_to_experiment(session, experiment, earlier_only=True)
-    return replace(outcome, view=view, similar=similar)
 
 
 @dataclass(frozen=True)
@@ -186,79 +170,56 @@ def submit(
     request_sha = _request_sha256(body)
     if idempotency_key is not None and not _IDEMPOTENCY_KEY.match(idempotency_key):
         raise Problem(422, "bad-idempotency-key", "Idempotency-Key must be 1-200 printable ASCII characters")
+    # An earlier answer: the same Idempotency-Key, or (without a key) the same train.py.
     with ctx.db.read() as session:  # one read session for all the checks (each costs round trips)
-        if idempotency_key is not None:
-            replay = _replayed(session, principal, idempotency_key, request_sha)
-            if replay is not None:
-                return _answer(session, replay)
-        proposed = propose(ctx, session, body)
-        base, new_source = proposed.base, proposed.new_source.encode()
-        blob = blob_sha(new_source)
-        existing = find_same_train_py(session, blob)
-        if existing is not None and idempotency_key is None:
-            return _answer(session, SubmitOutcome(existing, created=False))
-    # Summarized before the transaction: it takes milliseconds, and the project is locked in it.
-    change = proposed.change
-    commit = ctx.repo.commit_candidate(
-        base, new_source, commit_message(body.description, body.hypothesis), principal.name
-    )
-    with ctx.transaction() as tx:
-        project = load_project(tx.session, lock=True)  # serialises submissions on PostgreSQL
-        replay = _replayed(tx.session, principal, idempotency_key, request_sha) if idempotency_key else None
-        if replay is not None:
-            outcome = replay
-        else:
-            outcome = _queue(ctx, tx, project, principal, body, change, commit, blob)
-            if idempotency_key is not None:
-                tx.session.add(
-                    IdempotencyKey(
-                        token_id=principal.id,
-                        key=idempotency_key,
-                        request_sha256=request_sha,
-                        experiment_id=outcome.experiment_id,
-                        status_code=201 if outcome.created else 200,
-                    )
-                )
-    # The answer is read after the commit, not under the project lock (which serialises submits).
-    with ctx.db.read() as session:
-        return _answer(session, outcome)
-
-
-def _queue(
-    ctx: AppContext,
-    tx: Transaction,
-    project: Project,
-    principal: Principal,
-    body: SubmitIn,
-    change: Change,
-    commit: str,
-    blob: str,
-) -> SubmitOutcome:
-    """In the transaction, with the project locked: the experiment with this train.py if there
-    is one by now, else a new one queued (Problem 429 if the agent's queue is full)."""
-    existing, queued = same_train_py_and_queued(tx.session, blob, principal.id)
-    if existing is not None:
-        return SubmitOutcome(existing, created=False)
-    limit = ctx.settings.max_queued_per_agent
-    if queued >= limit:
-        raise Problem(
-            429,
-            "too-many-queued",
-            f"agent {principal.name} has {queued} experiments queued (limit {limit}); "
-            "wait for some to start or cancel some",
-            headers={"Retry-After": "10"},
+        outcome = _replayed(session, principal, idempotency_key, request_sha) if idempotency_key else None
+        if outcome is None:
+            proposed = propose(ctx, session, body)
+            new_source = proposed.new_source.encode()
+            blob = blob_sha(new_source)
+            existing = find_same_train_py(session, blob)
+            if existing is not None and idempotency_key is None:
+                outcome = SubmitOutcome(existing, created=False)
+    if outcome is None:
+        # Summarized before the transaction: it takes milliseconds, and the project is locked in it.
+        change = proposed.change
+        commit = ctx.repo.commit_candidate(
+            proposed.base, new_source, commit_message(body.description, body.hypothesis), principal.name
         )
-    experiment = queue_candidate(
-        ctx,
-        tx,
-        agent_id=principal.id,
-        source="agent",
-        description=body.description,
-        hypothesis=body.hypothesis,
-        base_commit=change.base,
-        commit_sha=commit,
-        blob=blob,
-        change=change.summary,
-    )
-    queue_best_repeats(ctx, tx.session, project, experiment.id)
-    return SubmitOutcome(experiment.id, created=True, queued=(change, blob))
+        with ctx.transaction() as tx:
+            project = load_project(tx.session, lock=True)  # serialises submissions on PostgreSQL
+            if idempotency_key is not None:
+                outcome = _replayed(tx.session, principal, idempotency_key, request_sha)
+            if outcome is None:
+                experiment_id, created = queue_submission(
+                    ctx,
+                    tx,
+                    principal,
+                    description=body.description,
+                    hypothesis=body.hypothesis,
+                    base_commit=change.base,
+                    commit_sha=commit,
+                    blob=blob,
+                    change=change.summary,
+                )
+                if created:
+                    queue_best_repeats(ctx, tx.session, project, experiment_id)
+                outcome = SubmitOutcome(experiment_id, created, queued=(change, blob) if created else None)
+                if idempotency_key is not None:
+                    tx.session.add(
+                        IdempotencyKey(
+                            token_id=principal.id,
+                            key=idempotency_key,
+                            request_sha256=request_sha,
+                            experiment_id=experiment_id,
+                            status_code=201 if created else 200,
+                        )
+                    )
+    # The answer is read after the commit, not under the project lock (which serialises submits),
+    # in one session for both parts.
+    with ctx.db.read() as session:
+        return replace(
+            outcome,
+            view=get_view(session, outcome.experiment_id),
+            similar=similar_earlier(session, outcome.experiment_id, outcome.queued),
+        )
