@@ -46,13 +46,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         "time_budget": 60.0,
         "seq_len": 256,
         "vocab_size": 4096,
-        # 128 rows: scoring stays well under the 60 s of training on 2 cores.
+        # 128 rows: scoring stays well under the 60 s of training on 2 cores (docs/benchmarks.md).
         "eval_tokens": 128 * 256,
         "eval_batch_rows": 32,
         "probe_share": 0.01,
         # The clock starts after `import torch`; what is left of startup (importing train.py,
-        # build_model, optimizers) takes the baseline about 1.5 s of CPU. The allowance also bounds what a
-        # candidate can compute before it asks for data (docs/runner.md, "Time accounting").
+        # build_model, optimizers) takes the baseline a small part of this. The allowance also bounds
+        # what a candidate can compute before it asks for data (docs/runner.md, "Time accounting").
         "compile_allowance": 10.0,
         "train_tokens_max": 0,
         "memory_limit_gb": 8.0,

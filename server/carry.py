@@ -1,15 +1,15 @@
 """A change carried onto a new best: the part of a rebase that needs no database, computed once.
 
 Re-applying a change onto the new best (server/decisions.py, `_rebase`) reads three train.py,
-carries the change over, summarises the result and writes its git commit: about 25 ms (11 ms of
-CPU) under bench/api_load.py's mixed phase. A claim does it for a first run queued on a former
-best inside its transaction, which holds SQLite's one write lock (PostgreSQL: the project row)
-that every submission and result waits for; after each keep the next claims did it one after
-another, 9.0 of the 18.8 s SQLite's lock was held in three 30 s runs (docs/benchmarks.md,
-issue 13). The result depends on the three commits alone, so it is cached: right after each keep
-the server carries the changes queued on the former best in a thread that holds no lock
-(decisions.carry_ahead, started by server/main.py), and the rebases under the lock find them
-done. A claim that comes before that is done carries its own, as it did before.
+carries the change over, summarises the result and writes its git commit. A claim does it for a
+first run queued on a former best inside its transaction, which holds SQLite's one write lock
+(PostgreSQL: the project row) that every submission and result waits for; after each keep the next
+claims did it one after another, and that was half the time the lock was held (docs/benchmarks.md,
+"API load": why changes are carried ahead after a keep). The result depends on the three commits
+alone, so it is cached: right after each keep the server carries the changes queued on the former
+best in a thread that holds no lock (decisions.carry_ahead, started by server/main.py), and the
+rebases under the lock find them done. A claim that comes before that is done carries its own, as
+it did before.
 
 A carry's commit has no ref until a rebase uses it, and `git gc` prunes unreachable objects two
 weeks old; so a carry is kept an hour at most, far inside that, and a claim that comes later

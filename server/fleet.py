@@ -16,19 +16,19 @@ second, made in the background while claims wait, which wakes as many claims as 
 While that look found the queue empty and nothing was queued through this process since, a new
 long poll skips its first claim too. Each waiting claim used to wake itself once a second: first
 to claim (a thousand idle workers made a thousand claims a second), later to read a shared look;
-with a timer, a future and an O(n) removal each, that still cost the event loop about three times
+with a timer, a future and an O(n) removal each, that still cost the event loop several times
 what one timer a long poll does (docs/benchmarks.md, "Fleet").
 
 The larger cost was timing. A fleet that starts together (a server restart, a Slurm job array,
-bench/fleet.py) long-polls in step, each worker polling again as soon as its 204 comes: a
-thousand deadlines fell in the same 10 ms, and the answers, about a millisecond of the event loop
-each with the request that follows, came far too late while GET /healthz waited behind them
-(docs/benchmarks.md, "Fleet"). Now each long poll ends in the last tenth of its wait, never
-after it, in the 10 ms slot where the fewest other long polls end: a thousand from one instant
-end 20 to each slot, their next ones spread over a second, the next over a second and a half,
-and once the fleet is spread out each poll ends near its full wait. A random moment of that
-tenth was not enough: the fleet drifts apart only as fast as a sum of random draws spreads, so
-a thousand answers still came close together. docs/benchmarks.md, "Fleet", has the figures.
+bench/fleet.py) long-polls in step, each worker polling again as soon as its 204 comes: a thousand
+deadlines fell in the same slot, and the answers, each with the request that follows, came far too
+late while GET /healthz waited behind them (docs/benchmarks.md, "Fleet"). Now each long poll ends
+in the last tenth of its wait, never after it, in the 10 ms slot where the fewest other long polls
+end: a thousand from one instant end 20 to each slot, their next ones spread over a second, the
+next over a second and a half, and once the fleet is spread out each poll ends near its full wait.
+A random moment of that tenth was not enough: the fleet drifts apart only as fast as a sum of
+random draws spreads, so a thousand answers still came close together. docs/benchmarks.md,
+"Fleet", has the figures.
 """
 
 from __future__ import annotations

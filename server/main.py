@@ -51,8 +51,8 @@ from server.standings_cache import TotalsCache
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
-# At the mixed phase's write rate (about 1-2 MB of WAL a second) a checkpoint a second copies a
-# few hundred pages; SQLite's own default is one every 1000 pages (4 MB).
+# A checkpoint a second, by a task that holds no lock, instead of SQLite's own inside a commit that
+# reaches 1000 pages, which stalled the writers queued behind it (docs/benchmarks.md, "API load").
 WAL_CHECKPOINT_SECONDS = 1.0
 
 

@@ -2,8 +2,8 @@
 sits in, and its constants. What server/changes.py needs to summarise a change, at a fraction
 of the cost of parsing both sources in full.
 
-Parsing is most of a submission's CPU (a 460-line train.py takes about 9 ms to parse), and a
-change is a few lines of one file that the server has parsed before. So:
+Parsing is most of a submission's CPU (docs/benchmarks.md, "API load": why a submission parses
+only what changed), and a change is a few lines of one file that the server has parsed before. So:
 - the base's outline is cached (`base_outline`: a submission's base is nearly always the best,
   the same for every submission until the best moves);
 - the new source's outline is the base's, except for the top-level statements the change

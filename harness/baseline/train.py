@@ -37,12 +37,12 @@ class DeviceSettings:
     compile: bool  # torch.compile the model for training
 
 
-# "cuda" is sized for one H100 at the h100 preset (seq 2048, vocab 8192, 5 minutes). "cpu" is sized
-# for the cpu preset (seq 256, vocab 4096, 60 s on 2 cores), where a few hundred thousand tokens is
-# all there is time for: a small, shallow model taking many small steps did best (docs/baseline.md).
-# It runs eager (compiling takes about a minute there), with bf16 only where the CPU has fast bf16
-# matmuls (AMX), and keeps each micro-batch's float32 logits under 32 MB: larger blocks go back to
-# the OS after every use and cost page faults each step.
+# "cuda" is sized for one H100 at the h100 preset (seq 2048, vocab 8192, 5 minutes). "cpu" is
+# sized for the cpu preset (seq 256, vocab 4096, 60 s on 2 cores), where a few hundred thousand
+# tokens is all there is time for: a small, shallow model taking many small steps did best
+# (docs/baseline.md). It runs eager (compiling would take a large share of the budget there), with
+# bf16 only where the CPU has fast bf16 matmuls (AMX), and keeps each micro-batch's float32 logits
+# under 32 MB: larger blocks go back to the OS after every use and cost page faults each step.
 DEVICE_SETTINGS = {
     "cuda": DeviceSettings(
         depth=8, width=512, head_dim=128, device_batch=64, total_batch_tokens=2**19, bf16=True, compile=True
@@ -53,7 +53,7 @@ DEVICE_SETTINGS = {
 }
 # On a CPU, torch's threads (one per core by default) stall whenever another thread wants a core:
 # the loader's prefetch thread, the harness, anything else on the machine. Leaving a core free
-# measured 2.5-4x faster on the busy 2-core development machine (docs/baseline.md).
+# measured several times faster on a busy 2-core machine (docs/baseline.md has the figures).
 CPU_SPARE_CORES = 1
 MLP_RATIO = 4  # hidden width of the MLP as a multiple of the model width
 WINDOW_PATTERN = "L"  # per layer, repeated over the depth: L = full causal, S = sliding window

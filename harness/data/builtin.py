@@ -43,7 +43,7 @@ EXCLUDED_DIRS = frozenset(
 EXCLUDED_PREFIXES = ("_sysconfigdata", "config-")
 # The validation shard: modules (top-level .py files or packages) that no installed package, the
 # harness, the baseline or another standard module outside the tests imports: mostly the
-# "dead batteries" of PEP 594, deprecated since 3.11. About 390 KB of source on Python 3.11;
+# "dead batteries" of PEP 594, deprecated since 3.11 (docs/harness.md says how much text they hold);
 # versions that removed some of them (3.12, 3.13) hold out the ones they still have.
 VALIDATION_MODULES = (
     "aifc",

@@ -22,8 +22,8 @@ OVER_BUDGET_TOLERANCE_FRACTION = 0.02
 DEADLINE_GRACE_MIN_S = 5.0
 DEADLINE_GRACE_FRACTION = 0.05
 # Scoring (model rebuild, weight load, all forward passes, the probe) gets this much wall time. It
-# only stops a stuck or stalling model: on the cpu preset with the baseline model, on 2 busy
-# cores, the forward passes alone take about 100 s.
+# only stops a stuck or stalling model, so it is far above an honest score phase on a busy machine
+# (docs/benchmarks.md, "Score phase"); the bound per model process is score_budget's.
 SCORE_TIMEOUT_MIN_S = 300.0
 
 
