@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import bindparam, func, select
@@ -46,32 +47,39 @@ def commit_message(description: str, hypothesis: str | None) -> str:
     return f"{description}\n\nHypothesis: {hypothesis}\n" if hypothesis else f"{description}\n"
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """A change of train.py committed on its base and ready to queue: what it says and where it is."""
+
+    description: str
+    hypothesis: str | None
+    base_commit: str
+    commit_sha: str
+    blob: str  # its train.py's git blob
+    change: ChangeSummary  # for "has this been tried?"
+
+
 def queue_candidate(
     ctx: AppContext,
     tx: Transaction,
+    candidate: Candidate,
     *,
     agent_id: int | None,
     source: str,
-    description: str,
-    hypothesis: str | None,
-    base_commit: str,
-    commit_sha: str,
-    blob: str,
-    change: ChangeSummary,
     queued_at: datetime | None = None,
     rebased_from_id: int | None = None,
 ) -> Experiment:
-    """Insert a queued experiment (and its first run) for an existing candidate commit, with the
-    summary of its change (`change`, for "has this been tried?"), and point its ref at it."""
+    """Insert a queued experiment (and its first run) for a candidate, with the summary of its
+    change, and point its ref at its commit."""
     now = utcnow()
     experiment = Experiment(
         agent_id=agent_id,
         source=source,
-        description=description,
-        hypothesis=hypothesis,
-        base_commit=base_commit,
-        commit_sha=commit_sha,
-        train_py_blob=blob,
+        description=candidate.description,
+        hypothesis=candidate.hypothesis,
+        base_commit=candidate.base_commit,
+        commit_sha=candidate.commit_sha,
+        train_py_blob=candidate.blob,
         status=ExperimentStatus.QUEUED,
         cancel_requested=False,
         created_at=now,
@@ -82,31 +90,27 @@ def queue_candidate(
     tx.session.flush()
     experiment_id = experiment.id
     queue_runs(tx.session, experiment_id, RunKind.FIRST, experiment.queued_at, new=True)
-    store_change(tx.session, experiment_id, change)
-    ctx.repo.set_experiment_ref(experiment_id, commit_sha)
+    store_change(tx.session, experiment_id, candidate.change)
+    ctx.repo.set_experiment_ref(experiment_id, candidate.commit_sha)
     tx.undo.append(lambda: ctx.repo.delete_experiment_ref(experiment_id))
     tx.emit(
-        Queued(experiment_id=experiment_id, description=description, base=base_commit, commit=commit_sha),
+        Queued(
+            experiment_id=experiment_id,
+            description=candidate.description,
+            base=candidate.base_commit,
+            commit=candidate.commit_sha,
+        ),
     )
     return experiment
 
 
 def queue_submission(
-    ctx: AppContext,
-    tx: Transaction,
-    agent: Principal,
-    *,
-    description: str,
-    hypothesis: str | None,
-    base_commit: str,
-    commit_sha: str,
-    blob: str,
-    change: ChangeSummary,
+    ctx: AppContext, tx: Transaction, agent: Principal, candidate: Candidate
 ) -> tuple[int, bool]:
     """An agent's submission, in the transaction with the project locked: the experiment with this
     train.py if there is one by now (its id, False), else a new one queued (its id, True).
     Problem 429 if the agent already has its limit of experiments queued."""
-    existing, queued = same_train_py_and_queued(tx.session, blob, agent.id)
+    existing, queued = same_train_py_and_queued(tx.session, candidate.blob, agent.id)
     if existing is not None:
         return existing, False
     limit = ctx.settings.max_queued_per_agent
@@ -118,16 +122,4 @@ def queue_submission(
             "wait for some to start or cancel some",
             headers={"Retry-After": "10"},
         )
-    experiment = queue_candidate(
-        ctx,
-        tx,
-        agent_id=agent.id,
-        source="agent",
-        description=description,
-        hypothesis=hypothesis,
-        base_commit=base_commit,
-        commit_sha=commit_sha,
-        blob=blob,
-        change=change,
-    )
-    return experiment.id, True
+    return queue_candidate(ctx, tx, candidate, agent_id=agent.id, source="agent").id, True

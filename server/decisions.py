@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 
 from client.events import DECIDED_PAYLOAD, Queued, Reverted
 from client.states import DECIDED_STATUS, Decision, ExperimentStatus, Rule, RunKind, RunState
-from server.candidates import commit_message, find_same_train_py, queue_candidate
+from server.candidates import Candidate, commit_message, find_same_train_py, queue_candidate
 from server.carry import CACHED, Carried, carried
 from server.context import AppContext
 from server.crud.experiments import agent_names, by_commit
@@ -150,14 +150,16 @@ def _rebase(
     requeued = queue_candidate(
         ctx,
         tx,
+        Candidate(
+            experiment.description,
+            experiment.hypothesis,
+            base_commit=project.best_commit,
+            commit_sha=carry.commit,
+            blob=carry.blob,
+            change=carry.change,
+        ),
         agent_id=experiment.agent_id,
         source="rebase",
-        description=experiment.description,
-        hypothesis=experiment.hypothesis,
-        base_commit=project.best_commit,
-        commit_sha=carry.commit,
-        blob=carry.blob,
-        change=carry.change,
         queued_at=experiment.queued_at,
         rebased_from_id=experiment.id,
     )

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from sqlalchemy.orm import Session
 
 from client.schemas import ExperimentOut, SimilarExperiment, SimilarIn, SubmitIn
-from server.candidates import commit_message, find_same_train_py, queue_submission
+from server.candidates import Candidate, commit_message, find_same_train_py, queue_submission
 from server.changes import summarize
 from server.context import AppContext
 from server.core.problems import Problem
@@ -191,17 +191,10 @@ def submit(
             if idempotency_key is not None:
                 outcome = _replayed(tx.session, principal, idempotency_key, request_sha)
             if outcome is None:
-                experiment_id, created = queue_submission(
-                    ctx,
-                    tx,
-                    principal,
-                    description=body.description,
-                    hypothesis=body.hypothesis,
-                    base_commit=change.base,
-                    commit_sha=commit,
-                    blob=blob,
-                    change=change.summary,
+                candidate = Candidate(
+                    body.description, body.hypothesis, change.base, commit, blob, change.summary
                 )
+                experiment_id, created = queue_submission(ctx, tx, principal, candidate)
                 if created:
                     queue_best_repeats(ctx, tx.session, project, experiment_id)
                 outcome = SubmitOutcome(experiment_id, created, queued=(change, blob) if created else None)
