@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Protocol
 
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
@@ -38,14 +39,41 @@ from server.candidates import Candidate, commit_message, find_same_train_py, que
 from server.carry import CACHED, Carried, carried
 from server.context import AppContext
 from server.crud.experiments import agent_names, by_commit
-from server.crud.project import current_best, load_project
+from server.crud.project import ProjectState, current_best, lock_best, move_best
 from server.crud.runs import cancel_queued_runs, count_runs, queue_runs
 from server.judge import Action, Comparison, Verdict
 from server.lifecycle import move_experiment, move_run
-from server.models import EXPERIMENTS, RUNS, AnyRow, Experiment, Project, Run, utcnow
+from server.models import EXPERIMENTS, RUNS, AnyRow, Experiment, Run, utcnow
 from server.transaction import Transaction
 
 log = logging.getLogger(__name__)
+
+
+class Carriable(Protocol):
+    """An experiment's change as carrying it onto the best reads it: a row of the result's or the
+    carry ahead's statements, or the claim's locked Experiment."""
+
+    @property
+    def agent_id(self) -> int | None: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def hypothesis(self) -> str | None: ...
+    @property
+    def base_commit(self) -> str | None: ...
+    @property
+    def commit_sha(self) -> str: ...
+
+
+class Rebasable(Carriable, Protocol):
+    """A change with its experiment's id and place in the queue, which a rebase's new experiment
+    takes over."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def queued_at(self) -> datetime: ...
+
 
 # How a revoked best's reason begins: changes queued on it are carried onto the restored best, as
 # those queued on any former best (reapply_before_running).
@@ -53,7 +81,7 @@ REVOKED = "kept, then revoked"
 
 
 def settle(
-    ctx: AppContext, tx: Transaction, project: AnyRow | Project, experiment: AnyRow, verdict: Verdict
+    ctx: AppContext, tx: Transaction, project: ProjectState, experiment: AnyRow, verdict: Verdict
 ) -> dict[str, object]:
     """Carry out the judge's verdict on the experiment a run's result was for: the experiment's
     new column values (the caller writes them with its own changes), after the effects (the
@@ -70,7 +98,6 @@ def settle(
             "finished_at": utcnow(),
         }
     if verdict.action is Action.REVOKE:
-        assert isinstance(project, Project)  # locked: judged again on the fresh row
         return _revoke(ctx, tx, project, experiment, verdict.reason)
     reference_commit = experiment.base_commit if experiment.base_commit is not None else experiment.commit_sha
     changes = _comparison_columns(reference_commit, verdict.comparison)
@@ -95,16 +122,16 @@ def _comparison_columns(reference_commit: str, comparison: Comparison | None) ->
 
 
 def _apply(
-    ctx: AppContext, tx: Transaction, project: AnyRow | Project, experiment: AnyRow, verdict: Verdict
+    ctx: AppContext, tx: Transaction, project: ProjectState, experiment: AnyRow, verdict: Verdict
 ) -> dict[str, object]:
-    """Carry out the verdict; the experiment's status, decision and reason, and its event."""
+    """Carry out the verdict; the experiment's status, decision and reason, and its event. Keep and
+    rebase come with `project` read on its locked row (judge.NEEDS_FRESH_BEST)."""
     decision, reason, rebased_to = Decision.REVERT, verdict.reason, None
+    best_after = project.best_commit
     if verdict.action is Action.KEEP:
-        assert isinstance(project, Project)  # locked
         _advance_best(ctx, tx, project, experiment)  # its runs go on: it is the best now
-        decision = Decision.KEEP
+        decision, best_after = Decision.KEEP, experiment.commit_sha
     elif verdict.action is Action.REBASE:
-        assert isinstance(project, Project)  # locked
         decision, reason, rebased_to = _rebase(ctx, tx, project, experiment, verdict.reason)
     elif verdict.action is Action.CONFIRM:
         (number,) = queue_runs(tx.session, experiment.id, RunKind.CONFIRMATION, experiment.queued_at)
@@ -121,7 +148,7 @@ def _apply(
             se=comparison.se if comparison else None,
             p_value=comparison.p_value if comparison else None,
             reason=reason,
-            best=project.best_commit,
+            best=best_after,
             rebased_to=rebased_to,
         ),
     )
@@ -135,7 +162,7 @@ def _apply(
 
 
 def _rebase(
-    ctx: AppContext, tx: Transaction, project: Project, experiment: AnyRow | Experiment, why: str
+    ctx: AppContext, tx: Transaction, project: ProjectState, experiment: Rebasable, why: str
 ) -> tuple[Decision, str, int | None]:
     assert project.best_commit is not None and experiment.base_commit is not None
     moved = f"{why} (from {experiment.base_commit[:10]} to {project.best_commit[:10]})"
@@ -170,9 +197,7 @@ def _rebase(
     )
 
 
-def _carry_onto_best(
-    ctx: AppContext, experiment: AnyRow | Experiment, best_commit: str, author: str
-) -> Carried:
+def _carry_onto_best(ctx: AppContext, experiment: Carriable, best_commit: str, author: str) -> Carried:
     """The experiment's change carried onto the best (server/carry.py: computed once)."""
     assert experiment.base_commit is not None
     message = commit_message(experiment.description, experiment.hypothesis)
@@ -225,7 +250,7 @@ def reapply_before_running(ctx: AppContext, tx: Transaction, experiment_id: int,
     the queue, or it goes stale when the change no longer applies. True when that happened (the
     claimed run is cancelled); False when it should run as it is.
     """
-    project = load_project(tx.session, lock=True)
+    project = lock_best(tx.session)
     experiment = tx.session.get(Experiment, experiment_id, with_for_update=True)
     assert experiment is not None
     if experiment.base_commit in (None, project.best_commit) or experiment.decision is not None:
@@ -259,13 +284,13 @@ def reapply_before_running(ctx: AppContext, tx: Transaction, experiment_id: int,
     return True
 
 
-def _agent_labels(session: Session, experiments: Sequence[AnyRow | Experiment]) -> list[str]:
+def _agent_labels(session: Session, experiments: Sequence[Carriable]) -> list[str]:
     """Who each change's commit is by (one query for all of them)."""
     names = agent_names(session, {e.agent_id for e in experiments if e.agent_id is not None})
     return ["baseline" if e.agent_id is None else names.get(e.agent_id, "agent") for e in experiments]
 
 
-def _advance_best(ctx: AppContext, tx: Transaction, project: Project, experiment: AnyRow) -> None:
+def _advance_best(ctx: AppContext, tx: Transaction, project: ProjectState, experiment: AnyRow) -> None:
     """Make the experiment the best (its runs become the best's runs) and give it its repeats."""
     previous_id = project.best_experiment_id
     now = utcnow()
@@ -280,14 +305,12 @@ def _advance_best(ctx: AppContext, tx: Transaction, project: Project, experiment
 
 
 def _move_best(
-    ctx: AppContext, tx: Transaction, project: Project, commit: str, experiment_id: int, now: datetime
+    ctx: AppContext, tx: Transaction, project: ProjectState, commit: str, experiment_id: int, now: datetime
 ) -> None:
     """Point the project row and the repo's `best` at `commit` (the repo's move is undone if the
     transaction fails); the repeats due from now on count from the newest experiment."""
     previous = project.best_commit
-    project.best_commit, project.best_experiment_id = commit, experiment_id
-    project.best_since_experiment_id = _last_experiment_id(tx.session)
-    project.updated_at = now
+    move_best(tx.session, commit, experiment_id, _last_experiment_id(tx.session), now)
     if previous != commit:
         ctx.repo.set_best(commit)
         if previous is not None:
@@ -298,7 +321,9 @@ def _last_experiment_id(session: Session) -> int:
     return int(session.scalar(select(func.max(Experiment.id))) or 0)
 
 
-def best_repeats_due(ctx: AppContext, session: Session, project: Project, last_experiment_id: int) -> int:
+def best_repeats_due(
+    ctx: AppContext, session: Session, project: ProjectState, last_experiment_id: int
+) -> int:
     """Repeats of the best to queue now: once measured, it is brought to the runs that make its
     value (value_runs_due), and gets one more for every BEST_RERUN_EVERY experiments submitted
     since it became the best (a best that stays long is compared with many candidates, so its
@@ -306,22 +331,24 @@ def best_repeats_due(ctx: AppContext, session: Session, project: Project, last_e
     settings = ctx.settings
     if settings.decision_rule != Rule.NOISE_AWARE or project.best_experiment_id is None:
         return 0
-    best = session.get(Experiment, project.best_experiment_id)
-    if best is None or best.valid_runs == 0:
+    experiment = session.get(Experiment, project.best_experiment_id)
+    if experiment is None or experiment.valid_runs == 0:
         return 0  # not measured yet: its repeats follow its first valid run
-    target = value_runs_due(ctx, best.base_commit)
+    target = value_runs_due(ctx, experiment.base_commit)
     if settings.best_rerun_every:
         target += (last_experiment_id - (project.best_since_experiment_id or 0)) // settings.best_rerun_every
-    return max(0, target - value_runs(session, best.id, best.base_commit))
+    return max(0, target - value_runs(session, experiment.id, experiment.base_commit))
 
 
-def queue_best_repeats(ctx: AppContext, session: Session, project: Project, last_experiment_id: int) -> int:
+def queue_best_repeats(
+    ctx: AppContext, session: Session, project: ProjectState, last_experiment_id: int
+) -> int:
     """Queue the repeats of the best that are due now (best_repeats_due); how many were queued."""
     due = best_repeats_due(ctx, session, project, last_experiment_id)
     if due and project.best_experiment_id is not None:
-        best = session.get(Experiment, project.best_experiment_id)
-        assert best is not None
-        queue_runs(session, best.id, RunKind.REPEAT, best.queued_at, due)
+        experiment = session.get(Experiment, project.best_experiment_id)
+        assert experiment is not None
+        queue_runs(session, experiment.id, RunKind.REPEAT, experiment.queued_at, due)
     return due
 
 
@@ -338,7 +365,7 @@ def value_runs(session: Session, experiment_id: int, base_commit: str | None) ->
 
 
 def _revoke(
-    ctx: AppContext, tx: Transaction, project: Project, experiment: AnyRow, why: str
+    ctx: AppContext, tx: Transaction, project: ProjectState, experiment: AnyRow, why: str
 ) -> dict[str, object]:
     """A kept best whose later run (a repeat) ended in an integrity class was never fit to keep:
     the best goes back to the commit it was kept on (its base, whose runs still make its value),

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from client.states import DECIDED_STATUS, Rule
 from harness.result import RunResult
 from server.crud import noise as noise_crud
+from server.crud.project import ProjectState
 from server.judge import (
     Evidence,
     JudgedRun,
@@ -21,7 +22,7 @@ from server.judge import (
     Snapshot,
     run_counts,
 )
-from server.models import EXPERIMENTS, AnyRow, Project
+from server.models import EXPERIMENTS, AnyRow
 from server.noise_pool import bounded_mean
 
 # The oldest experiment of a commit (by_commit), as the sample a candidate is compared with.
@@ -37,7 +38,7 @@ _EARLIER = select(EXPERIMENTS.c.base_commit, EXPERIMENTS.c.rebased_from_id).wher
 
 
 def count_run(
-    session: Session, project: AnyRow | Project, experiment: AnyRow, run: AnyRow, result: RunResult
+    session: Session, project: ProjectState, experiment: AnyRow, run: AnyRow, result: RunResult
 ) -> noise_crud.RunStats:
     """The experiment's valid runs with this one (when it counts, judge.run_counts); a measuring
     run is pooled into the noise estimate first, so the snapshot reads the estimate with it."""
@@ -58,7 +59,7 @@ def count_run(
 def snapshot(
     session: Session,
     settings: RuleSettings,
-    project: AnyRow | Project,
+    project: ProjectState,
     experiment: AnyRow,
     run: AnyRow,
     result: RunResult,
@@ -104,7 +105,7 @@ def snapshot(
 
 def _earlier(
     session: Session,
-    project: AnyRow | Project,
+    project: ProjectState,
     rule: Rule,
     noise: Noise | None,
     rebased_from_id: int | None,
@@ -127,7 +128,7 @@ def _earlier(
 
 
 def _reference(
-    session: Session, commit: str, project: AnyRow | Project, rule: Rule, noise: Noise | None
+    session: Session, commit: str, project: ProjectState, rule: Rule, noise: Noise | None
 ) -> Reference:
     """The sample a candidate on `commit` is compared with.
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from server.models import EXPERIMENTS, PROJECT, AnyRow, Project
+from server.models import EXPERIMENTS, PROJECT, Project
 
 
 def load_project(session: Session, lock: bool = False) -> Project:
@@ -19,9 +22,27 @@ def load_project(session: Session, lock: bool = False) -> Project:
     return session.scalars(statement).one()
 
 
+@dataclass(frozen=True)
+class ProjectState:
+    """The project's pins and its best, as read: what a result is counted and judged against, and
+    what decisions move on (with its row locked: `lock_best`)."""
+
+    harness_id: str | None
+    platform: str | None
+    best_commit: str | None
+    best_experiment_id: int | None
+    # The last experiment id when the best became the best (server/decisions.py, best_repeats_due).
+    best_since_experiment_id: int | None
+
+
 _CURRENT_BEST = select(
-    PROJECT.c.harness_id, PROJECT.c.platform, PROJECT.c.best_commit, PROJECT.c.best_experiment_id
+    PROJECT.c.harness_id,
+    PROJECT.c.platform,
+    PROJECT.c.best_commit,
+    PROJECT.c.best_experiment_id,
+    PROJECT.c.best_since_experiment_id,
 ).where(PROJECT.c.id == 1)
+_LOCKED_BEST = _CURRENT_BEST.with_for_update()
 _BEST_SAMPLE = (
     select(EXPERIMENTS.c.valid_runs, EXPERIMENTS.c.val_bpb)
     .select_from(PROJECT.join(EXPERIMENTS, EXPERIMENTS.c.id == PROJECT.c.best_experiment_id))
@@ -29,9 +50,31 @@ _BEST_SAMPLE = (
 )
 
 
-def current_best(session: Session) -> AnyRow:
-    """The project's pins and best as a plain row, unlocked: cheap enough for every result."""
-    return session.connection().execute(_CURRENT_BEST).one()
+def current_best(session: Session) -> ProjectState:
+    """The project's pins and best, unlocked: cheap enough for every result."""
+    return ProjectState(*session.connection().execute(_CURRENT_BEST).one())
+
+
+def lock_best(session: Session) -> ProjectState:
+    """The project's pins and best with its row locked (PostgreSQL; SQLite has one writer anyway),
+    serialising the decisions that move the best and the submissions that count from it."""
+    return ProjectState(*session.connection().execute(_LOCKED_BEST).one())
+
+
+def move_best(
+    session: Session, commit: str, experiment_id: int, since_experiment_id: int, now: datetime
+) -> None:
+    """Point the project's best at `commit`, the commit of experiment `experiment_id`."""
+    session.connection().execute(
+        update(PROJECT)
+        .where(PROJECT.c.id == 1)
+        .values(
+            best_commit=commit,
+            best_experiment_id=experiment_id,
+            best_since_experiment_id=since_experiment_id,
+            updated_at=now,
+        )
+    )
 
 
 def best_sample(session: Session) -> tuple[int, float | None]:

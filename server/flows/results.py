@@ -15,13 +15,13 @@ from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import evidence, integrity, results
 from server.crud.leases import set_lease
-from server.crud.project import current_best, load_project
+from server.crud.project import current_best, lock_best
 from server.crud.tokens import Principal
 from server.decisions import settle
 from server.flows.leases import locked_lease, require_held
 from server.judge import NEEDS_FRESH_BEST, judge
 from server.lifecycle import check_experiment_move, check_run_move
-from server.models import AnyRow, Project, utcnow
+from server.models import utcnow
 
 
 def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: ResultIn) -> ResultOutcome:
@@ -74,7 +74,7 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
                 val_bpb=measured.val_bpb,
             ),
         )
-        project: AnyRow | Project = current_best(tx.session)
+        project = current_best(tx.session)
         after = evidence.count_run(tx.session, project, experiment, run, measured)
         locked = False
         while True:  # a verdict that moves the best or builds on it is reached again on the locked row
@@ -84,7 +84,7 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
             verdict = judge(snapshot)
             if locked or verdict.action not in NEEDS_FRESH_BEST:
                 break
-            project, locked = load_project(tx.session, lock=True), True
+            project, locked = lock_best(tx.session), True
         changes: dict[str, object] = {"platform": measured.device}
         changes |= {"valid_runs": after.n, "val_bpb": after.mean, "val_bpb_m2": after.m2}
         changes |= settle(ctx, tx, project, experiment, verdict)
