@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -63,21 +64,23 @@ def lines_key(summary: ChangeSummary) -> str:
     return _sha([summary.removed, summary.added])
 
 
-def shape_key(summary: ChangeSummary) -> str | None:
-    """What two changes must share to be nearby_constants: the names set and the code lines."""
+def shape_key(summary: ChangeSummary, code: Counter[str]) -> str | None:
+    """What two changes must share to be nearby_constants: the names set and the code lines
+    (`code`, the summary's code_lines)."""
     if not (summary.parsed and summary.constants):
         return None
-    return _sha([sorted(c.name for c in summary.constants), sorted(code_lines(summary).elements())])
+    return _sha([sorted(c.name for c in summary.constants), sorted(code.elements())])
 
 
 def store_change(session: Session, experiment_id: int, summary: ChangeSummary) -> None:
+    code = code_lines(summary) if summary.parsed else Counter[str]()
     session.add(
         ExperimentChange(
             experiment_id=experiment_id,
             parsed=summary.parsed,
             lines_sha=lines_key(summary),
-            shape_sha=shape_key(summary),
-            code_lines=sum(code_lines(summary).values()) if summary.parsed else 0,
+            shape_sha=shape_key(summary, code),
+            code_lines=sum(code.values()),
             summary={
                 "constants": [[c.name, c.old, c.new] for c in summary.constants],
                 "regions": list(summary.regions),
@@ -92,11 +95,8 @@ def store_change(session: Session, experiment_id: int, summary: ChangeSummary) -
     session.add_all(
         ExperimentConstant(experiment_id=experiment_id, name=c.name, value=c.new) for c in summary.constants
     )
-    if summary.parsed:
-        session.add_all(
-            ExperimentCodeLine(experiment_id=experiment_id, line_sha=sha)
-            for sha in {_line_sha(line) for line in code_lines(summary)}
-        )
+    shas = {_line_sha(line) for line in code}
+    session.add_all(ExperimentCodeLine(experiment_id=experiment_id, line_sha=sha) for sha in shas)
     session.flush()
 
 
@@ -129,8 +129,9 @@ def _candidates(session: Session, change: Change, exclude: set[int], before_id: 
     """The stored changes that can match `change` (one necessary condition of a kind each), ranked
     by the rule."""
     summary = change.summary
+    code = code_lines(summary) if summary.parsed else Counter[str]()
     conditions = [ExperimentChange.lines_sha == lines_key(summary)]
-    shape = shape_key(summary)
+    shape = shape_key(summary, code)
     if shape is not None:  # nearby_constants: the same shape, and the first constant nearby
         first = summary.constants[0]
         setting = select(ExperimentConstant.experiment_id).where(ExperimentConstant.name == first.name)
@@ -148,7 +149,6 @@ def _candidates(session: Session, change: Change, exclude: set[int], before_id: 
         ]
         setting_one = select(ExperimentConstant.experiment_id).where(or_(*same_value))
         conditions.append(ExperimentChange.experiment_id.in_(setting_one))
-    code = code_lines(summary) if summary.parsed else None
     if code:  # overlapping_code and contained: at least one code line in common
         sharing = select(ExperimentCodeLine.experiment_id).where(
             ExperimentCodeLine.line_sha.in_({_line_sha(line) for line in code})
