@@ -19,7 +19,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from client.states import Decision, ExperimentStatus, RunState
-from harness.result import ProgressEvent, RunStatus
+from harness.result import ProgressEvent, ResultStatus
 
 
 class EventType(StrEnum):
@@ -73,7 +73,7 @@ class Finished(Payload):
     TYPE = EventType.FINISHED
     experiment_id: int
     run: int | None = None
-    result_status: RunStatus | None = None
+    result_status: ResultStatus | None = None
     val_bpb: float | None = None
     status: ExperimentStatus | RunState | None = None
     reason: str | None = None

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from client.states import Decision, Direction, ExperimentStatus, Part, Rule, RunKind, RunState, SimilarityKind
-from harness.result import ErrorClass, ProgressEvent, RunResult, RunStatus
+from harness.result import ErrorClass, ProgressEvent, ResultStatus, RunResult
 
 # The largest integer accepted: exact as a JSON double, so that every client reads the bound alike
 # (2**63 - 1 is not), and far beyond any count of steps, tokens or parameters.
@@ -146,14 +146,14 @@ class RunOut(BaseModel):
     queue_position: int | None = Field(None, description="0 = next to run; only while queued")
     started_at: datetime | None
     finished_at: datetime | None
-    result_status: RunStatus | None
+    result_status: ResultStatus | None
     val_bpb: float | None = Field(description="its score, when the run ended ok")
 
 
 class ResultOut(BaseModel):
     """The harness's measurements (RunResult without the log, which is at /log)."""
 
-    status: RunStatus
+    status: ResultStatus
     error_class: str | None
     error_message: str | None
     val_bpb: float | None

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-RunStatus = Literal["ok", "crash", "timeout", "over_budget", "invalid"]
+ResultStatus = Literal["ok", "crash", "timeout", "over_budget", "invalid"]
 
 # Error classes, so that agents can learn from failures without parsing logs.
 ErrorClass = Literal[
@@ -47,7 +47,7 @@ class ProgressEvent(BaseModel):
 class RunResult(BaseModel):
     """One experiment's measured outcome. Every number here is measured by the harness."""
 
-    status: RunStatus
+    status: ResultStatus
     error_class: ErrorClass | None = None
     error_message: str | None = None
     val_bpb: float | None = None

@@ -360,7 +360,7 @@ def value_runs_due(ctx: AppContext, base_commit: str | None) -> int:
 
 def value_runs(session: Session, experiment_id: int, base_commit: str | None) -> int:
     """The runs (any state) that make a best's value: its measuring runs (noise_crud.is_measuring),
-    all of the baseline's, only the repeats of a kept change (_reference)."""
+    all of the baseline's, only the repeats of a kept change (crud/evidence.py, _reference_sample)."""
     return count_runs(session, experiment_id, None if base_commit is None else RunKind.REPEAT)
 
 

@@ -115,7 +115,7 @@ class JudgedRun:
     """The run that was just reported."""
 
     number: int
-    status: str  # harness.result.RunStatus
+    status: str  # harness.result.ResultStatus
     error_class: str | None
     val_bpb: float | None
     device: str
@@ -129,7 +129,8 @@ class Snapshot:
     platform: str | None  # the project's pins (None: not pinned yet)
     harness_id: str | None
     candidate: Sample  # its valid runs, this one included
-    reference: Sample  # the best's runs, or its base's when the best moved on (crud/evidence.py, _reference)
+    # The best's runs, or its base's when the best moved on (crud/evidence.py, _reference_sample).
+    reference: Sample
     reference_measured: bool  # the reference commit has a valid run, in the sample or not
     reference_is_best: bool
     is_baseline: bool  # the project's first best (no base): measured, not judged
@@ -392,7 +393,7 @@ def _noise_aware(snapshot: Snapshot) -> Verdict:
             )
         return Verdict(
             Action.REVERT,
-            f"{stated}: first run not ahead of the {_reference(snapshot)} by the screening margin "
+            f"{stated}: first run not ahead of the {_reference_name(snapshot)} by the screening margin "
             f"({settings.screen_margin:g} standard errors): reverted",
             comparison,
         )
@@ -424,5 +425,5 @@ def _promising(snapshot: Snapshot, why: str, comparison: Comparison) -> Verdict:
     return Verdict(Action.REBASE, f"{why} against its base, but the best moved on", comparison)
 
 
-def _reference(snapshot: Snapshot) -> str:
+def _reference_name(snapshot: Snapshot) -> str:
     return "best" if snapshot.reference_is_best else "base"

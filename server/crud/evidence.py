@@ -73,7 +73,7 @@ def snapshot(
     reference = (
         Reference(Sample(0, None), measured=False)
         if is_baseline or decided
-        else _reference(session, experiment.base_commit, project, settings.rule, noise)
+        else _reference_sample(session, experiment.base_commit, project, settings.rule, noise)
     )
     reference_commit = experiment.commit_sha if is_baseline else experiment.base_commit
     return Snapshot(
@@ -121,13 +121,13 @@ def _earlier(
         row = session.connection().execute(_EARLIER, {"id": rebased_from_id}).one()
         values = noise_crud.confirmation_runs(session, rebased_from_id, project.platform, project.harness_id)
         if values:
-            reference = _reference(session, row.base_commit, project, rule, noise).sample
+            reference = _reference_sample(session, row.base_commit, project, rule, noise).sample
             evidence.append(Evidence(Sample(len(values), sum(values) / len(values)), reference))
         rebased_from_id = row.rebased_from_id
     return tuple(evidence)
 
 
-def _reference(
+def _reference_sample(
     session: Session, commit: str, project: ProjectState, rule: Rule, noise: Noise | None
 ) -> Reference:
     """The sample a candidate on `commit` is compared with.
