@@ -22,6 +22,10 @@ from sqlalchemy.orm import Session
 from client.schemas import ProgressEventIn
 from client.states import ExperimentStatus, LeaseState, RunState
 from server.crud import integrity
+from server.crud import noise as noise_crud
+from server.crud.project import current_best
+from server.crud.runs import live_runs
+from server.gate import BestMeasurement
 from server.lifecycle import experiment_sources
 from server.models import (
     EXPERIMENTS,
@@ -102,6 +106,23 @@ _INSERT_LEASE = insert(LEASES)
 _LOCK_LEASE = select(LEASES).where(LEASES.c.id == bindparam("lease_id")).with_for_update()
 _UPDATE_LEASE = update(LEASES).where(LEASES.c.id == bindparam("lease_id"))
 _INSERT_PROGRESS = insert(ProgressSample)
+
+
+def best_measurement(session: Session) -> BestMeasurement | None:
+    """What the gate reads of the best (server/gate.py); None when there is no best yet."""
+    project = current_best(session)
+    if project.best_experiment_id is None:
+        return None
+    best = session.get(Experiment, project.best_experiment_id)
+    assert best is not None
+    noise = noise_crud.noise(session, project.platform, project.harness_id)
+    return BestMeasurement(
+        experiment_id=best.id,
+        status=best.status,
+        valid_runs=best.valid_runs,
+        noise_df=noise.df if noise is not None else None,
+        live_runs=live_runs(session, best.id),
+    )
 
 
 def pick_run(session: Session, now: datetime, gate: int | None) -> AnyRow | None:

@@ -17,15 +17,14 @@ from sqlalchemy.orm import Session
 
 from client.events import Finished, Progress, Queued, Started
 from client.schemas import ClaimOut, HeartbeatOut, ProgressEventIn
-from client.states import RETRYABLE_STATUSES, ExperimentStatus, LeaseState, Rule, RunState
+from client.states import ExperimentStatus, LeaseState, RunState
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import leases
-from server.crud import noise as noise_crud
-from server.crud.project import load_project
-from server.crud.runs import cancel_queued_runs, live_runs
+from server.crud.runs import cancel_queued_runs
 from server.crud.tokens import Principal
 from server.decisions import reapply_before_running
+from server.gate import gate_for
 from server.lifecycle import UNDECIDED, move_experiment, move_run
 from server.models import AnyRow, Experiment, Run, utcnow
 from server.transaction import Transaction
@@ -61,37 +60,14 @@ def touch(ctx: AppContext, session: Session, worker_id: str) -> None:
 
 
 def gate(ctx: AppContext, session: Session) -> int | None:
-    """The one experiment whose runs may be handed out now, or None when any queued run may.
-
-    Nothing is compared with a best that is not measured yet: until the best has a valid run
-    (greedy), or until the noise estimate rests on NOISE_RUNS runs of the best (noise-aware),
-    only the best's runs go out while it has any queued or running, and nothing at all while an
-    unmeasured best waits to be queued again after its runs lost their workers. Once open, the gate stays
-    open (a measurement is never lost), so the check is skipped after.
-    """
+    """The one experiment whose runs may be handed out now, or None when any queued run may
+    (server/gate.py). Once the best is measured the gate stays open, so the check is skipped after."""
     if ctx.gate_open:
         return None
-    project = load_project(session)
-    best_id = project.best_experiment_id
-    if best_id is None:
-        return None
-    best = session.get(Experiment, best_id)
-    assert best is not None
-    if ctx.settings.decision_rule == Rule.NOISE_AWARE:
-        estimate = noise_crud.noise(session, project.platform, project.harness_id)
-        measured = estimate is not None and estimate.df >= ctx.settings.noise_runs - 1
-    else:
-        measured = best.valid_runs > 0
-    if measured:
-        ctx.gate_open = True
-        return None
-    if live_runs(session, best_id) == 0 and (best.valid_runs > 0 or best.status not in RETRYABLE_STATUSES):
-        # Its runs ended without the measurement: a best with valid runs is compared on those; a
-        # best that crashed by its own fault cannot be measured, and the next valid result will
-        # do. One whose runs lost their workers keeps the gate shut: nothing is compared with it
-        # until it is queued again (at the next server start, `init`, or an admin's retry).
-        return None
-    return best_id
+    settings = ctx.settings
+    verdict = gate_for(leases.best_measurement(session), settings.decision_rule, settings.noise_runs)
+    ctx.gate_open = verdict.measured
+    return verdict.only
 
 
 def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | None:
