@@ -14,8 +14,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from client.states import RETRYABLE_STATUSES, ExperimentStatus, RunState
-from server.crud.project import load_project
-from server.crud.runs import live_runs
+from server.crud.leases import best_measurement
 from server.lifecycle import move_experiment
 from server.models import RUNS, Experiment, Result
 
@@ -47,14 +46,10 @@ def queue_again(session: Session, experiment: Experiment, now: datetime) -> int:
 
 def unmeasured_best(session: Session) -> Experiment | None:
     """The best, when it has no valid run and nothing that could give it one is queued or running."""
-    project = load_project(session)
-    if project.best_experiment_id is None:
+    best = best_measurement(session)
+    if best is None or best.valid_runs > 0 or best.live_runs > 0:
         return None
-    best = session.get(Experiment, project.best_experiment_id)
-    assert best is not None
-    if best.valid_runs > 0 or live_runs(session, best.id) > 0:
-        return None
-    return best
+    return session.get(Experiment, best.experiment_id)
 
 
 def requeue_unmeasured_best(session: Session, now: datetime) -> Experiment | None:
