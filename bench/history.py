@@ -29,9 +29,10 @@ from sqlalchemy import insert, select, update
 
 from agent.mutation import mutate_constants
 from bench.pages import new_project, p95, seed_experiments, timings
+from server import history
 from server.changes import summarize
 from server.core.db import Database, create_db_engine
-from server.crud import change_kinds, history
+from server.crud import change_kinds
 from server.main import create_app
 from server.models import CHANGE_KINDS, Experiment
 from server.research_repo import ResearchRepo

@@ -14,10 +14,11 @@ from fastapi.responses import HTMLResponse
 from sqlalchemy import select
 
 from client.states import ExperimentStatus
+from server import history
 from server.api.deps import Ctx, Reader
 from server.api.params import Cursor
 from server.core.problems import Problem
-from server.crud import history, standings
+from server.crud import standings
 from server.crud.experiments import get_view
 from server.crud.leases import progress_of
 from server.crud.notes import list_notes

@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from client.schemas import KeepRatesOut, NearMissesOut
+from server import history
 from server.api.deps import Ctx, Reader, Responses
 from server.api.params import KeepRatesQuery, NearMissesQuery
-from server.crud import history
 
 router = APIRouter(tags=["history"])
 _AUTH: Responses = {401: {"description": "reads need a token (PUBLIC_READS=false)"}}
