@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from server.outline import Edit, outlines
+from server.outline import LineEdit, outlines
 
 MODULE = "module"  # the region of module-level code
 
@@ -48,7 +48,7 @@ class ChangeSummary:
 def summarize(base: str, new: str) -> ChangeSummary:
     """The change that turns `base` into `new`."""
     # Lines the two share at either end are no change: only the lines between are compared.
-    edit = Edit.of(base, new)
+    edit = LineEdit.of(base, new)
     base_lines = _lines(edit.base, edit.head, len(edit.base) - edit.tail)
     new_lines = _lines(edit.new, edit.head, len(edit.new) - edit.tail)
     base_of, new_of = outlines(edit)

@@ -64,28 +64,30 @@ def base_outline(source: str) -> Outline | None:
 
 
 @dataclass(frozen=True)
-class Edit:
-    """Two sources as lines (with their line ends), and how many lines they share at each end."""
+class LineEdit:
+    """Two sources as lines (with their line ends), and how many lines they share at each end;
+    the base's text too, which keys its cached outline."""
 
+    base_source: str
     base: list[str]
     new: list[str]
     head: int
     tail: int
 
     @classmethod
-    def of(cls, base: str, new: str) -> Edit:
+    def of(cls, base: str, new: str) -> LineEdit:
         base_lines, new_lines = split_lines(base), split_lines(new)
         head = _common_prefix(base_lines, new_lines)
         limit = min(len(base_lines), len(new_lines)) - head
         tail = _common_prefix(base_lines[::-1][:limit], new_lines[::-1][:limit])
-        return cls(base_lines, new_lines, head, tail)
+        return cls(base, base_lines, new_lines, head, tail)
 
 
-def outlines(edit: Edit) -> tuple[Outline | None, Outline | None]:
+def outlines(edit: LineEdit) -> tuple[Outline | None, Outline | None]:
     """The outlines of `edit.base` (cached) and of `edit.new` (parsing only what changed); None
     for a source that does not parse, and for the new source when the base does not."""
     base_lines, new_lines, same_head = edit.base, edit.new, edit.head
-    base_of = base_outline("".join(base_lines))
+    base_of = base_outline(edit.base_source)
     if base_of is None:
         return None, None
     last_changed = len(base_lines) - edit.tail  # of the base; below the first changed line on an insertion

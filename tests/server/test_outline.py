@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.outline import Edit, outline, outlines
+from server.outline import LineEdit, outline, outlines
 
 BASELINE = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()
 LINES = BASELINE.splitlines(keepends=True)
@@ -56,13 +56,13 @@ def test_parsing_only_what_changed_gives_the_outline_of_the_whole(
     changes: list[tuple[int, int, list[str]]],
 ) -> None:
     new = edited(changes)
-    assert outlines(Edit.of(BASELINE, new)) == (outline(BASELINE), outline(new))
+    assert outlines(LineEdit.of(BASELINE, new)) == (outline(BASELINE), outline(new))
 
 
 def test_a_constant_set_in_a_function_is_no_change_of_the_module_s_constants() -> None:
     base = "LR = 0.1\n\ndef train():\n    return LR\n"
     new = base.replace("    return LR\n", "    LR = 0.2\n    return LR\n")
-    _, after = outlines(Edit.of(base, new))
+    _, after = outlines(LineEdit.of(base, new))
     assert after is not None and [(name, value) for _, name, value in after.constants] == [("LR", 0.1)]
     assert after.owners[4] == after.owners[5] == "train"
 
