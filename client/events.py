@@ -3,9 +3,9 @@
 The server emits them (server/transaction.py `Transaction.emit`, after the commit) and the SDK
 reads them (`Client.events`), both through these classes: a payload class is its event type
 (`TYPE`), so an event cannot carry another type's payload. The wire format is the payload's
-fields that the emitter set, as JSON. Decisions' events are named for the status they leave the experiment
-in (kept, reverted, rebased, stale). Payloads ignore fields they do not know, so that an older
-SDK can follow a newer server.
+fields that the emitter set, as JSON. Decisions' events are named for the status they leave the
+experiment in (kept, reverted, rebased, stale). Payloads ignore fields they do not know, so that
+an older SDK can follow a newer server.
 """
 
 from __future__ import annotations

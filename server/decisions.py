@@ -38,8 +38,8 @@ from client.states import DECIDED_STATUS, Decision, ExperimentStatus, Rule, RunK
 from server.candidates import Candidate, commit_message, find_same_train_py, queue_candidate
 from server.carry import CACHED, Carried, carried
 from server.context import AppContext
-from server.crud.experiments import agent_names, by_commit
-from server.crud.project import ProjectState, current_best, lock_best, move_best
+from server.crud.experiments import BASELINE_AGENT, agent_names, by_commit
+from server.crud.project import ProjectState, current_best, move_best
 from server.crud.runs import cancel_queued_runs, count_runs, queue_runs
 from server.judge import Action, Comparison, Verdict
 from server.lifecycle import move_experiment, move_run
@@ -250,7 +250,7 @@ def reapply_before_running(ctx: AppContext, tx: Transaction, experiment_id: int,
     the queue, or it goes stale when the change no longer applies. True when that happened (the
     claimed run is cancelled); False when it should run as it is.
     """
-    project = lock_best(tx.session)
+    project = current_best(tx.session, lock=True)
     experiment = tx.session.get(Experiment, experiment_id, with_for_update=True)
     assert experiment is not None
     if experiment.base_commit in (None, project.best_commit) or experiment.decision is not None:
@@ -286,8 +286,8 @@ def reapply_before_running(ctx: AppContext, tx: Transaction, experiment_id: int,
 
 def _agent_labels(session: Session, experiments: Sequence[Carriable]) -> list[str]:
     """Who each change's commit is by (one query for all of them)."""
-    names = agent_names(session, {e.agent_id for e in experiments if e.agent_id is not None})
-    return ["baseline" if e.agent_id is None else names.get(e.agent_id, "agent") for e in experiments]
+    names = agent_names(session, (e.agent_id for e in experiments))
+    return [BASELINE_AGENT if e.agent_id is None else names.get(e.agent_id, "agent") for e in experiments]
 
 
 def _advance_best(ctx: AppContext, tx: Transaction, project: ProjectState, experiment: AnyRow) -> None:

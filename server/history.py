@@ -27,10 +27,10 @@ from client.schemas import (
 from client.states import Decision, Direction, Part
 from server.crud import change_kinds
 from server.crud import noise as noise_crud
-from server.crud.experiments import BASELINE_AGENT, agent_names
+from server.crud.experiments import agent_label, agent_names, by_ids
 from server.crud.project import load_project
 from server.keep_rates import KeepRates, Tally, keep_rates
-from server.models import EXPERIMENTS, Experiment
+from server.models import EXPERIMENTS
 from server.near_misses import Measured, NearMiss, near_misses
 from server.patches import PatchError, carry_over
 from server.research_repo import ResearchRepo, UnknownCommit
@@ -68,13 +68,8 @@ def near_miss_list(session: Session, repo: ResearchRepo, limit: int) -> NearMiss
 
     # The pooled noise changes with runs, not decisions: it is one of the arguments.
     found = NEAR_MISSES.get(session, (project.platform, noise_sigma), ranked)[:limit]
-    experiments = {
-        e.id: e
-        for e in session.scalars(
-            select(Experiment).where(Experiment.id.in_([n.experiment_id for n in found]))
-        )
-    }
-    names = agent_names(session, {e.agent_id for e in experiments.values() if e.agent_id is not None})
+    experiments = by_ids(session, (n.experiment_id for n in found))
+    names = agent_names(session, (e.agent_id for e in experiments.values()))
     kinds = change_kinds.stored(session, list(experiments), project.platform)
     best = project.best_commit
     items = []
@@ -83,7 +78,7 @@ def near_miss_list(session: Session, repo: ResearchRepo, limit: int) -> NearMiss
         items.append(
             NearMissOut(
                 experiment_id=e.id,
-                agent=names.get(e.agent_id, BASELINE_AGENT) if e.agent_id is not None else BASELINE_AGENT,
+                agent=agent_label(names, e.agent_id),
                 description=e.description,
                 effect=near.effect,
                 se=near.se,

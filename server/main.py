@@ -33,7 +33,7 @@ from server.core.openapi import install_openapi
 from server.core.problems import install_problem_handlers
 from server.core.rate_limit import PerCallerLimit
 from server.core.request_metrics import RequestTimer, request_times
-from server.crud.project import load_project, lock_best
+from server.crud.project import current_best, load_project
 from server.crud.requeue import requeue_unmeasured_best
 from server.crud.tokens import sync_env_admin
 from server.decisions import carry_ahead, queue_best_repeats
@@ -115,7 +115,7 @@ def queue_what_the_best_is_due(ctx: AppContext) -> None:
     their workers (e.g. a first start without a working sandbox) is queued again: nothing is
     compared until it is measured."""
     with ctx.transaction() as tx:
-        project = lock_best(tx.session)
+        project = current_best(tx.session, lock=True)
         if project.best_experiment_id is None:
             return
         again = requeue_unmeasured_best(tx.session, utcnow())

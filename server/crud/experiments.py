@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -29,10 +29,23 @@ _WITH_AGENT = (
 _RESULTS = select(Result).where(Result.run_id.in_(bindparam("run_ids", expanding=True)))
 
 
-def agent_names(session: Session, agent_ids: set[int]) -> dict[int, str]:
-    if not agent_ids:
+def agent_names(session: Session, agent_ids: Iterable[int | None]) -> dict[int, str]:
+    """Token id -> name, for the ids given (None, the baseline's, left out), in one query."""
+    ids = {agent_id for agent_id in agent_ids if agent_id is not None}
+    if not ids:
         return {}
-    return {row.id: row.name for row in session.execute(_AGENT_NAMES, {"ids": list(agent_ids)})}
+    return {row.id: row.name for row in session.execute(_AGENT_NAMES, {"ids": list(ids)})}
+
+
+def by_ids(session: Session, ids: Iterable[int]) -> dict[int, Experiment]:
+    """The experiments with these ids, by id, in one query."""
+    return {e.id: e for e in session.scalars(select(Experiment).where(Experiment.id.in_(list(ids))))}
+
+
+def agent_label(names: Mapping[int, str], agent_id: int | None) -> str:
+    """An experiment's agent as shown: its token's name (from agent_names); BASELINE_AGENT for the
+    baseline's, which has none, and for a token that is gone."""
+    return BASELINE_AGENT if agent_id is None else names.get(agent_id, BASELINE_AGENT)
 
 
 def result_view(result: Result) -> ResultOut:
@@ -67,7 +80,7 @@ def views(
     finished = [r.id for rs in runs.values() for r in rs if r.status == RunState.FINISHED]
     results = {r.run_id: r for r in session.scalars(_RESULTS, {"run_ids": finished})} if finished else {}
     if names is None:
-        names = agent_names(session, {e.agent_id for e in experiments if e.agent_id is not None})
+        names = agent_names(session, (e.agent_id for e in experiments))
     out = []
     for e in experiments:
         own = runs.get(e.id, [])
@@ -81,7 +94,7 @@ def views(
             ExperimentOut(
                 id=e.id,
                 status=e.status,
-                agent=names.get(e.agent_id, BASELINE_AGENT) if e.agent_id is not None else BASELINE_AGENT,
+                agent=agent_label(names, e.agent_id),
                 source=e.source,
                 description=e.description,
                 hypothesis=e.hypothesis,

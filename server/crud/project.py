@@ -25,7 +25,7 @@ def load_project(session: Session, lock: bool = False) -> Project:
 @dataclass(frozen=True)
 class ProjectState:
     """The project's pins and its best, as read: what a result is counted and judged against, and
-    what decisions move on (with its row locked: `lock_best`)."""
+    what decisions move on (with its row locked)."""
 
     harness_id: str | None
     platform: str | None
@@ -50,15 +50,11 @@ _BEST_SAMPLE = (
 )
 
 
-def current_best(session: Session) -> ProjectState:
-    """The project's pins and best, unlocked: cheap enough for every result."""
-    return ProjectState(*session.connection().execute(_CURRENT_BEST).one())
-
-
-def lock_best(session: Session) -> ProjectState:
-    """The project's pins and best with its row locked (PostgreSQL; SQLite has one writer anyway),
-    serialising the decisions that move the best and the submissions that count from it."""
-    return ProjectState(*session.connection().execute(_LOCKED_BEST).one())
+def current_best(session: Session, lock: bool = False) -> ProjectState:
+    """The project's pins and best: unlocked, cheap enough for every result; `lock` takes the row's
+    lock (PostgreSQL; SQLite has one writer anyway), serialising the decisions that move the best
+    and the submissions that count from it."""
+    return ProjectState(*session.connection().execute(_LOCKED_BEST if lock else _CURRENT_BEST).one())
 
 
 def move_best(

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from client.schemas import SimilarExperiment
 from client.states import SimilarityKind
 from server.changes import ChangeSummary, ConstantChange
-from server.crud.experiments import BASELINE_AGENT, agent_names
+from server.crud.experiments import agent_label, agent_names, by_ids
 from server.models import (
     NOT_RERUN_STATUSES,
     Experiment,
@@ -207,13 +207,8 @@ def find_similar(
 def _views(session: Session, change: Change, matches: list[Match]) -> list[SimilarExperiment]:
     if not matches:
         return []
-    experiments = {
-        e.id: e
-        for e in session.scalars(
-            select(Experiment).where(Experiment.id.in_([m.experiment_id for m in matches]))
-        )
-    }
-    names = agent_names(session, {e.agent_id for e in experiments.values() if e.agent_id is not None})
+    experiments = by_ids(session, (m.experiment_id for m in matches))
+    names = agent_names(session, (e.agent_id for e in experiments.values()))
     out = []
     for match in matches:
         e = experiments[match.experiment_id]
@@ -230,7 +225,7 @@ def _views(session: Session, change: Change, matches: list[Match]) -> list[Simil
                 valid_runs=e.valid_runs,
                 effect=e.effect,
                 se=e.effect_se,
-                agent=names.get(e.agent_id, BASELINE_AGENT) if e.agent_id is not None else BASELINE_AGENT,
+                agent=agent_label(names, e.agent_id),
                 description=e.description,
                 base=e.base_commit,
                 commit=e.commit_sha,

@@ -9,7 +9,7 @@ from client.schemas import AgentStanding, BestOut, LineageEntry, RankedResult
 from client.states import AGENT_KINDS, ExperimentStatus
 from server.crud import integrity
 from server.crud import noise as noise_crud
-from server.crud.experiments import BASELINE_AGENT, agent_names
+from server.crud.experiments import agent_label, agent_names
 from server.crud.project import best_sample, load_project
 from server.crud.tokens import ENV_ADMIN_NAME
 from server.models import AnyRow, ApiToken, Experiment
@@ -44,7 +44,7 @@ def lineage(session: Session) -> list[LineageEntry]:
             .order_by(Experiment.finished_at)
         )
     )
-    names = agent_names(session, {e.agent_id for e in kept if e.agent_id is not None})
+    names = agent_names(session, (e.agent_id for e in kept))
     return [
         LineageEntry(
             experiment_id=e.id,
@@ -53,7 +53,7 @@ def lineage(session: Session) -> list[LineageEntry]:
             improvement=e.best_before_val_bpb - e.val_bpb
             if e.best_before_val_bpb is not None and e.val_bpb is not None
             else None,
-            agent=names.get(e.agent_id, BASELINE_AGENT) if e.agent_id is not None else BASELINE_AGENT,
+            agent=agent_label(names, e.agent_id),
             description=e.description,
             finished_at=e.finished_at,
         )
@@ -69,14 +69,14 @@ def top_results(session: Session, platform: str | None, limit: int = 20) -> list
     if platform is not None:
         statement = statement.where(Experiment.platform == platform)
     rows = list(session.scalars(statement.limit(limit)))
-    names = agent_names(session, {e.agent_id for e in rows if e.agent_id is not None})
+    names = agent_names(session, (e.agent_id for e in rows))
     return [
         RankedResult(
             experiment_id=e.id,
             commit=e.commit_sha,
             val_bpb=e.val_bpb,
             status=e.status,
-            agent=names.get(e.agent_id, BASELINE_AGENT) if e.agent_id is not None else BASELINE_AGENT,
+            agent=agent_label(names, e.agent_id),
             description=e.description,
         )
         for e in rows

@@ -15,7 +15,7 @@ from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import evidence, integrity, results
 from server.crud.leases import set_lease
-from server.crud.project import current_best, lock_best
+from server.crud.project import current_best
 from server.crud.tokens import Principal
 from server.decisions import settle
 from server.flows.leases import locked_lease, require_held
@@ -84,7 +84,7 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
             verdict = judge(snapshot)
             if locked or verdict.action not in NEEDS_FRESH_BEST:
                 break
-            project, locked = lock_best(tx.session), True
+            project, locked = current_best(tx.session, lock=True), True
         changes: dict[str, object] = {"platform": measured.device}
         changes |= {"valid_runs": after.n, "val_bpb": after.mean, "val_bpb_m2": after.m2}
         changes |= settle(ctx, tx, project, experiment, verdict)

@@ -23,7 +23,7 @@ from server.changes import summarize
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud.experiments import get_view, resolve_commit
-from server.crud.project import current_best, lock_best
+from server.crud.project import current_best
 from server.crud.similar import similar_earlier
 from server.crud.tokens import Principal
 from server.decisions import queue_best_repeats
@@ -187,7 +187,7 @@ def submit(
             proposed.base, new_source, commit_message(body.description, body.hypothesis), principal.name
         )
         with ctx.transaction() as tx:
-            project = lock_best(tx.session)  # serialises submissions on PostgreSQL
+            project = current_best(tx.session, lock=True)  # serialises submissions on PostgreSQL
             if idempotency_key is not None:
                 outcome = _replayed(tx.session, principal, idempotency_key, request_sha)
             if outcome is None:
