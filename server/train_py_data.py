@@ -1,9 +1,17 @@
-"""How much of a train.py is data rather than code: its literals and comments, in blocks.
+"""How much of a train.py is data rather than code: its literals and comments, in blocks, and the
+information it holds however it is spelled.
 
 A train.py is code. Under a size limit alone a candidate can carry what it computed offline (a
 bigram table in a list literal or a base64 string) and score with it instead of training
 (issue 32). Code needs few literals, so the literals and comments together are bounded
 (TRAIN_PY_MAX_DATA_BYTES) well below the size limit, and a refusal names the largest block.
+
+Data need not be a literal: identifiers, or the order of statements, spell it as well (a function
+never called whose body names `v0_9f3a...`, read back from its code object). No reading of tokens
+can tell such code from real code, so the file's information is bounded too, measured as its size
+under deflate (TRAIN_PY_MAX_INFORMATION_BYTES): no spelling carries more than that, and code
+compresses about threefold, so honest code under the size limit stays below it. A refusal names
+the top-level statement that adds the most.
 
 A block is a run of literal and comment tokens joined only by brackets, separators, signs and
 line breaks: a list of numbers, a dict of strings, a docstring or a paragraph of comments is one
@@ -14,10 +22,14 @@ where its syntax breaks.
 
 from __future__ import annotations
 
+import ast
 import io
 import token
 import tokenize
+import zlib
 from dataclasses import dataclass
+
+from server.outline import split_lines
 
 # What a literal or comment is made of, and what may join two of them inside one block.
 # f-strings are tokens of their own from Python 3.12 on.
@@ -84,3 +96,27 @@ class DataShare:
 def measure(source: str) -> DataShare:
     blocks = data_blocks(source)
     return DataShare(sum(b.size for b in blocks), max(blocks, key=lambda b: b.size, default=None))
+
+
+def information(source: str) -> int:
+    """Bytes of information in `source`, whatever spells it: its size under deflate at level 9."""
+    return len(zlib.compress(source.encode(), 9))
+
+
+def densest_statement(source: str) -> DataBlock:
+    """The top-level statement (a function, a class, an assignment...) whose removal saves the most
+    information, with what it saves as its size; the whole file if it does not parse."""
+    lines = split_lines(source)  # as ast numbers them
+    whole = information(source)
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return DataBlock(1, len(lines), whole)
+    best = DataBlock(1, len(lines), -1)
+    for stmt in body:
+        first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
+        last = stmt.end_lineno or stmt.lineno
+        saved = whole - information("".join(lines[: first - 1] + lines[last:]))
+        if saved > best.size:
+            best = DataBlock(first, last, saved)
+    return best

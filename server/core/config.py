@@ -55,6 +55,9 @@ class ServerSettings(BaseSettings):
     train_py_max_data_bytes: int = Field(
         16_000, ge=0, description="most bytes of literals and comments in a train.py"
     )
+    train_py_max_information_bytes: int = Field(
+        24_000, ge=0, description="most bytes of information in a train.py (its size under deflate)"
+    )
     max_request_bytes: int = Field(25_000_000, ge=1024)
     max_progress_events: int = Field(512, ge=8)
     claim_max_wait_s: float = Field(30.0, ge=0.0)

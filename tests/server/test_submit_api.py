@@ -3,6 +3,7 @@ changes that hold locks and the SQL a submit sends on SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
+import random
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -119,6 +120,9 @@ def test_precise_refusals(live, refused: Callable[..., ApiError], baseline_sourc
     good = make_patch(baseline_source, _edit(baseline_source, "DEPTH = 4", "DEPTH = 8"))
     # What a candidate computed offline, carried as data (issue 32): refused under the size limit.
     carried_table = "\nBIGRAMS = [" + ", ".join(str(i * 7919 % 4096) for i in range(4000)) + "]\n"
+    # The same spelled as names, which no literal bound sees: refused by the information it holds.
+    rng = random.Random(32)
+    carried_names = "\n\ndef _t():\n" + "".join(f"    v{i:x}_{rng.randbytes(32).hex()}\n" for i in range(720))
     cases = [
         (dict(patch=good.replace("train.py", "model.py")), 422, "patch-path", "only train.py"),
         (
@@ -178,6 +182,12 @@ def test_precise_refusals(live, refused: Callable[..., ApiError], baseline_sourc
         (dict(train_py="x = 1\n" * 100_000), 413, "train-py-too-large", "limit"),
         (dict(train_py="x = '\0'\n"), 422, "validation-error", "NUL"),
         (dict(train_py=baseline_source + carried_table), 422, "train-py-carries-data", "lines"),
+        (
+            dict(train_py=baseline_source + carried_names),
+            422,
+            "train-py-carries-data",
+            f"TRAIN_PY_MAX_INFORMATION_BYTES). The statement on lines {baseline_source.count(chr(10)) + 3}-",
+        ),
     ]
     for body, status, kind, words in cases:
         error = refused(**body)

@@ -1,19 +1,25 @@
-"""server/train_py_data.py: literals and comments measured in blocks, and the bound on them."""
+"""server/train_py_data.py: literals and comments measured in blocks, the information a file holds,
+and the bounds on them."""
 
 from __future__ import annotations
 
 import base64
+import dis
+import random
 import re
 from pathlib import Path
 
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
 from server.core.config import ServerSettings
-from server.train_py_data import DataBlock, data_blocks, measure
+from server.train_py_data import DataBlock, data_blocks, densest_statement, information, measure
 
 BASELINE = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()
 LIMIT = ServerSettings.model_fields["train_py_max_data_bytes"].default
+SIZE_LIMIT = ServerSettings.model_fields["train_py_max_bytes"].default
+INFORMATION_LIMIT = ServerSettings.model_fields["train_py_max_information_bytes"].default
 
 
 @given(st.lists(st.integers(-(10**6), 10**6), min_size=1, max_size=300), st.integers(0, 3))
@@ -77,3 +83,97 @@ def test_carried_tables_pass_the_bound_whatever_their_encoding() -> None:
         share = measure(BASELINE + "\n" + carried)
         assert share.total > LIMIT, name
         assert share.largest is not None and share.largest.end_line > BASELINE.count("\n") + 1, name
+
+
+# Data spelled without literals: what no reading of tokens can tell from code. Each carrier is
+# train.py source that, when run, sets TABLE to the carried bytes (checked below, so that a carrier
+# that lost its data cannot pass this test).
+def _hex_names(data: bytes) -> str:
+    """Names in a function never called, read back from its code object (co_names keeps their order)."""
+    chunks = [data[i : i + 32] for i in range(0, len(data), 32)]
+    body = "".join(f"    v{i:x}_{chunk.hex()}\n" for i, chunk in enumerate(chunks))
+    return (
+        f"def _t():\n{body}\nTABLE = bytes.fromhex(''.join(n.split('_')[1] for n in _t.__code__.co_names))\n"
+    )
+
+
+def _cjk_names(data: bytes) -> str:
+    """The same, 12 bits to a character: CJK ideographs are letters to Python."""
+    bits = int.from_bytes(data, "big")
+    digits = [(bits >> (12 * k)) & 0xFFF for k in range((len(data) * 8 + 11) // 12)][::-1]
+    names = ["".join(chr(0x4E00 + d) for d in digits[i : i + 16]) for i in range(0, len(digits), 16)]
+    body = "".join(f"    _{i:x}{name}\n" for i, name in enumerate(names))
+    return (
+        f"def _t():\n{body}\n_bits = 0\nfor _n in _t.__code__.co_names:\n"
+        "    for _c in _n.lstrip('_0123456789abcdef'):\n        _bits = _bits << 12 | ord(_c) - 0x4E00\n"
+        f"TABLE = _bits.to_bytes({len(data)}, 'big')\n"
+    )
+
+
+def _name_order(data: bytes) -> str:
+    """256 names, the data in the order the statements name them (read back from the bytecode)."""
+    body = ";".join(f"_{b:02x}" for b in data)
+    return (
+        f"import dis\ndef _t():\n    {body}\n"
+        "TABLE = bytes(int(i.argval[1:], 16) for i in dis.get_instructions(_t)"
+        " if i.opname == 'LOAD_GLOBAL')\n"
+    )
+
+
+def test_carried_data_spelled_as_names_passes_the_literal_bound_and_not_the_information_bound() -> None:
+    # What a table computed offline holds: random bytes are what a compressor cannot shrink.
+    data = random.Random(32).randbytes(17_000)
+    for carrier in (_hex_names, _cjk_names):
+        code = carrier(data)
+        namespace: dict[str, object] = {"dis": dis}
+        exec(compile(code, carrier.__name__, "exec"), namespace)
+        assert namespace["TABLE"] == data, carrier.__name__
+        source = BASELINE + "\n\n" + code
+        assert len(source.encode()) <= SIZE_LIMIT, carrier.__name__  # under the size limit
+        assert measure(source).total <= LIMIT, carrier.__name__  # and no more literals than the baseline's
+        assert information(source) > INFORMATION_LIMIT, carrier.__name__
+        statement = densest_statement(source)  # what a refusal names: the carrier's function
+        assert statement.line == BASELINE.count("\n") + 3 and statement.size > len(data), carrier.__name__
+
+
+def test_a_carried_table_is_refused_by_one_bound_whatever_its_spelling() -> None:
+    data = random.Random(33).randbytes(17_000)
+    spelled = {
+        "list": f"TABLE = bytes({list(data)})\n",
+        "base64": f"TABLE = {base64.b64encode(data).decode()!r}\n",
+        "comments": "".join(f"# {data[i : i + 48].hex()}\n" for i in range(0, len(data), 48)),
+        "hex names": _hex_names(data),
+        "cjk names": _cjk_names(data),
+        "name order": _name_order(data),
+    }
+    namespace: dict[str, object] = {}
+    exec(compile(spelled["name order"], "name order", "exec"), namespace)
+    assert namespace["TABLE"] == data
+    for name, code in spelled.items():
+        source = BASELINE + "\n\n" + code
+        bounds = (
+            len(source.encode()) / SIZE_LIMIT,
+            measure(source).total / LIMIT,
+            information(source) / INFORMATION_LIMIT,
+        )
+        assert max(bounds) > 1, (name, bounds)
+
+
+def test_code_under_the_size_limit_stays_under_the_information_bound() -> None:
+    # Code compresses about threefold. The baseline grown to the size limit with the least
+    # compressible of torch's optimizer and module sources (code written by other hands, pinned
+    # with torch's version) stays under the bound, as does an agent's chatty edit.
+    sources = sorted(
+        (path.read_bytes() for path in Path(torch.__file__).parent.glob("optim/*.py")),
+        key=lambda text: len(text) / information(text.decode()),
+    )
+    grown = BASELINE
+    for text in sources:
+        grown += "\n" + text.decode()
+        if len(grown.encode()) > SIZE_LIMIT:
+            grown = grown.encode()[:SIZE_LIMIT].decode(errors="ignore")
+            break
+    assert len(grown.encode()) > SIZE_LIMIT * 0.99
+    chatty = re.sub(r"(?m)^(\s*)(#.*)$", r"\1\2\n\1\2", BASELINE)
+    for source in (BASELINE, chatty, grown):
+        assert information(source) < INFORMATION_LIMIT * 0.9, information(source)
