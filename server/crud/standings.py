@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.orm import Session
 
-from client.schemas import AgentStanding, BestOut, LineageEntry, RankedResult
+from client.schemas import AgentStanding, LineageEntry, RankedResult
 from client.states import AGENT_KINDS, ExperimentStatus
 from server.crud import integrity
 from server.crud import noise as noise_crud
@@ -13,25 +15,35 @@ from server.crud.experiments import agent_label, agent_names
 from server.crud.project import best_sample, load_project
 from server.crud.tokens import ENV_ADMIN_NAME
 from server.models import AnyRow, ApiToken, Experiment
-from server.research_repo import ResearchRepo
 
 
-def best(session: Session, repo: ResearchRepo) -> BestOut | None:
+@dataclass(frozen=True)
+class BestState:
+    """The best as the database holds it; its train.py is in git, for the caller to read."""
+
+    commit: str
+    val_bpb: float | None  # the mean of its valid runs
+    runs: int
+    se: float | None
+    experiment_id: int | None
+    platform: str | None
+    harness_id: str | None
+
+
+def best(session: Session) -> BestState | None:
     project = load_project(session)
     if project.best_commit is None:
         return None
     runs, mean = best_sample(session)
     estimate = noise_crud.noise(session, project.platform, project.harness_id)
-    return BestOut(
+    return BestState(
         commit=project.best_commit,
         val_bpb=mean,
         runs=runs,
-        measured=mean is not None,
         se=estimate.sigma / runs**0.5 if estimate is not None and runs else None,
         experiment_id=project.best_experiment_id,
         platform=project.platform,
         harness_id=project.harness_id,
-        train_py=repo.train_py(project.best_commit).decode("utf-8", "replace"),
     )
 
 

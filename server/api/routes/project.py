@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
@@ -20,10 +21,14 @@ _AUTH: Responses = {401: {"description": "reads need a token (PUBLIC_READS=false
 
 def _best(ctx: Ctx) -> BestOut:
     with ctx.db.read() as session:
-        best = standings.best(session, ctx.repo)
+        best = standings.best(session)
     if best is None:
         raise Problem(409, "not-initialised", "the project has no baseline yet; run `autoresearch init`")
-    return best
+    return BestOut(
+        **asdict(best),
+        measured=best.val_bpb is not None,
+        train_py=ctx.repo.train_py(best.commit).decode("utf-8", "replace"),
+    )
 
 
 @router.get("/best", responses={**_AUTH, 409: {"description": "not initialised"}})
