@@ -1,6 +1,7 @@
 """Has this been tried? The rule that tells which earlier changes of train.py are the same, or
 nearly the same, as a new one, and how. Pure: change summaries (server/changes.py) in, verdicts
-out; no database, no git. Finding the candidates and their outcomes is server/crud/similar.py.
+out; no database, no git. Finding the candidates and their outcomes is server/crud/similar.py,
+by the keys `index_keys` gives (each a necessary condition of one kind of match).
 
 A change has two parts: the constants it set (`NAME = <number>` at module level, compared by
 value) and its code, the other lines it removed and added (whitespace collapsed). Two changes are
@@ -28,6 +29,8 @@ the order above), then distance, then newest first.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 from collections import Counter
@@ -110,6 +113,36 @@ def nearby_range(value: float) -> tuple[float, float]:
             max(high, _sigmoid(logit + NEARBY * (1 + 1e-9))),
         )
     return low, high
+
+
+@dataclass(frozen=True)
+class IndexKeys:
+    """What a change is stored and looked up by (server/crud/similar.py): each key is a necessary
+    condition of one kind of match, so that index lookups narrow the candidates the rule runs on."""
+
+    lines: str  # same_change, same_change_other_base: the same removed and added lines
+    shape: str | None  # nearby_constants: the same constants set and code lines (None: sets none)
+    code_lines: int  # how many of its changed lines are code (code_lines, counted)
+    line_keys: frozenset[str]  # contained, overlapping_code: at least one code line in common
+
+
+def index_keys(summary: ChangeSummary) -> IndexKeys:
+    code = code_lines(summary) if summary.parsed else Counter[str]()
+    shape = (
+        _digest([sorted(c.name for c in summary.constants), sorted(code.elements())])
+        if summary.parsed and summary.constants
+        else None
+    )
+    return IndexKeys(
+        lines=_digest([summary.removed, summary.added]),
+        shape=shape,
+        code_lines=sum(code.values()),
+        line_keys=frozenset(hashlib.sha256(line.encode()).hexdigest() for line in code),
+    )
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
 def code_lines(summary: ChangeSummary) -> Counter[str]:

@@ -16,9 +16,6 @@ the rule (server/similarity.py) then runs on those alone:
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -40,7 +37,7 @@ from server.similarity import (
     Change,
     Match,
     Similarity,
-    code_lines,
+    index_keys,
     nearby_range,
     rank,
     sort_key,
@@ -52,35 +49,15 @@ MAX_SIMILAR = 20  # the most alike first; more is rarely read
 MAX_CONSTANTS_ASKED = 64
 
 
-def _sha(value: object) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
-
-
-def _line_sha(line: str) -> str:
-    return hashlib.sha256(line.encode()).hexdigest()
-
-
-def lines_key(summary: ChangeSummary) -> str:
-    return _sha([summary.removed, summary.added])
-
-
-def shape_key(summary: ChangeSummary, code: Counter[str]) -> str | None:
-    """What two changes must share to be nearby_constants: the names set and the code lines
-    (`code`, the summary's code_lines)."""
-    if not (summary.parsed and summary.constants):
-        return None
-    return _sha([sorted(c.name for c in summary.constants), sorted(code.elements())])
-
-
 def store_change(session: Session, experiment_id: int, summary: ChangeSummary) -> None:
-    code = code_lines(summary) if summary.parsed else Counter[str]()
+    keys = index_keys(summary)
     session.add(
         ExperimentChange(
             experiment_id=experiment_id,
             parsed=summary.parsed,
-            lines_sha=lines_key(summary),
-            shape_sha=shape_key(summary, code),
-            code_lines=sum(code.values()),
+            lines_sha=keys.lines,
+            shape_sha=keys.shape,
+            code_lines=keys.code_lines,
             summary={
                 "constants": [[c.name, c.old, c.new] for c in summary.constants],
                 "regions": list(summary.regions),
@@ -95,8 +72,7 @@ def store_change(session: Session, experiment_id: int, summary: ChangeSummary) -
     session.add_all(
         ExperimentConstant(experiment_id=experiment_id, name=c.name, value=c.new) for c in summary.constants
     )
-    shas = {_line_sha(line) for line in code}
-    session.add_all(ExperimentCodeLine(experiment_id=experiment_id, line_sha=sha) for sha in shas)
+    session.add_all(ExperimentCodeLine(experiment_id=experiment_id, line_sha=sha) for sha in keys.line_keys)
     session.flush()
 
 
@@ -129,10 +105,9 @@ def _candidates(session: Session, change: Change, exclude: set[int], before_id: 
     """The stored changes that can match `change` (one necessary condition of a kind each), ranked
     by the rule."""
     summary = change.summary
-    code = code_lines(summary) if summary.parsed else Counter[str]()
-    conditions = [ExperimentChange.lines_sha == lines_key(summary)]
-    shape = shape_key(summary, code)
-    if shape is not None:  # nearby_constants: the same shape, and the first constant nearby
+    keys = index_keys(summary)
+    conditions = [ExperimentChange.lines_sha == keys.lines]
+    if keys.shape is not None:  # nearby_constants: the same shape, and the first constant nearby
         first = summary.constants[0]
         setting = select(ExperimentConstant.experiment_id).where(ExperimentConstant.name == first.name)
         if first.new is None:
@@ -140,7 +115,9 @@ def _candidates(session: Session, change: Change, exclude: set[int], before_id: 
         else:
             low, high = nearby_range(first.new)
             setting = setting.where(ExperimentConstant.value.between(low, high))
-        conditions.append((ExperimentChange.shape_sha == shape) & ExperimentChange.experiment_id.in_(setting))
+        conditions.append(
+            (ExperimentChange.shape_sha == keys.shape) & ExperimentChange.experiment_id.in_(setting)
+        )
     if summary.parsed and summary.constants:  # contained: a constant set to the same value
         same_value = [
             (ExperimentConstant.name == c.name)
@@ -149,9 +126,9 @@ def _candidates(session: Session, change: Change, exclude: set[int], before_id: 
         ]
         setting_one = select(ExperimentConstant.experiment_id).where(or_(*same_value))
         conditions.append(ExperimentChange.experiment_id.in_(setting_one))
-    if code:  # overlapping_code and contained: at least one code line in common
+    if keys.line_keys:  # overlapping_code and contained: at least one code line in common
         sharing = select(ExperimentCodeLine.experiment_id).where(
-            ExperimentCodeLine.line_sha.in_({_line_sha(line) for line in code})
+            ExperimentCodeLine.line_sha.in_(keys.line_keys)
         )
         conditions.append(ExperimentChange.experiment_id.in_(sharing))
     statement = (
