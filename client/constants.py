@@ -18,7 +18,7 @@ import ast
 import json
 import operator
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 _UPPER_CASE = re.compile(r"[A-Z][A-Z0-9_]*\Z")
@@ -136,12 +136,28 @@ def counts_on(name: str, device: str | None) -> bool:
     return device is None or selected is None or selected == device
 
 
-def last_step(name: str) -> tuple[str, str] | None:
+def _last_step(name: str) -> tuple[str, str] | None:
     """("arg", the keyword) or ("key", the JSON key) of a knob's path; None for a plain constant."""
     found = _LAST_STEP.search(name)
     if found is None:
         return None
     return ("arg", found["arg"]) if found["arg"] is not None else ("key", found["key"])
+
+
+def assignment_pattern(names: Iterable[str]) -> re.Pattern[str] | None:
+    """A line that sets one of these constants: `NAME = ...` or `NAME: type = ...` at its start; for
+    a knob, its keyword argument (`width=...`) or dict entry (`"cpu": ...`) anywhere in it. None
+    for no names."""
+    patterns = []
+    for name in names:
+        match _last_step(name):
+            case None:
+                patterns.append(rf"^{re.escape(name)} ?(?::[^=]*)?=(?!=)")
+            case ("arg", arg):
+                patterns.append(rf"\b{re.escape(arg)} ?=(?!=)")
+            case (_, key):
+                patterns.append(rf"{re.escape(key)} ?:")
+    return re.compile("|".join(patterns)) if patterns else None
 
 
 def _knobs(name: str, node: ast.expr) -> Iterator[tuple[str, ast.expr]]:

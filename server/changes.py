@@ -18,8 +18,10 @@ is False), and nothing is guessed for them.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from client.constants import assignment_pattern
 from server.outline import LineEdit, outlines
 
 MODULE = "module"  # the region of module-level code
@@ -38,6 +40,8 @@ class ChangeSummary:
     regions: tuple[str, ...]  # sorted
     removed: tuple[str, ...]  # changed lines of the base, whitespace collapsed, in order
     added: tuple[str, ...]  # changed lines of the new source, whitespace collapsed, in order
+    # The changed lines that set none of its constants: `-line` removed, `+line` added, in order.
+    code: tuple[str, ...]
     parsed: bool  # both sources parse: constants and regions are known
 
     @property
@@ -81,12 +85,28 @@ def summarize(base: str, new: str) -> ChangeSummary:
         if name not in before or before[name] != value
     ]
     constants += [ConstantChange(name, value, None) for name, value in before.items() if name not in after]
+    kept_constants = tuple(constants) if parsed else ()
     return ChangeSummary(
-        constants=tuple(constants) if parsed else (),
+        constants=kept_constants,
         regions=tuple(sorted(regions)) if parsed else (),
         removed=tuple(removed),
         added=tuple(added),
+        code=code_of(kept_constants, removed, added),
         parsed=parsed,
+    )
+
+
+def code_of(
+    constants: Iterable[ConstantChange], removed: Iterable[str], added: Iterable[str]
+) -> tuple[str, ...]:
+    """The changed lines that set none of `constants` (by how a constant's assignment is spelled),
+    signed: `-line` removed, `+line` added."""
+    assignment = assignment_pattern(c.name for c in constants)
+    return tuple(
+        sign + line
+        for sign, side in (("-", removed), ("+", added))
+        for line in side
+        if assignment is None or not assignment.search(line)
     )
 
 

@@ -32,12 +32,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from client.constants import last_step
 from client.states import SimilarityKind
 from server.changes import ChangeSummary, ConstantChange
 
@@ -122,12 +120,12 @@ class IndexKeys:
 
     lines: str  # same_change, same_change_other_base: the same removed and added lines
     shape: str | None  # nearby_constants: the same constants set and code lines (None: sets none)
-    code_lines: int  # how many of its changed lines are code (code_lines, counted)
+    code_lines: int  # how many of its changed lines are code (ChangeSummary.code)
     line_keys: frozenset[str]  # contained, overlapping_code: at least one code line in common
 
 
 def index_keys(summary: ChangeSummary) -> IndexKeys:
-    code = code_lines(summary) if summary.parsed else Counter[str]()
+    code = Counter(summary.code) if summary.parsed else Counter[str]()
     shape = (
         _digest([sorted(c.name for c in summary.constants), sorted(code.elements())])
         if summary.parsed and summary.constants
@@ -145,33 +143,6 @@ def _digest(value: object) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
-def code_lines(summary: ChangeSummary) -> Counter[str]:
-    """The change's lines that are not assignments of a constant it set: `-line` for removed,
-    `+line` for added, with their counts."""
-    assignment = _assignment_of(summary.constants)
-    lines: Counter[str] = Counter()
-    for sign, side in (("-", summary.removed), ("+", summary.added)):
-        lines.update(sign + line for line in side if assignment is None or not assignment.search(line))
-    return lines
-
-
-def _assignment_of(constants: tuple[ConstantChange, ...]) -> re.Pattern[str] | None:
-    """A line that sets one of these constants: `NAME = ...` or `NAME: type = ...` at its start;
-    for a knob, its keyword argument (`width=...`) or dict entry (`"cpu": ...`) anywhere in it."""
-    if not constants:
-        return None
-    patterns = []
-    for change in constants:
-        match last_step(change.name):
-            case None:
-                patterns.append(rf"^{re.escape(change.name)} ?(?::[^=]*)?=(?!=)")
-            case ("arg", arg):
-                patterns.append(rf"\b{re.escape(arg)} ?=(?!=)")
-            case (_, key):
-                patterns.append(rf"{re.escape(key)} ?:")
-    return re.compile("|".join(patterns))
-
-
 def compare(new: Change, old: Change) -> Similarity | None:
     """How `old` resembles `new`, or None when it does not."""
     a, b = new.summary, old.summary
@@ -185,7 +156,7 @@ def compare(new: Change, old: Change) -> Similarity | None:
         )
     if not (a.parsed and b.parsed):  # constants and code lines are unknown
         return None
-    code_a, code_b = code_lines(a), code_lines(b)
+    code_a, code_b = Counter(a.code), Counter(b.code)
     if a.constants and code_a == code_b:
         nearby = _nearby_constants(a.constants, b.constants)
         if nearby is not None:

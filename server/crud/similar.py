@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from client.schemas import SimilarExperiment
 from client.states import SimilarityKind
-from server.changes import ChangeSummary, ConstantChange
+from server.changes import ChangeSummary, ConstantChange, code_of
 from server.crud.experiments import agent_label, agent_names, by_ids
 from server.models import (
     NOT_RERUN_STATUSES,
@@ -78,11 +78,13 @@ def store_change(session: Session, experiment_id: int, summary: ChangeSummary) -
 
 def stored_summary(row: ExperimentChange) -> ChangeSummary:
     data = row.summary
+    constants = tuple(ConstantChange(name, old, new) for name, old, new in data["constants"])
     return ChangeSummary(
-        constants=tuple(ConstantChange(name, old, new) for name, old, new in data["constants"]),
+        constants=constants,
         regions=tuple(data["regions"]),
         removed=tuple(data["removed"]),
         added=tuple(data["added"]),
+        code=code_of(constants, data["removed"], data["added"]),
         parsed=row.parsed,
     )
 

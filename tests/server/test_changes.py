@@ -137,3 +137,10 @@ def test_the_lines_turn_one_source_into_the_other_and_constants_mirror(a: str, b
     mirrored = {(change.name, change.new, change.old) for change in back.constants}
     assert {(change.name, change.old, change.new) for change in forward.constants} == mirrored
     assert summarize(a, a).empty
+
+
+def test_constant_lines_are_told_from_code_by_their_assignment() -> None:
+    summary = summarize("LR = 0.1\nLRX = 2\n", "LR: float = 0.2\nLRX = 3\n")
+    assert summary.code == ()
+    summary = summarize("LR = 0.1\nif LR == 0.1:\n    pass\n", "LR = 0.2\nif LR == 0.2:\n    pass\n")
+    assert summary.code == ("-if LR == 0.1:", "+if LR == 0.2:")
