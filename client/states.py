@@ -20,7 +20,7 @@ class ExperimentStatus(StrEnum):
     KEPT = "kept"  # it became the best
     REVERTED = "reverted"  # measured (or crashed) and not kept
     REBASED = "rebased"  # better than its base, but the best moved: re-applied onto the new best
-    STALE = "stale"  # as rebased, but its change no longer applies to the new best
+    STALE = "stale"  # as rebased, but its change no longer applies to the new best, or not within the limits
     CANCELLED = "cancelled"
     INFRA_FAILED = "infra_failed"  # a run lost its worker MAX_ATTEMPTS times
 

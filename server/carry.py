@@ -26,6 +26,7 @@ from cachetools import TTLCache, cached
 from server.changes import ChangeSummary, summarize
 from server.patches import PatchError, carry_over
 from server.research_repo import ResearchRepo, blob_sha
+from server.train_py_limits import Limits, refusal
 
 CACHED = 64  # carries kept, and made ahead after a keep: more than the first runs queued at once
 KEPT_S = 3600.0  # how long a carry is kept (its commit unreachable meanwhile)
@@ -42,9 +43,12 @@ class Carried:
 
 
 @cached(TTLCache(maxsize=CACHED, ttl=KEPT_S), lock=threading.Lock(), info=True)
-def carried(repo: ResearchRepo, base: str, own: str, best: str, message: str, author: str) -> Carried:
+def carried(
+    repo: ResearchRepo, base: str, own: str, best: str, message: str, author: str, limits: Limits
+) -> Carried:
     """The change from `base` to `own`, carried onto `best` and committed there (no ref points at
-    the commit yet: an unused one is an unreachable object, which `git gc` removes in time)."""
+    the commit yet: an unused one is an unreachable object, which `git gc` removes in time). The
+    train.py it makes is held to `limits` as a submitted one is (server/train_py_limits.py)."""
     base_source = repo.train_py(base).decode("utf-8")
     own_source = repo.train_py(own).decode("utf-8")
     best_source = repo.train_py(best).decode("utf-8")
@@ -54,6 +58,9 @@ def carried(repo: ResearchRepo, base: str, own: str, best: str, message: str, au
         return Carried(stale=f"its change does not apply to the new best: {exc.detail}")
     if moved_source == best_source:
         return Carried(stale="the new best already contains its change")
+    refused = refusal(moved_source, limits)
+    if refused is not None:
+        return Carried(stale=f"its change on the new best is refused: the {refused.detail}")
     content = moved_source.encode()
     commit = repo.commit_candidate(best, content, message, author)
     return Carried(blob=blob_sha(content), commit=commit, change=summarize(best_source, moved_source))

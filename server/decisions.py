@@ -44,6 +44,7 @@ from server.crud.runs import cancel_queued_runs, count_runs, queue_runs
 from server.judge import Action, Comparison, Verdict
 from server.lifecycle import move_experiment, move_run
 from server.models import EXPERIMENTS, RUNS, AnyRow, Experiment, Run, utcnow
+from server.train_py_limits import Limits
 from server.transaction import Transaction
 
 log = logging.getLogger(__name__)
@@ -201,7 +202,15 @@ def _carry_onto_best(ctx: AppContext, experiment: Carriable, best_commit: str, a
     """The experiment's change carried onto the best (server/carry.py: computed once)."""
     assert experiment.base_commit is not None
     message = commit_message(experiment.description, experiment.hypothesis)
-    return carried(ctx.repo, experiment.base_commit, experiment.commit_sha, best_commit, message, author)
+    return carried(
+        ctx.repo,
+        experiment.base_commit,
+        experiment.commit_sha,
+        best_commit,
+        message,
+        author,
+        Limits.of(ctx.settings),
+    )
 
 
 # First runs queued on a former best: the changes a claim will re-apply (reapply_before_running).

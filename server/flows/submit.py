@@ -32,7 +32,7 @@ from server.models import IdempotencyKey
 from server.patches import PatchError, apply_patch, parse_patch
 from server.research_repo import blob_sha
 from server.similarity import Change
-from server.train_py_data import densest_statement, information, measure
+from server.train_py_limits import Limits, refusal
 
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 
@@ -137,44 +137,12 @@ def _new_train_py(ctx: AppContext, body: SubmitIn | SimilarIn, base_source: str)
     else:
         assert body.train_py is not None
         new = body.train_py
-    size = len(new.encode())
-    if size > settings.train_py_max_bytes:
-        raise Problem(
-            413,
-            "train-py-too-large",
-            f"the new train.py is {size} bytes; the limit is {settings.train_py_max_bytes}",
-        )
-    _refuse_carried_data(new, settings.train_py_max_data_bytes, settings.train_py_max_information_bytes)
+    refused = refusal(new, Limits.of(settings))
+    if refused is not None:
+        raise Problem(refused.status, refused.kind, f"the new {refused.detail}")
     if new == base_source:
         raise Problem(422, "empty-change", "the change leaves train.py exactly as it is in the base")
     return new
-
-
-def _refuse_carried_data(source: str, limit: int, information_limit: int) -> None:
-    """A train.py is code: Problem 422 naming its largest block when literals and comments pass
-    `limit`, or the statement that adds the most when its information passes `information_limit`."""
-    share = measure(source)
-    if share.total > limit and share.largest is not None:
-        block = share.largest
-        raise Problem(
-            422,
-            "train-py-carries-data",
-            f"the new train.py has {share.total} bytes of literals and comments; the limit is {limit}"
-            f" (TRAIN_PY_MAX_DATA_BYTES). The largest block is lines {block.line}-{block.end_line}"
-            f" ({block.size} bytes). train.py is code: compute tables while training, not before.",
-        )
-    held = information(source)
-    if held > information_limit:
-        statement = densest_statement(source)
-        raise Problem(
-            422,
-            "train-py-carries-data",
-            f"the new train.py holds {held} bytes of information (its size under deflate); the limit is"
-            f" {information_limit} (TRAIN_PY_MAX_INFORMATION_BYTES). The statement on lines"
-            f" {statement.line}-{statement.end_line} adds the most ({statement.size} bytes). train.py is"
-            " code: data spelled as names or statements counts too; compute tables while training, not"
-            " before.",
-        )
 
 
 def submit(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import subprocess
 import threading
 import time
@@ -247,3 +248,27 @@ def test_agent_standings_count_outcomes_and_refresh_in_the_background(
     assert got == expected
     assert [a.agent for a in alice.leaderboard().agents] == ["alice", "bob"]
     assert agents["alice"].improvement == pytest.approx(0.03)
+
+
+def test_a_change_carried_past_the_train_py_limits_goes_stale(
+    live, worker_factory, baseline_source: str
+) -> None:
+    """Two changes that each fit the limits can make, carried one onto the other, a train.py that
+    does not: here each carries half of a table spelled as names (server/train_py_limits.py). The
+    carried file is held to the limits a submitted one is, so the second goes stale."""
+    worker, agent = worker_factory(live), live.client("agent")
+    worker.run_next(1.0)
+    rng = random.Random(7)
+
+    def half(name: str) -> str:
+        return f"\n\ndef {name}():\n" + "".join(f"    v{i:x}_{rng.randbytes(32).hex()}\n" for i in range(400))
+
+    first_line, rest = baseline_source.split("\n", 1)
+    head = agent.submit("first half", train_py=f"{first_line}{half('_a')}\n{rest}")
+    tail = agent.submit("second half", train_py=baseline_source + half("_b"))
+    assert worker.run_next(0.95).decision == "keep" and agent.best().experiment_id == head.id
+    assert worker.claim() is None  # the second half was not handed out on the new best
+    stale = agent.experiment(tail.id)
+    assert stale.status == "stale", stale
+    assert "its change on the new best is refused: the train.py holds" in stale.reason
+    assert "TRAIN_PY_MAX_INFORMATION_BYTES" in stale.reason
