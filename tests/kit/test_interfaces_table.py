@@ -13,8 +13,8 @@ import pytest
 from cli.main import build_parser
 from client import Client
 from server.mcp_tools import build_mcp
-from tests.kit.test_cli_help import commands
-from tests.server.test_mcp_schemas import openapi
+from tests.kit.cli_commands import commands
+from tests.server.api_document import openapi
 
 TABLE = Path(__file__).resolve().parents[2] / "docs" / "agents.md"
 COLUMNS = ["action", "REST", "SDK", "CLI", "MCP"]

@@ -47,7 +47,7 @@ from harness.prepare import prepare
 from harness.runner import run as runner
 from harness.runner.sandbox import system_roots
 from harness.tokenizer import load_tokenizer
-from tests.harness.test_climbmix_download import Behaviour, ShardServer
+from tests.harness.shard_server import Behaviour, ShardServer
 from tests.runner.candidates import compose
 from tests.runner.leak_hash import FIRST_BITS, first_buckets, hash_words, matching_windows, window_words
 

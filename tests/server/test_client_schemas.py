@@ -5,10 +5,6 @@ and an MCP tool reports it as `answer-not-understood`."""
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -27,8 +23,9 @@ from client.schemas import (
 )
 from client.states import Decision, ExperimentStatus, Rule, RunKind, RunState
 from tests.kit.cli_process import in_process
+from tests.mcp_session import connect_mcp
 from tests.server.conftest import DEVICE, HARNESS_ID, Live, SimWorker
-from tests.worker.test_mcp import connect_mcp
+from tests.wrong_server import wrong_server
 
 
 def test_the_sdk_returns_the_models_the_server_answers_with(live: Live, baseline_source: str) -> None:
@@ -67,45 +64,6 @@ def test_the_sdk_returns_the_models_the_server_answers_with(live: Live, baseline
     assert isinstance(noise, NoiseListOut) and noise.rule.decision_rule is Rule.GREEDY
     similar = agent.similar(train_py=changed)
     assert isinstance(similar, SimilarOut) and [s.experiment_id for s in similar.similar] == [first.id]
-
-
-# GET /best as an older server might answer it, and what a proxy in the way might send.
-WRONG_ANSWERS = {
-    "/api/v1/best": (200, "application/json", b'{"commit": "abc", "val_bpb": "low"}'),
-    "/api/v1/experiments/7": (200, "text/html", b"<html>Bad gateway, try later</html>"),
-    "/api/v1/worker/claim": (200, "application/json", b"[]"),
-    "/api/v1/worker/leases/lease-1/result": (200, "application/json", b'{"experiment_id": 1}'),
-    "/api/v1/experiments/8": (404, "application/problem+json", b'{"title": "Not Found", "detail": "no 8"}'),
-}
-
-
-@contextmanager
-def wrong_server() -> Iterator[str]:
-    """A real HTTP server that answers with WRONG_ANSWERS; its URL."""
-
-    class Answer(BaseHTTPRequestHandler):
-        def _answer(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            status, content_type, body = WRONG_ANSWERS.get(self.path, (404, "text/plain", b"no"))
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_GET = do_POST = _answer
-
-        def log_message(self, *_args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_an_answer_that_is_not_the_model_raises_schema_error_naming_the_endpoint() -> None:

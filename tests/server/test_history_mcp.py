@@ -14,9 +14,9 @@ from pydantic import BaseModel
 from client import Client
 from server.main import create_app
 from server.mcp_answers import MCP_PAGE, rounded
+from tests.mcp_session import TRANSPORTS, call, connect_mcp
 from tests.server.conftest import Live, init_with_small_baseline, make_settings, serve
-from tests.server.test_history_api import NOISE, SOURCE, play_history
-from tests.worker.test_mcp import TRANSPORTS, call, connect_mcp
+from tests.server.history_play import NOISE, SOURCE, play_history
 
 
 @pytest.fixture(scope="module")

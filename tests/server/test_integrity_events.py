@@ -13,7 +13,7 @@ from harness.result import INTEGRITY_CLASSES
 from server.crud.tokens import ENV_ADMIN_NAME
 from tests.kit.cli_process import in_process
 from tests.server.conftest import BASELINE, Live, LiveFactory, sim_worker
-from tests.server.test_history_api import NOISE, SOURCE, _change
+from tests.server.history_play import NOISE, SOURCE, with_constants
 
 
 @pytest.mark.parametrize("error_class", sorted(INTEGRITY_CLASSES))
@@ -84,11 +84,11 @@ def test_a_kept_best_caught_on_a_repeat_is_revoked_and_the_best_goes_back(
     for value in (1.0, 1.002, 0.998):  # the baseline and its noise
         worker.run_next(value)
     before = mallory.best()
-    kept = mallory.submit("reads ahead at 0.1 %", train_py=_change(LEARNING_RATE=0.03)).id
+    kept = mallory.submit("reads ahead at 0.1 %", train_py=with_constants(LEARNING_RATE=0.03)).id
     for value in (0.990, 0.991):
         assert worker.run_next(value).experiment_id == kept
     assert mallory.experiment(kept).status == "kept" and mallory.best().experiment_id == kept
-    built_on_it = mallory.submit("and a decay", train_py=_change(LEARNING_RATE=0.03, DECAY=0.8)).id
+    built_on_it = mallory.submit("and a decay", train_py=with_constants(LEARNING_RATE=0.03, DECAY=0.8)).id
 
     answer = worker.run_next(None, status="invalid", error_class="non_causal", error_message="probe row 3")
     assert (answer.experiment_id, answer.status, answer.decision) == (kept, "reverted", "revert")

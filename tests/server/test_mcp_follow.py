@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from tests.mcp_session import TRANSPORTS, call, connect_mcp, tool_error
 from tests.server.conftest import Live, SimWorker
-from tests.server.test_history_api import SOURCE
-from tests.worker.test_mcp import TRANSPORTS, call, connect_mcp, tool_error
+from tests.server.history_play import SOURCE
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -13,9 +13,9 @@ from mcp.shared.exceptions import MCPError
 
 from client import Client
 from server.main import create_app
+from tests.mcp_session import TRANSPORTS, connect_mcp
 from tests.server.conftest import Live, init_with_small_baseline, make_settings, serve
-from tests.server.test_history_api import SOURCE
-from tests.worker.test_mcp import TRANSPORTS, connect_mcp
+from tests.server.history_play import SOURCE
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,13 @@ import importlib.metadata
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel
 
 from client.schemas import NoteIn, SimilarIn, SubmitIn
-from server.api.router import ROUTERS
 from server.mcp_answers import MCP_PAGE
 from server.mcp_tools import build_mcp
+from tests.server.api_document import openapi
 
 # tool -> the route it mirrors (GET, query parameters)
 QUERY_TOOLS = {
@@ -55,13 +54,6 @@ def tool_inputs() -> dict[str, tuple[dict[str, Any], list[str]]]:
         properties = resolved(schema["properties"], schema.get("$defs", {}))
         inputs[tool.name] = (properties, sorted(schema.get("required", [])))
     return inputs
-
-
-def openapi() -> dict[str, Any]:
-    app = FastAPI()
-    for router in ROUTERS:
-        app.include_router(router)
-    return app.openapi()
 
 
 @pytest.mark.parametrize(("tool", "path"), QUERY_TOOLS.items())

@@ -16,7 +16,7 @@ from server.main import create_app
 from server.models import Experiment, ExperimentChange, ExperimentCodeLine, ExperimentConstant
 from server.patches import make_patch
 from tests.server.conftest import BASELINE, Live, LiveFactory, serve
-from tests.server.test_history_api import summarised
+from tests.server.history_play import summarised
 
 REAL_BASELINE = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()
 

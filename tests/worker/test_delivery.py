@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from client import Client
-from tests.server.test_client_schemas import wrong_server
+from tests.wrong_server import wrong_server
 from worker.delivery import ResultSender
 from worker.spool import Spool, new_entry
 

@@ -14,7 +14,7 @@ from mcp import Client
 
 from testkit.candidates import bigram
 from testkit.processes import Project
-from tests.worker.test_mcp import TRANSPORTS, call, run, tool_error
+from tests.mcp_session import TRANSPORTS, call, run, tool_error
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
