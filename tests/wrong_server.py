@@ -3,10 +3,11 @@ for an object): what the SDK must refuse with a clear error rather than pass on.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.local_http import send, serving
 
 # GET /best as an older server might answer it, and what a proxy in the way might send.
 WRONG_ANSWERS = {
@@ -26,22 +27,12 @@ def wrong_server() -> Iterator[str]:
         def _answer(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             status, content_type, body = WRONG_ANSWERS.get(self.path, (404, "text/plain", b"no"))
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            send(self, status, body, content_type)
 
         do_GET = do_POST = _answer
 
         def log_message(self, *_args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Answer) as url:
+        yield url

@@ -8,6 +8,8 @@ import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.local_http import send
+
 
 @dataclass
 class Behaviour:
@@ -60,11 +62,11 @@ class ShardServer:
             except threading.BrokenBarrierError:
                 b.met.append(False)
         if b.token and request.headers.get("Authorization") != f"Bearer {b.token}":
-            return self.reply(request, 401, b"unauthorized")
+            return send(request, 401, b"unauthorized")
         if name not in self.files:
-            return self.reply(request, 404, b"not found")
+            return send(request, 404, b"not found")
         if count <= b.fail_first:
-            return self.reply(request, 503, b"busy")
+            return send(request, 503, b"busy")
         body = self.files[name]
         if count <= b.garbage_first:
             body = b"<html>an error page, not parquet</html>" + bytes(len(body))
@@ -73,7 +75,7 @@ class ShardServer:
         if wanted and not b.ignore_range:
             start = int(wanted.removeprefix("bytes=").rstrip("-"))
             if start >= len(body):
-                return self.reply(request, 416, b"")
+                return send(request, 416, b"")
         request.send_response(206 if start else 200)
         if start:
             request.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
@@ -86,10 +88,3 @@ class ShardServer:
             return None
         request.wfile.write(body[start:])
         return None
-
-    @staticmethod
-    def reply(request: BaseHTTPRequestHandler, status: int, body: bytes) -> None:
-        request.send_response(status)
-        request.send_header("Content-Length", str(len(body)))
-        request.end_headers()
-        request.wfile.write(body)

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
 
 from client.schemas import ClaimOut
 from testkit.processes import Project
+from tests.local_http import send, serving
 from worker.main import hash_mismatch
 
 
@@ -77,29 +77,15 @@ def corrupting_proxy(server: str, corrupt: Callable[[dict[str, Any]], dict[str, 
             content = answer.content
             if self.path.endswith("/worker/claim") and answer.status_code == 200:
                 content = json.dumps(corrupt(answer.json())).encode()
-            self.send_response(answer.status_code)
-            self.send_header("Content-Type", answer.headers.get("content-type", "application/json"))
-            self.send_header("Content-Length", str(len(content)))
-            self.end_headers()
-            self.wfile.write(content)
+            send(self, answer.status_code, content, answer.headers.get("content-type", "application/json"))
 
         do_GET = do_POST = _forward
 
         def log_message(self, *_args: object) -> None:
             pass
 
-    class Proxy(ThreadingHTTPServer):
-        def handle_error(self, *_args: object) -> None:
-            pass  # a worker hanging up on the proxy as the test ends is not what is tested
-
-    proxy = Proxy(("127.0.0.1", 0), Forward)
-    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{proxy.server_address[1]}"
-    finally:
-        proxy.shutdown()
-        proxy.server_close()
+    with serving(Forward) as url:
+        yield url
 
 
 def test_a_train_py_that_fails_its_hash_is_never_run_and_ends_as_an_infrastructure_failure(
