@@ -11,7 +11,7 @@ never called whose body names `v0_9f3a...`, read back from its code object). No 
 can tell such code from real code, so the file's information is bounded too, measured as its size
 under deflate (TRAIN_PY_MAX_INFORMATION_BYTES): no spelling carries more than that, and code
 compresses about threefold, so honest code under the size limit stays below it. A refusal names
-the top-level statement that adds the most.
+the top-level statement that holds the most.
 
 A block is a run of literal and comment tokens joined only by brackets, separators, signs and
 line breaks: a list of numbers, a dict of strings, a docstring or a paragraph of comments is one
@@ -104,19 +104,21 @@ def information(source: str) -> int:
 
 
 def densest_statement(source: str) -> DataBlock:
-    """The top-level statement (a function, a class, an assignment...) whose removal saves the most
-    information, with what it saves as its size; the whole file if it does not parse."""
+    """The top-level statement (a function, a class, an assignment...; with its decorators) that
+    holds the most information on its own, with that as its size; the whole file if it does not
+    parse. Each statement is measured alone, so finding it costs one pass over the file however
+    many statements it has (measuring what removing each would save costs one pass per statement:
+    a minute for a file of thousands of one-line statements)."""
     lines = split_lines(source)  # as ast numbers them
-    whole = information(source)
     try:
         body = ast.parse(source).body
     except SyntaxError:
-        return DataBlock(1, len(lines), whole)
+        return DataBlock(1, len(lines), information(source))
     best = DataBlock(1, len(lines), -1)
     for stmt in body:
         first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
         last = stmt.end_lineno or stmt.lineno
-        saved = whole - information("".join(lines[: first - 1] + lines[last:]))
-        if saved > best.size:
-            best = DataBlock(first, last, saved)
+        held = information("".join(lines[first - 1 : last]))
+        if held > best.size:
+            best = DataBlock(first, last, held)
     return best

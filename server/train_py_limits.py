@@ -63,7 +63,7 @@ def refusal(source: str, limits: Limits) -> Refusal | None:
             "train-py-carries-data",
             f"train.py holds {held} bytes of information (its size under deflate); the limit is"
             f" {limits.max_information_bytes} (TRAIN_PY_MAX_INFORMATION_BYTES). The statement on lines"
-            f" {statement.line}-{statement.end_line} adds the most ({statement.size} bytes). train.py is"
+            f" {statement.line}-{statement.end_line} holds the most ({statement.size} bytes). train.py is"
             " code: data spelled as names or statements counts too; compute tables while training, not"
             " before.",
         )

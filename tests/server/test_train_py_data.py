@@ -9,10 +9,12 @@ import random
 import re
 from pathlib import Path
 
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from server import train_py_data
 from server.core.config import ServerSettings
 from server.train_py_data import DataBlock, data_blocks, densest_statement, information, measure
 
@@ -177,3 +179,20 @@ def test_code_under_the_size_limit_stays_under_the_information_bound() -> None:
     chatty = re.sub(r"(?m)^(\s*)(#.*)$", r"\1\2\n\1\2", BASELINE)
     for source in (BASELINE, chatty, grown):
         assert information(source) < INFORMATION_LIMIT * 0.9, information(source)
+
+
+def test_naming_the_densest_statement_reads_the_file_about_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A refusal is answered in the request: thousands of one-line statements must not cost a
+    # compression of the whole file each. Counted in bytes compressed, not in seconds.
+    rng = random.Random(5)
+    source = "".join(f"a{rng.randbytes(3).hex()} = 1\n" for _ in range(3000))
+    compressed: list[int] = []
+
+    def counting(text: str) -> int:
+        compressed.append(len(text))
+        return information(text)
+
+    monkeypatch.setattr(train_py_data, "information", counting)
+    found = train_py_data.densest_statement(source)
+    assert 1 <= found.line == found.end_line <= 3000
+    assert sum(compressed) <= 2 * len(source), sum(compressed)
