@@ -85,13 +85,13 @@ def summarize(base: str, new: str) -> ChangeSummary:
         if name not in before or before[name] != value
     ]
     constants += [ConstantChange(name, value, None) for name, value in before.items() if name not in after]
-    kept_constants = tuple(constants) if parsed else ()
+    known = tuple(constants) if parsed else ()  # none unless both sources parse
     return ChangeSummary(
-        constants=kept_constants,
+        constants=known,
         regions=tuple(sorted(regions)) if parsed else (),
         removed=tuple(removed),
         added=tuple(added),
-        code=code_of(kept_constants, removed, added),
+        code=code_of(known, removed, added),
         parsed=parsed,
     )
 
