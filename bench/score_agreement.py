@@ -45,6 +45,9 @@ GROUP = re.compile(r"(repeat|probe|cut) (\d+) positions, max ([^,]+), lean ([^;\
 PROCESS = re.compile(
     r"(eval|probe) ran ([\d.]+) (?:CPU )?s \(start ([\d.]+), batches ([\d.]+)\) of ([\d.]+) (?:CPU )?s"
 )
+# Up to the first answer: what an honest process used, of what the bound allowed by then (what a
+# model that trains before its first answer could hide is the difference).
+FIRST_ANSWER = re.compile(r"(eval|probe) ran .*?its first answer at ([\d.]+) of ([\d.]+)")
 
 
 def variant(name: str, folder: Path) -> Path:
@@ -102,6 +105,8 @@ def main() -> None:
                 for label, used, _start, _batches, bound in processes:
                     share[label] = max(share[label], float(used) / float(bound))
                 timing = ", ".join(f"{p[0]} {p[1]} s (start {p[2]}) of {p[4]} s" for p in processes)
+                firsts = FIRST_ANSWER.findall(result.log_tail)
+                timing += "; first answers: " + ", ".join(f"{f[0]} {f[1]} of {f[2]} s" for f in firsts)
                 print(
                     f"{name} run {run}: {result.status} {result.error_class or ''} val_bpb {result.val_bpb}; "
                     f"{sum(int(g[1]) for g in groups)} positions, max |d| {run_worst:.3g} nats "

@@ -7,12 +7,14 @@ wall seconds, from `go` to `loaded` (import train.py, build_model, the harness's
 from each batch command to its answer; on a CPU in the CPU seconds of its whole process tree from
 `go` on (measured_in_cpu_seconds). The sum may not exceed the process's bound:
 
-    bound = startup + batches x (forward + TRANSFER_SLACK x transfer)
+    bound = startup + (first_share + batches - 1) x (forward + TRANSFER_SLACK x transfer)
 
 and it holds at every point: while the model works on its k-th batch, it may have used at most
-startup + max(1, k) x (forward + TRANSFER_SLACK x transfer). Work a model front-loads before its
-first answer (training on rows it carried in its weights, to match in every later batch) is
-therefore bounded by one batch's allowance, however many batches follow.
+startup + (first_share + max(1, k) - 1) x (forward + TRANSFER_SLACK x transfer). `first_share` is
+the first batch's rows over a full batch's (1 but on a CPU, where the first batch holds
+score_plan.HEAD_ROWS rows). Work a model front-loads before its first answer (training on rows
+it carried in its weights, to match in every later batch) is therefore bounded by the startup and
+the first batch's allowance, however many batches follow.
     startup = max(STARTUP_MIN_S, STARTUP_FRACTION x budget)
     forward = FORWARD_SLACK[device] x FORWARD_SHARE x rows x seq_len x training_seconds / tokens
 
@@ -59,17 +61,24 @@ class ProcessBudget:
     """The bound of one model process, before the transfer term is known."""
 
     label: str  # eval or probe
-    batches: int
+    batches: int  # the first one included
     startup_s: float
-    forward_s: float  # per batch, slack included
-    logits_bytes: int  # per batch
+    forward_s: float  # per full batch, slack included
+    logits_bytes: int  # per full batch
+    first_share: float = 1.0  # the first batch's rows over a full batch's
 
     def bound(self, transfer_s: float | None, given: int | None = None) -> float:
         """Seconds this process may have run by the time it works on its `given`-th batch (None: all
-        of them), given the scorer's measured transfer per batch (None: not measured yet, assume
-        FIRST_TRANSFER_BYTES_PER_S)."""
+        of them), given the scorer's measured transfer per full batch (None: not measured yet,
+        assume FIRST_TRANSFER_BYTES_PER_S)."""
+        return self.startup_s + self.full_batches(given) * (
+            self.forward_s + TRANSFER_SLACK * self.transfer(transfer_s)
+        )
+
+    def full_batches(self, given: int | None = None) -> float:
+        """How many full batches' allowance the first `given` batches get (None: all of them)."""
         batches = self.batches if given is None else min(max(1, given), self.batches)
-        return self.startup_s + batches * (self.forward_s + TRANSFER_SLACK * self.transfer(transfer_s))
+        return 0.0 if batches == 0 else self.first_share + batches - 1
 
     def transfer(self, transfer_s: float | None) -> float:
         return self.logits_bytes / FIRST_TRANSFER_BYTES_PER_S if transfer_s is None else transfer_s
@@ -78,10 +87,11 @@ class ProcessBudget:
         count = self.batches if given is None else min(max(1, given), self.batches)
         batches = f"{count} batch" + ("" if count == 1 else "es")
         so_far = "" if count == self.batches else f" (its first {batches} of {self.batches})"
+        worth = "" if self.first_share == 1.0 else f" ({self.full_batches(given):g} full batches' worth)"
         transfer = self.transfer(transfer_s)
         return (
-            f"{self.bound(transfer_s, given):.2f} {unit}{so_far} = startup {self.startup_s:.2f} + {batches} "
-            f"x (forward {self.forward_s:.4f} + logits transfer {TRANSFER_SLACK:g} x {transfer:.4f})"
+            f"{self.bound(transfer_s, given):.2f} {unit}{so_far} = startup {self.startup_s:.2f} + {batches}"
+            f"{worth} x (forward {self.forward_s:.4f} + logits transfer {TRANSFER_SLACK:g} x {transfer:.4f})"
         )
 
 
@@ -124,6 +134,7 @@ def process_budget(
     logits_bytes: int,
     time_budget: float,
     per_token_s: float,
+    first_share: float = 1.0,
 ) -> ProcessBudget:
     return ProcessBudget(
         label=label,
@@ -131,4 +142,5 @@ def process_budget(
         startup_s=startup_allowance(time_budget),
         forward_s=per_token_s * batch_tokens,
         logits_bytes=logits_bytes,
+        first_share=first_share,
     )

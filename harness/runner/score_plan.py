@@ -2,8 +2,13 @@
 the probe can catch.
 
 Every batch, in both processes, has exactly `batch_rows` rows, so a model cannot tell the eval
-from the probe, or a repeat from a first showing, by shape. The order is drawn from a fresh OS
-random seed on every run.
+from the probe, or a repeat from a first showing, by shape; but on a CPU the first batch of each
+process holds HEAD_ROWS rows (the model knows its first batch anyway). What a model does before its
+first answer is bounded by the startup and that batch's allowance alone (score_budget): the
+smaller the first batch, the less training can hide there. Training after it is caught like any
+between batches: the eval's head rows are shown again later. On CUDA not yet: that a row's
+logits agree between a batch of one row and a full one is measured on a CPU only (docs/runner.md).
+The order is drawn from a fresh OS random seed on every run.
 
 * The eval process sees every row once, in a random order, and then some again: `batch_rows` or
   more rows from the first quarter of the order are shown a second time among the rows of the
@@ -33,6 +38,7 @@ import numpy as np
 # The least probability that one run catches a lookahead on the preset's share of positions
 # (`probe_share`, harness.config).
 PROBE_POWER = 0.95
+HEAD_ROWS = 1  # rows of each model process's first batch, on a CPU
 DONOR_TRIES = 8  # redraws of a variant's donor text when its first token equals the row's
 
 
@@ -44,12 +50,13 @@ class Probe:
     tests: bool  # its token at `cut` differs from the row's: position cut - 1 is tested
 
 
-def plan_eval(num_rows: int, batch_rows: int, rng: np.random.Generator) -> np.ndarray:
-    """Row indices in the order the eval process scores them; a multiple of `batch_rows` long.
+def plan_eval(num_rows: int, batch_rows: int, rng: np.random.Generator, head_rows: int = 0) -> np.ndarray:
+    """Row indices in the order the eval process scores them: `head_rows` rows first (the first
+    batch, when there is a head), then a multiple of `batch_rows`.
 
     Each row appears once, in a random order, plus one batch more of repeats: rows from the first
     quarter (at least one batch) shown again among the last quarter, after every batch that holds
-    a first showing of them.
+    a first showing of them. Head rows are shown again where the order would show them anyway.
     """
     order = rng.permutation(num_rows)
     batches = -(-num_rows // batch_rows) + 1
@@ -59,7 +66,16 @@ def plan_eval(num_rows: int, batch_rows: int, rng: np.random.Generator) -> np.nd
     repeats = rng.choice(order[:head], size=extra, replace=extra > head)
     late_start = max(head, num_rows - head)
     late = rng.permutation(np.concatenate([order[late_start:], repeats]))
-    return np.concatenate([order[:late_start], late])
+    first = rng.choice(num_rows, size=head_rows, replace=False) if head_rows else order[:0]
+    return np.concatenate([first, order[:late_start], late])
+
+
+def batches_of(order: np.ndarray, batch_rows: int, head_rows: int = 0) -> list[np.ndarray]:
+    """`order` in the batches a model process is given: the head (when there is one), then full
+    batches."""
+    rest = order[head_rows:]
+    full = [rest[start : start + batch_rows] for start in range(0, len(rest), batch_rows)]
+    return ([order[:head_rows]] if head_rows else []) + full
 
 
 def detection_power(tested: int, positions: int, share: float) -> float:
@@ -97,18 +113,25 @@ def probe_batches(num_rows: int, seq_len: int, batch_rows: int, share: float) ->
 
 
 def plan_probes(
-    inputs: np.ndarray, batch_rows: int, batches: int, donor: np.ndarray, rng: np.random.Generator
+    inputs: np.ndarray,
+    batch_rows: int,
+    batches: int,
+    donor: np.ndarray,
+    rng: np.random.Generator,
+    head_rows: int = 0,
 ) -> list[list[Probe]]:
-    """`batches` batches of `batch_rows` variants of distinct rows each. Each row's cuts are
-    distinct and grow from batch to batch; the text after a cut is `donor` text (training tokens)
-    from a random place, redrawn while its first token equals the row's at the cut."""
+    """`batches` batches of `batch_rows` variants of distinct rows each, after a first batch of
+    `head_rows` when there is a head. Each row's cuts are distinct and grow from batch to batch;
+    the text after a cut is `donor` text (training tokens) from a random place, redrawn while its
+    first token equals the row's at the cut."""
     rows, seq_len = inputs.shape
-    if rows < batch_rows or batches > seq_len - 1 or len(donor) < seq_len:
+    if rows < batch_rows or batches + bool(head_rows) > seq_len - 1 or len(donor) < seq_len:
         raise ValueError(
             f"cannot plan {batches} probe batches of {batch_rows} distinct rows from {rows} rows of "
             f"{seq_len} tokens and {len(donor)} donor tokens"
         )
-    chosen = [rng.choice(rows, size=batch_rows, replace=False) for _ in range(batches)]
+    sizes = ([head_rows] if head_rows else []) + [batch_rows] * batches
+    chosen = [rng.choice(rows, size=size, replace=False) for size in sizes]
     counts = np.bincount(np.concatenate(chosen), minlength=rows)
     # Each row's cuts, smallest first: a later variant of a row holds the row's tokens up to its own
     # cut, which includes the token at every earlier cut, so it must come after them.

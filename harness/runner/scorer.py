@@ -51,7 +51,7 @@ from harness.runner.score_budget import (
     measured_in_cpu_seconds,
     process_budget,
 )
-from harness.runner.score_plan import Probe, plan_eval, plan_probes, probe_batches
+from harness.runner.score_plan import HEAD_ROWS, Probe, batches_of, plan_eval, plan_probes, probe_batches
 from harness.runner.train_phase import WEIGHTS_FILE
 
 
@@ -81,6 +81,7 @@ class Clock:
     running_since: float | None = None  # when the measured step under way began
     cpu_at_go: float | None = None
     given: int = 0  # batches commanded so far: the bound grows with them (ProcessBudget.bound)
+    first_answer: float | None = None  # of `used`: up to its first batch's answer
 
     @property
     def unit(self) -> str:
@@ -125,6 +126,14 @@ class Clock:
             self.used += time.monotonic() - self.running_since if seconds is None else seconds
         self.running_since = None
 
+    def first_answer_note(self) -> str:
+        """What it used up to its first answer, of what its bound allowed by then: training hidden
+        before the first answer can use no more than the difference (docs/runner.md)."""
+        if self.first_answer is None:
+            return ""
+        allowed = self.budget.bound(self.transfer.least, 1)
+        return f", its first answer at {self.first_answer:.2f} of {allowed:.2f}"
+
     def over_budget(self, what: str) -> ModelFailure:
         return ModelFailure(
             "invalid",
@@ -148,6 +157,7 @@ class Scoring:
     phases: Phases
     donor: np.ndarray  # the training tokens (a memory map): the text probe variants continue with
     probe_share: float  # the share of positions a lookahead must use to be caught (PROBE_POWER)
+    head_rows: int  # rows of each process's first batch; 0: a full batch (score_plan.HEAD_ROWS)
     received: np.ndarray | None = None  # the scorer's copy of the latest batch of logits
     received_on_device: torch.Tensor | None = None  # the same, on the GPU (CUDA IPC)
 
@@ -155,7 +165,9 @@ class Scoring:
         inputs = self.rows.inputs.numpy()
         rows, seq_len = inputs.shape
         batches = probe_batches(rows, seq_len, self.batch_rows, self.probe_share)
-        return plan_probes(inputs, self.batch_rows, batches, self.donor, rng) if batches else []
+        return (
+            plan_probes(inputs, self.batch_rows, batches, self.donor, rng, self.head_rows) if batches else []
+        )
 
     def take(
         self, model: ModelProcess, clock: Clock, work: list[tuple[np.ndarray, torch.Tensor]]
@@ -176,8 +188,11 @@ class Scoring:
             with self.phases(f"{model.label} logits copy"):
                 started = time.monotonic()
                 logits = self.private_copy(view)
-                self.transfer.observe(time.monotonic() - started)
+                if len(targets) == self.batch_rows:  # the bound's transfer is a full batch's
+                    self.transfer.observe(time.monotonic() - started)
             clock.charge(seconds)
+            if clock.first_answer is None:
+                clock.first_answer = clock.used
             if index + 1 < len(work):
                 clock.given += 1
                 deadline, late = clock.window()
@@ -214,7 +229,7 @@ class Scoring:
         row_nats = np.zeros(self.rows.num_rows)
         first: dict[int, np.ndarray] = {}
         seen = np.zeros(self.rows.num_rows, dtype=bool)
-        batches = [order[start : start + self.batch_rows] for start in range(0, len(order), self.batch_rows)]
+        batches = batches_of(order, self.batch_rows, self.head_rows)
         work = [(inputs[batch], self.rows.targets[batch]) for batch in batches]
         for batch, nats in zip(batches, self.take(model, clock, work), strict=True):
             for offset, row in enumerate(batch.tolist()):
@@ -309,7 +324,8 @@ def clocks_for(
         rows.num_rows * seq_len,
     )
     outer_deadline = time.monotonic() + settings["timeout"]
-    batches = [("eval", len(order) // batch_rows)] + ([("probe", len(plan))] if plan else [])
+    eval_batches = len(batches_of(order, batch_rows, scoring.head_rows))
+    batches = [("eval", eval_batches)] + ([("probe", len(plan))] if plan else [])
     return [
         Clock(
             process_budget(
@@ -319,6 +335,7 @@ def clocks_for(
                 batch_rows * seq_len * settings["vocab_size"] * 4,
                 settings["time_budget"],
                 per_token,
+                first_share=scoring.head_rows / batch_rows if scoring.head_rows else 1.0,
             ),
             scoring.transfer,
             outer_deadline,
@@ -339,7 +356,7 @@ def score(
     """Evaluate, then probe in the other process; `go` carries the run's training throughput."""
     rows, phases = scoring.rows, scoring.phases
     rng = np.random.default_rng(secrets.randbits(64))
-    order = plan_eval(rows.num_rows, scoring.batch_rows, rng)
+    order = plan_eval(rows.num_rows, scoring.batch_rows, rng, scoring.head_rows)
     plan = scoring.plan_probes(rng)
     clocks = clocks_for([eval_model, probe_model], order, plan, scoring, go, settings)
     groups = [agreement.Group("repeat"), agreement.Group("probe"), agreement.Group("cut")]
@@ -387,6 +404,7 @@ def timing_note(clocks: list[Clock], go: dict[str, Any]) -> str:
     parts = [
         f"{clock.budget.label} ran {clock.used:.2f} {clock.unit} (start {clock.startup:.2f}, batches "
         f"{clock.used - clock.startup:.2f}) of {clock.budget.explain(clock.transfer.least, clock.unit)}"
+        + clock.first_answer_note()
         for clock in clocks
     ]
     return f"[harness] score phase (training {rate}): " + "; ".join(parts) + "\n[harness] "
@@ -404,7 +422,10 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         if device.type == "cpu":  # the core the model process leaves spare; the scorer's loss
             torch.set_num_threads(CPU_SPARE_CORES)  # runs while the model computes the next batch
         share = config["probe_share"]
-        scoring = Scoring(rows, config["batch_rows"], device, Transfer(), phases, donor, share)
+        # A first batch of HEAD_ROWS on a CPU only: on CUDA a row's logits are not yet shown to
+        # agree between batches of different sizes (harness.runner.score_plan).
+        head = HEAD_ROWS if device.type == "cpu" else 0
+        scoring = Scoring(rows, config["batch_rows"], device, Transfer(), phases, donor, share, head)
         weights = Path(config["weights_dir"]) / WEIGHTS_FILE
         result = score(models[0], models[1], scoring, weights, json.loads(line), config)
     finally:

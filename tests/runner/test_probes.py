@@ -15,6 +15,7 @@ from harness.config import PRESETS, load_settings
 from harness.runner import agreement
 from harness.runner.score_plan import (
     PROBE_POWER,
+    batches_of,
     detection_power,
     plan_eval,
     plan_power,
@@ -36,16 +37,18 @@ def test_probe_batches_never_show_a_probed_rows_token_at_its_cut_before_it_is_an
 ) -> None:
     batch_rows, more_rows, seq_len = shape
     rows = batch_rows + more_rows
-    batches = data.draw(st.integers(1, min(seq_len - 1, 12)))
+    head_rows = data.draw(st.integers(0, batch_rows)) if seq_len > 2 else 0  # a first batch, or none
+    batches = data.draw(st.integers(1, min(seq_len - 1 - bool(head_rows), 12)))
     rng = np.random.default_rng(seed)
     inputs = rng.integers(0, vocab, size=(rows, seq_len))
     donor = rng.integers(0, vocab, size=seq_len + donor_extra)
-    plan = plan_probes(inputs, batch_rows, batches, donor, np.random.default_rng(seed + 1))
-    assert len(plan) == batches
+    plan = plan_probes(inputs, batch_rows, batches, donor, np.random.default_rng(seed + 1), head_rows)
+    assert len(plan) == batches + bool(head_rows)
     shown: dict[int, list[int]] = {}  # row -> the cuts of its variants shown so far
-    for batch in plan:
-        assert len(batch) == batch_rows  # whole batches, like the eval's
-        assert len({probe.row for probe in batch}) == batch_rows  # distinct rows in a batch
+    for number, batch in enumerate(plan):
+        size = head_rows if number == 0 and head_rows else batch_rows  # whole batches after the head
+        assert len(batch) == size
+        assert len({probe.row for probe in batch}) == size  # distinct rows in a batch
         for probe in batch:
             assert 1 <= probe.cut < seq_len
             assert (probe.tokens[: probe.cut] == inputs[probe.row, : probe.cut]).all()
@@ -109,19 +112,35 @@ def test_drawn_plans_reach_the_power_at_each_presets_shapes(preset: str) -> None
 
 
 @settings(max_examples=100, deadline=None)
-@given(rows=st.integers(1, 300), batch_rows=st.integers(1, 64), seed=st.integers(0, 2**32))
-def test_eval_shows_every_row_and_a_batch_of_repeats_in_whole_batches(rows, batch_rows, seed) -> None:
-    order = plan_eval(rows, batch_rows, np.random.default_rng(seed))
-    assert len(order) % batch_rows == 0
-    assert len(order) // batch_rows == -(-rows // batch_rows) + 1  # one batch more than the rows need
+@given(
+    rows=st.integers(1, 300),
+    batch_rows=st.integers(1, 64),
+    head_rows=st.integers(0, 3),
+    seed=st.integers(0, 2**32),
+)
+def test_eval_shows_every_row_and_a_batch_of_repeats_in_whole_batches(
+    rows, batch_rows, head_rows, seed
+) -> None:
+    head_rows = min(head_rows, rows)
+    order = plan_eval(rows, batch_rows, np.random.default_rng(seed), head_rows)
+    batches = batches_of(order, batch_rows, head_rows)
+    assert np.array_equal(np.concatenate(batches), order)
+    full = batches[1:] if head_rows else batches
+    assert [len(batch) for batch in batches[:1]] == [head_rows or batch_rows]
+    assert all(len(batch) == batch_rows for batch in full)
+    assert len(full) == -(-rows // batch_rows) + 1  # one batch more than the rows need
     assert set(order.tolist()) == set(range(rows))
     first_batch = {}
-    for slot, row in enumerate(order.tolist()):
-        if row in first_batch:
-            if rows >= batch_rows:  # with fewer rows than a batch, every batch mixes first and repeat
-                assert slot // batch_rows > first_batch[row]  # a repeat comes in a later batch
-        else:
-            first_batch[row] = slot // batch_rows
+    for number, batch in enumerate(batches):
+        for row in batch.tolist():
+            if row in first_batch:
+                if rows >= batch_rows or first_batch[row] == 0 < head_rows:
+                    assert number > first_batch[row]  # a repeat comes in a later batch
+            else:
+                first_batch[row] = number
+    # The head's rows are shown again: training after the first answer changes their second one.
+    counts = np.bincount(order, minlength=rows)
+    assert all(counts[row] >= 2 for row in order[:head_rows].tolist())
 
 
 @given(rows=st.integers(64, 300), seed=st.integers(0, 2**32))

@@ -54,6 +54,14 @@ def test_honest_candidate_is_trained_scored_and_reported(settings: HarnessSettin
     rate = re.search(note, result.log_tail)
     assert rate is not None, result.log_tail
     assert 0 < float(rate[1]) <= (result.training_seconds + 0.5) * len(os.sched_getaffinity(0))
+    # The first batch is one row on a CPU: its allowance is a share of a full batch's, and the note
+    # says how much of it each process used up to its first answer.
+    answers = [
+        (float(u), float(a))
+        for u, a in re.findall(r"its first answer at ([\d.]+) of ([\d.]+)", result.log_tail)
+    ]
+    assert len(answers) == 2 and all(0 <= used <= allowed for used, allowed in answers), result.log_tail
+    assert "full batches' worth" in result.log_tail, result.log_tail
     # A bigram model that trained at all beats the uniform distribution by a wide margin.
     uniform = math.log2(settings.vocab_size) / 1.0
     assert 0 < result.val_bpb < uniform

@@ -69,3 +69,25 @@ def test_the_bound_grows_with_the_batches_given_so_far(budget, batches, transfer
 def test_startup_allowance_by_preset() -> None:
     assert startup_allowance(300.0) == 6.0  # h100
     assert startup_allowance(60.0) == startup_allowance(3.0) == score_budget.STARTUP_MIN_S  # cpu, test
+
+
+@given(
+    budget=budgets,
+    batches=st.integers(1, 999),
+    transfer=st.none() | seconds,
+    share=st.floats(1 / 64, 1.0),
+    given_=st.integers(0, 999),
+)
+def test_a_small_first_batch_gets_its_share_of_a_batchs_allowance(
+    budget, batches, transfer, share, given_
+) -> None:
+    """What a model may do before its first answer is the startup and the first batch's share of a
+    full batch's allowance (a CPU's first batch of one row); each later batch adds a full one."""
+    sizes = ("probe", batches, 64 * 256, 64 * 256 * 4096 * 4, budget, 1e-6)
+    whole, small = process_budget(*sizes), process_budget(*sizes, first_share=share)
+    per_batch = (whole.bound(transfer) - whole.startup_s) / batches
+    assert small.bound(transfer, 1) == pytest.approx(small.startup_s + share * per_batch, rel=1e-9)
+    expected = whole.bound(transfer, given_) - (1 - share) * per_batch
+    assert small.bound(transfer, given_) == pytest.approx(expected, rel=1e-9)
+    if share < 1:
+        assert "full batches' worth" in small.explain(transfer, given=given_)
