@@ -25,7 +25,10 @@ each way) and the bare IPC legs. Measured here, on one batch of the h100 preset'
 
 `h100_eval_seconds` scales each path's per-row cost to the h100 preset's 10240 evaluation rows.
 `forward_h100_batch` times the score phase's forward itself at the h100 shapes (64 rows of 2048
-tokens; timed_forward), the other term of an h100 score phase.
+tokens; timed_forward), the other term of an h100 score phase, and says how far a row's
+log-probabilities scored alone are from the same row's in the batch (`one_row_max_nats`): on a CPU
+the score phase gives each model process a first batch of one row (harness.runner.score_plan),
+and CUDA can have it too once this is shown to be 0 or far under the tolerance there.
 """
 
 from __future__ import annotations
@@ -283,7 +286,23 @@ def timed_forward(device: str) -> dict[str, Any]:
             synchronize(device)
             samples.append(time.perf_counter() - started)
     median = statistics.median(samples[1:])
-    return {"rows": count, "first_s": round(samples[0], 4), "median_s": round(median, 4)}
+    timed = {"rows": count, "first_s": round(samples[0], 4), "median_s": round(median, 4)}
+    return timed | {"one_row_max_nats": one_row_difference(model, vocab, seq_len, max(count, 2), device)}
+
+
+def one_row_difference(model: Any, vocab: int, seq_len: int, rows: int, device: str) -> float:
+    """The largest difference, in nats, between a row's log-probabilities scored alone and the
+    same row's in a batch of `rows` (its first and last row; float32, as the score phase scores)."""
+    import torch
+
+    inputs = torch.randint(vocab, (rows, seq_len), device=device)
+    worst = 0.0
+    with torch.no_grad():
+        batch = torch.log_softmax(model(inputs).float(), dim=-1)
+        for row in (0, rows - 1):
+            alone = torch.log_softmax(model(inputs[row : row + 1]).float(), dim=-1)
+            worst = max(worst, float((alone[0] - batch[row]).abs().max()))
+    return worst
 
 
 def body(results: Results, mode: str) -> None:

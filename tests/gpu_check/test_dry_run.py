@@ -25,6 +25,7 @@ from bench.gpu_check import driver, loader_timer
 from bench.gpu_check.baseline import loader_figures
 from bench.gpu_check.layout import REPO, kit_env
 from harness.context import TrainContext
+from harness.runner.agreement import TOLERANCE_NATS
 
 pytestmark = pytest.mark.heavy
 
@@ -66,6 +67,8 @@ def test_the_cpu_dry_run_passes_every_step(built_kit: dict[str, object], tmp_pat
     assert handover["host_shared_memory"]["identical"] and handover["host_per_batch_s"] > 0
     assert handover["ipc_unsandboxed"]["works"] and handover["ipc_sandbox"]["works"]
     assert handover["forward_h100_batch"]["rows"] == 1 and handover["forward_h100_batch_s"] > 0
+    # A row scored alone agrees with the same row in a batch, as the one-row first batch needs.
+    assert 0 <= handover["forward_h100_batch"]["one_row_max_nats"] < TOLERANCE_NATS["cpu"]
     server = steps["2_server_and_worker"]
     assert server["kit_data_reused"], "the worker's prepare must find the kit's data current"
     assert server["pickup_ms"] > 0 and 0 < server["idle_fraction_at_h100_budget"] < 1
