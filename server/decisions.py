@@ -38,7 +38,7 @@ from client.states import DECIDED_STATUS, Decision, ExperimentStatus, Rule, RunK
 from server.candidates import Candidate, commit_message, find_same_train_py, queue_candidate
 from server.carry import CACHED, Carried, carried
 from server.context import AppContext
-from server.crud.experiments import BASELINE_AGENT, agent_names, by_commit
+from server.crud.experiments import agent_label, agent_names, by_commit
 from server.crud.project import ProjectState, current_best, move_best
 from server.crud.runs import cancel_queued_runs, count_runs, queue_runs
 from server.judge import Action, Comparison, Verdict
@@ -296,7 +296,7 @@ def reapply_before_running(ctx: AppContext, tx: Transaction, experiment_id: int,
 def _agent_labels(session: Session, experiments: Sequence[Carriable]) -> list[str]:
     """Who each change's commit is by (one query for all of them)."""
     names = agent_names(session, (e.agent_id for e in experiments))
-    return [BASELINE_AGENT if e.agent_id is None else names.get(e.agent_id, "agent") for e in experiments]
+    return [agent_label(names, e.agent_id, gone="agent") for e in experiments]
 
 
 def _advance_best(ctx: AppContext, tx: Transaction, project: ProjectState, experiment: AnyRow) -> None:

@@ -27,7 +27,7 @@ from client.schemas import (
 from client.states import Decision, Direction, Part
 from server.crud import change_kinds
 from server.crud import noise as noise_crud
-from server.crud.experiments import agent_label, agent_names, by_ids
+from server.crud.experiments import labelled
 from server.crud.project import load_project
 from server.keep_rates import KeepRates, Tally, keep_rates
 from server.models import EXPERIMENTS
@@ -68,17 +68,16 @@ def near_miss_list(session: Session, repo: ResearchRepo, limit: int) -> NearMiss
 
     # The pooled noise changes with runs, not decisions: it is one of the arguments.
     found = NEAR_MISSES.get(session, (project.platform, noise_sigma), ranked)[:limit]
-    experiments = by_ids(session, (n.experiment_id for n in found))
-    names = agent_names(session, (e.agent_id for e in experiments.values()))
+    experiments = labelled(session, (n.experiment_id for n in found))
     kinds = change_kinds.stored(session, list(experiments), project.platform)
     best = project.best_commit
     items = []
     for near in found:
-        e = experiments[near.experiment_id]
+        e, agent = experiments[near.experiment_id]
         items.append(
             NearMissOut(
                 experiment_id=e.id,
-                agent=agent_label(names, e.agent_id),
+                agent=agent,
                 description=e.description,
                 effect=near.effect,
                 se=near.se,

@@ -37,15 +37,18 @@ def agent_names(session: Session, agent_ids: Iterable[int | None]) -> dict[int, 
     return {row.id: row.name for row in session.execute(_AGENT_NAMES, {"ids": list(ids)})}
 
 
-def by_ids(session: Session, ids: Iterable[int]) -> dict[int, Experiment]:
-    """The experiments with these ids, by id, in one query."""
-    return {e.id: e for e in session.scalars(select(Experiment).where(Experiment.id.in_(list(ids))))}
-
-
-def agent_label(names: Mapping[int, str], agent_id: int | None) -> str:
+def agent_label(names: Mapping[int, str], agent_id: int | None, gone: str = BASELINE_AGENT) -> str:
     """An experiment's agent as shown: its token's name (from agent_names); BASELINE_AGENT for the
-    baseline's, which has none, and for a token that is gone."""
-    return BASELINE_AGENT if agent_id is None else names.get(agent_id, BASELINE_AGENT)
+    baseline's, which has none, and `gone` for a token that is gone."""
+    return BASELINE_AGENT if agent_id is None else names.get(agent_id, gone)
+
+
+def labelled(session: Session, ids: Iterable[int]) -> dict[int, tuple[Experiment, str]]:
+    """The experiments with these ids, by id, each with its agent as shown (agent_label), in two
+    queries."""
+    experiments = list(session.scalars(select(Experiment).where(Experiment.id.in_(list(ids)))))
+    names = agent_names(session, (e.agent_id for e in experiments))
+    return {e.id: (e, agent_label(names, e.agent_id)) for e in experiments}
 
 
 def result_view(result: Result) -> ResultOut:

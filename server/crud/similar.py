@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from client.schemas import SimilarExperiment
 from client.states import SimilarityKind
 from server.changes import ChangeSummary, ConstantChange, code_of
-from server.crud.experiments import agent_label, agent_names, by_ids
+from server.crud.experiments import labelled
 from server.models import (
     NOT_RERUN_STATUSES,
     Experiment,
@@ -186,11 +186,10 @@ def find_similar(
 def _views(session: Session, change: Change, matches: list[Match]) -> list[SimilarExperiment]:
     if not matches:
         return []
-    experiments = by_ids(session, (m.experiment_id for m in matches))
-    names = agent_names(session, (e.agent_id for e in experiments.values()))
+    experiments = labelled(session, (m.experiment_id for m in matches))
     out = []
     for match in matches:
-        e = experiments[match.experiment_id]
+        e, agent = experiments[match.experiment_id]
         out.append(
             SimilarExperiment(
                 experiment_id=e.id,
@@ -204,7 +203,7 @@ def _views(session: Session, change: Change, matches: list[Match]) -> list[Simil
                 valid_runs=e.valid_runs,
                 effect=e.effect,
                 se=e.effect_se,
-                agent=agent_label(names, e.agent_id),
+                agent=agent,
                 description=e.description,
                 base=e.base_commit,
                 commit=e.commit_sha,
