@@ -15,8 +15,18 @@ the first batch's rows over a full batch's (1 but on a CPU, where the first batc
 score_plan.HEAD_ROWS rows). Work a model front-loads before its first answer (training on rows
 it carried in its weights, to match in every later batch) is therefore bounded by the startup and
 the first batch's allowance, however many batches follow.
-    startup = max(STARTUP_MIN_S, STARTUP_FRACTION x budget)
+    startup = max(STARTUP_MIN_S, STARTUP_FRACTION x budget)                on CUDA
+    startup = min(that, max(CPU_STARTUP_MIN_S,
+                            STARTUP_TOKENS x training_seconds / tokens))     on a CPU
     forward = FORWARD_SLACK[device] x FORWARD_SHARE x rows x seq_len x training_seconds / tokens
+
+On a CPU the startup follows the run's own training cost, as the forward term does: building a
+model and loading its weights costs what training on a fixed, small number of tokens costs, at any
+size of the baseline (docs/runner.md has the figures), so STARTUP_TOKENS covers models that build
+far more than they train (sparse ones), and what it leaves a candidate to hide is that many tokens
+of its own training. CPU_STARTUP_MIN_S is for what does not grow with the model: importing train.py
+(torch's compiler, the one library that costs more, is loaded before the clock starts:
+harness.runner.compiler). On CUDA a CUDA context alone takes seconds, whatever the model.
 
 `forward` comes from the run's own training throughput: a forward pass costs about a third of
 a training step (FORWARD_SHARE). `transfer` is the scorer's own time to take one batch of logits
@@ -39,10 +49,14 @@ from dataclasses import dataclass
 
 # Room for importing train.py, build_model and the weight load (an honest model needs a fraction
 # of it), a CUDA context and a loaded machine; also all a model that compiles in build_model or in
-# its first forward gets: compile in train(). docs/runner.md, "The score phase", has the
-# measurements.
+# its first forward gets: compile in train(). On a CPU also the most the allowance below may reach.
+# docs/runner.md, "The score phase", has the measurements.
 STARTUP_MIN_S = 3.0
 STARTUP_FRACTION = 0.02
+# On a CPU, in CPU seconds: the floor for what does not grow with the model, and the training
+# tokens whose cost the startup may take (many times what a dense model's build and load take).
+CPU_STARTUP_MIN_S = 0.5
+STARTUP_TOKENS = 2000
 FORWARD_SHARE = 1.0 / 3.0  # forward FLOPs per token are a third of a training step's (2 of 6)
 # How much slower per token than a third of a training step an honest forward may be, by device
 # type: room for an eager float32 forward of a model trained compiled or in bf16, and for a
@@ -108,8 +122,20 @@ def measured_in_cpu_seconds(device: str) -> bool:
     return not device.startswith("cuda")
 
 
-def startup_allowance(time_budget: float) -> float:
-    return max(STARTUP_MIN_S, STARTUP_FRACTION * time_budget)
+def startup_allowance(
+    device: str, time_budget: float, training_seconds: float, train_tokens: int | None
+) -> float:
+    """Seconds from `go` to `loaded` (and the first batch's start), before any batch allowance.
+
+    On a CPU never more than on CUDA: a run that trained on few tokens for long gets no more than
+    the flat allowance. A run served no training tokens gets the floor.
+    """
+    flat = max(STARTUP_MIN_S, STARTUP_FRACTION * time_budget)
+    if not measured_in_cpu_seconds(device):
+        return flat
+    if not train_tokens or training_seconds <= 0:
+        return CPU_STARTUP_MIN_S
+    return min(flat, max(CPU_STARTUP_MIN_S, STARTUP_TOKENS * training_seconds / train_tokens))
 
 
 def forward_seconds_per_token(
@@ -132,14 +158,14 @@ def process_budget(
     batches: int,
     batch_tokens: int,
     logits_bytes: int,
-    time_budget: float,
+    startup_s: float,
     per_token_s: float,
     first_share: float = 1.0,
 ) -> ProcessBudget:
     return ProcessBudget(
         label=label,
         batches=batches,
-        startup_s=startup_allowance(time_budget),
+        startup_s=startup_s,
         forward_s=per_token_s * batch_tokens,
         logits_bytes=logits_bytes,
         first_share=first_share,

@@ -50,6 +50,7 @@ from harness.runner.score_budget import (
     forward_seconds_per_token,
     measured_in_cpu_seconds,
     process_budget,
+    startup_allowance,
 )
 from harness.runner.score_plan import HEAD_ROWS, Probe, batches_of, plan_eval, plan_probes, probe_batches
 from harness.runner.train_phase import WEIGHTS_FILE
@@ -284,13 +285,16 @@ def all_finite(logits: torch.Tensor) -> bool:
     return bool(torch.isfinite(logits.amax(dim=-1)).all() and torch.isfinite(logits.amin(dim=-1)).all())
 
 
-def start_model(model: ModelProcess, clock: Clock, phases: Phases) -> None:
-    """Wait for the model process to be ready (harness code only: not timed), then time its start."""
+def start_model(model: ModelProcess, clock: Clock, phases: Phases, compiler: bool) -> None:
+    """Wait for the model process to be ready, with torch's compiler loaded if `compiler` (it was
+    told to load it: harness.runner.compiler; harness code only, so not timed), then time its start."""
     stuck = ModelFailure(
         "timeout", "timeout", f"score phase ({model.label}): the sandbox did not start in time"
     )
     with phases(f"{model.label} ready wait"):
         model.wait_for("ready", clock.outer_deadline, stuck)
+        if compiler:
+            model.wait_for("compiler_loaded", clock.outer_deadline, stuck)
     deadline, late = clock.window()
     with phases(f"{model.label} start", model.pids):
         seconds = model.start(deadline, late, clock.check)
@@ -316,13 +320,12 @@ def clocks_for(
     rows, batch_rows = scoring.rows, scoring.batch_rows
     seq_len = int(rows.inputs.shape[1])
     in_cpu = measured_in_cpu_seconds(settings["device"])
+    device, time_budget, train_tokens = settings["device"], settings["time_budget"], go["train_tokens"]
+    training_seconds = go["training_cpu_seconds"] if in_cpu else go["training_seconds"]
     per_token = forward_seconds_per_token(
-        settings["device"],
-        settings["time_budget"],
-        go["training_cpu_seconds"] if in_cpu else go["training_seconds"],
-        go["train_tokens"],
-        rows.num_rows * seq_len,
+        device, time_budget, training_seconds, train_tokens, rows.num_rows * seq_len
     )
+    startup = startup_allowance(device, time_budget, training_seconds, train_tokens)
     outer_deadline = time.monotonic() + settings["timeout"]
     eval_batches = len(batches_of(order, batch_rows, scoring.head_rows))
     batches = [("eval", eval_batches)] + ([("probe", len(plan))] if plan else [])
@@ -333,7 +336,7 @@ def clocks_for(
                 count,
                 batch_rows * seq_len,
                 batch_rows * seq_len * settings["vocab_size"] * 4,
-                settings["time_budget"],
+                startup,
                 per_token,
                 first_share=scoring.head_rows / batch_rows if scoring.head_rows else 1.0,
             ),
@@ -364,7 +367,11 @@ def score(
     result: dict[str, Any] = {"status": "ok"}
     try:
         identity = weights_identity(weights)
-        start_model(eval_model, clocks[0], phases)
+        compiler = bool(go.get("compiler"))
+        if compiler:  # both load it now, in parallel, before any candidate code runs in either
+            for model in (eval_model, probe_model):
+                model.send(cmd="load_compiler")
+        start_model(eval_model, clocks[0], phases, compiler)
         repeated = np.flatnonzero(np.bincount(order, minlength=rows.num_rows) > 1)
         keep = {int(row) for row in repeated} | {probe.row for batch in plan for probe in batch}
         with phases("eval batches"):
@@ -378,7 +385,7 @@ def score(
         if message is None and plan:
             if weights_identity(weights) != identity:
                 raise ModelFailure("invalid", "invalid_output", "the weights file changed while scoring")
-            start_model(probe_model, clocks[1], phases)
+            start_model(probe_model, clocks[1], phases, compiler)
             with phases("probe batches"):
                 scoring.probe(probe_model, clocks[1], plan, first, groups[1], groups[2])
             message = agreement.judge(groups, tolerance)

@@ -94,6 +94,7 @@ def declared_flops_per_token(model: Any) -> float | None:
 
 
 def main(config: dict[str, Any]) -> None:
+    from harness.runner import compiler
     from harness.runner.entry_common import Reporter, finish, import_candidate
 
     reporter = Reporter(config["events_fd"])
@@ -153,7 +154,7 @@ def main(config: dict[str, Any]) -> None:
             raise TypeError(f"build_model must return a torch.nn.Module, not {type(model).__name__}")
         num_params = sum(p.numel() for p in model.parameters())
         declared = declared_flops_per_token(model)
-        reporter.send("phase", name="training", num_params=num_params)
+        reporter.send("phase", name="training", num_params=num_params, compiler=compiler.loaded())
         where = "train"
         candidate.train(model, ctx)
         reporter.send("phase", name="trained")

@@ -73,6 +73,7 @@ class TrainOutcome:
     peak_rss_bytes: int = 0
     error: dict[str, str] = field(default_factory=dict)  # (claimed) where, kind, message, traceback
     saved: bool = False  # (claimed) the entry reported the weights saved
+    compiler_loaded: bool = False  # (claimed) importing train.py and build_model loaded torch's compiler
     steps: int | None = None  # (claimed) ctx.log calls
     step: int | None = None  # (claimed) the step number last logged, for progress
     tokens: int | None = None  # (claimed)
@@ -423,6 +424,8 @@ def handle(message: dict[str, Any], after: float, outcome: TrainOutcome) -> None
         outcome.cuda_peak_bytes = count(message.get("cuda_peak_bytes"))
         flops = number(message.get("flops_per_token"), 1.0, MAX_FLOPS_PER_TOKEN)
         outcome.flops_per_token = flops if flops is not None and math.isfinite(flops) else None
+    elif event == "phase" and message.get("name") == "training":
+        outcome.compiler_loaded = message.get("compiler") is True
     elif event == "phase" and message.get("name") == "saved":
         outcome.saved = True
 

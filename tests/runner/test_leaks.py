@@ -261,14 +261,15 @@ def test_no_sandbox_can_read_validation_text(
         "hostile/walks_sandbox.py",
         include=(LEAK_HASH,),
         comment=train_canary,  # the walk must find this file, and the canary in it
-        train_steps=3,
+        train_seconds=2.0,
         **walker_args(patterns, [found[1] for found in searched], skip, system if whole_tree else []),
     )
     assert all(found[2] not in candidate.read_text() for found in planted.values())
-    # The walk reads everything a sandbox can see, far longer than a model takes to rebuild, and the
-    # score phase's bound allows a rebuild 2 % of the budget (harness.runner.score_budget, tested in
-    # test_score_phase.py). So the budget is long enough for a walk of the whole tree in that 2 %,
-    # and the walker trains a few steps only: this test is about what is visible, not about time.
+    # The walk reads everything a sandbox can see, far longer than a model takes to rebuild. The
+    # score phase's bound allows a rebuild of at most 2 % of the budget, and on a CPU the cost of
+    # training on STARTUP_TOKENS of its own tokens (harness.runner.score_budget, tested in
+    # test_score_phase.py). So the budget is long, and the walker trains on a single row for a few
+    # CPU seconds: this test is about what is visible, not about time.
     chosen = {**settings.model_dump(), "time_budget": 50 * ALLOWANCE_S, "compile_allowance": ALLOWANCE_S}
     result = run_candidate(candidate, **chosen)
     assert result.status in ("ok", "over_budget"), (result.error_class, result.error_message, result.log_tail)

@@ -7,6 +7,7 @@ import math
 import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,8 +17,8 @@ from harness.config import HarnessSettings
 from harness.data_layout import prepared_paths, read_manifest
 from harness.evaluate import evaluate_bpb
 from harness.result import ProgressEvent
-from harness.runner import timing
-from tests.runner.candidates import FOLDER, GOOD
+from harness.runner import score_budget, timing
+from tests.runner.candidates import FOLDER, GOOD, compose
 from tests.runner.conftest import STARTUP_ROOM_S
 
 
@@ -70,6 +71,15 @@ def test_honest_candidate_is_trained_scored_and_reported(settings: HarnessSettin
     assert [order[e.phase] for e in events] == sorted(order[e.phase] for e in events)
     assert all(later - earlier >= 0.99 for earlier, later in itertools.pairwise(stamps))
     assert any(event.phase == "train" and event.loss is not None for event in events)
+
+
+def test_a_candidate_that_loads_torchs_compiler_at_import_is_scored(run_candidate, tmp_path: Path) -> None:
+    """Loading torch's compiler costs more CPU than a CPU's startup allowance: the train phase reports
+    that importing train.py loaded it, and the score processes load it before their clocks start."""
+    result = run_candidate(compose(tmp_path, "compiler_at_import.py"))
+    assert result.status == "ok", result.log_tail
+    allowed = [float(a) for a in re.findall(r"its first answer at [\d.]+ of ([\d.]+)", result.log_tail)]
+    assert len(allowed) == 2 and all(a < 2 * score_budget.CPU_STARTUP_MIN_S for a in allowed), result.log_tail
 
 
 def test_score_equals_evaluate_bpb_of_the_same_weights_every_time(

@@ -43,22 +43,22 @@ def test_a_run_that_reported_no_training_tokens_gets_no_forward_time(train_token
     assert forward_seconds_per_token("cuda", 300.0, 300.0, train_tokens, 10**6) == 0.0
 
 
-@given(budget=budgets, batches=st.integers(0, 1000), transfer=st.none() | seconds)
-def test_bound_is_startup_plus_each_batch(budget, batches, transfer) -> None:
-    budget_of = process_budget("probe", batches, 64 * 2048, 64 * 2048 * 8192 * 4, budget, 1e-6)
+@given(startup=seconds, batches=st.integers(0, 1000), transfer=st.none() | seconds)
+def test_bound_is_startup_plus_each_batch(startup, batches, transfer) -> None:
+    budget_of = process_budget("probe", batches, 64 * 2048, 64 * 2048 * 8192 * 4, startup, 1e-6)
     bound = budget_of.bound(transfer)
-    assert budget_of.startup_s == startup_allowance(budget) >= score_budget.STARTUP_MIN_S
+    assert budget_of.startup_s == startup
     assert bound >= budget_of.startup_s
-    one_more = process_budget("probe", batches + 1, 64 * 2048, 64 * 2048 * 8192 * 4, budget, 1e-6)
+    one_more = process_budget("probe", batches + 1, 64 * 2048, 64 * 2048 * 8192 * 4, startup, 1e-6)
     assert one_more.bound(transfer) > bound
     assert f"{bound:.2f} s" in budget_of.explain(transfer)
 
 
-@given(budget=budgets, batches=st.integers(1, 999), transfer=st.none() | seconds, given_=st.integers(0, 999))
-def test_the_bound_grows_with_the_batches_given_so_far(budget, batches, transfer, given_) -> None:
+@given(startup=seconds, batches=st.integers(1, 999), transfer=st.none() | seconds, given_=st.integers(0, 999))
+def test_the_bound_grows_with_the_batches_given_so_far(startup, batches, transfer, given_) -> None:
     """Work front-loaded before the first answer (to match in every later batch) gets one batch's
     allowance however many batches follow; the whole bound only once every batch is given."""
-    budget_of = process_budget("probe", batches, 64 * 2048, 64 * 2048 * 8192 * 4, budget, 1e-6)
+    budget_of = process_budget("probe", batches, 64 * 2048, 64 * 2048 * 8192 * 4, startup, 1e-6)
     per_batch = (budget_of.bound(transfer) - budget_of.startup_s) / batches
     expected = budget_of.startup_s + min(max(1, given_), batches) * per_batch
     assert budget_of.bound(transfer, given_) == pytest.approx(expected, rel=1e-9)
@@ -66,24 +66,55 @@ def test_the_bound_grows_with_the_batches_given_so_far(budget, batches, transfer
     assert budget_of.bound(transfer, batches) == budget_of.bound(transfer)
 
 
+@given(device=st.sampled_from(["cuda", "cuda:1"]), budget=budgets, trained=seconds, train_tokens=tokens)
+def test_on_cuda_the_startup_is_flat(device, budget, trained, train_tokens) -> None:
+    """A CUDA context takes seconds whatever the model: wall seconds, the same for every run."""
+    flat = max(score_budget.STARTUP_MIN_S, score_budget.STARTUP_FRACTION * budget)
+    assert startup_allowance(device, budget, trained, train_tokens) == flat
+
+
+@given(budget=budgets, trained=seconds, train_tokens=tokens)
+def test_on_a_cpu_the_startup_is_what_training_on_a_few_tokens_costs(budget, trained, train_tokens) -> None:
+    """Between the floor and the flat allowance, STARTUP_TOKENS tokens of the run's own training: what
+    a candidate can hide in its startup is never more than that, or the floor."""
+    startup = startup_allowance("cpu", budget, trained, train_tokens)
+    flat = startup_allowance("cuda", budget, trained, train_tokens)
+    tokens_worth = score_budget.STARTUP_TOKENS * trained / train_tokens
+    assert score_budget.CPU_STARTUP_MIN_S <= startup <= max(flat, score_budget.CPU_STARTUP_MIN_S)
+    assert startup <= max(score_budget.CPU_STARTUP_MIN_S, tokens_worth) * (1 + 1e-12)
+    if score_budget.CPU_STARTUP_MIN_S <= tokens_worth <= flat:
+        assert startup == pytest.approx(tokens_worth, rel=1e-12)
+    # A slower run per token (a larger model) gets more, a faster one less.
+    assert startup_allowance("cpu", budget, 2 * trained, train_tokens) >= startup
+
+
+@pytest.mark.parametrize("train_tokens", [None, 0])
+def test_a_run_served_no_training_tokens_gets_the_floor_on_a_cpu(train_tokens) -> None:
+    assert startup_allowance("cpu", 60.0, 60.0, train_tokens) == score_budget.CPU_STARTUP_MIN_S
+
+
 def test_startup_allowance_by_preset() -> None:
-    assert startup_allowance(300.0) == 6.0  # h100
-    assert startup_allowance(60.0) == startup_allowance(3.0) == score_budget.STARTUP_MIN_S  # cpu, test
+    assert startup_allowance("cuda", 300.0, 300.0, 300 * 10**6) == 6.0  # h100
+    # cpu: the baseline trains on about half a million tokens in its 60 CPU seconds
+    assert startup_allowance("cpu", 60.0, 60.0, 500_000) == score_budget.CPU_STARTUP_MIN_S
+    # a model twenty times its size per token trains on about 25,000: 4.8 s, capped at 3
+    assert startup_allowance("cpu", 60.0, 60.0, 25_000) == score_budget.STARTUP_MIN_S
+    assert startup_allowance("cpu", 60.0, 60.0, 60_000) == pytest.approx(2.0)
 
 
 @given(
-    budget=budgets,
+    startup=seconds,
     batches=st.integers(1, 999),
     transfer=st.none() | seconds,
     share=st.floats(1 / 64, 1.0),
     given_=st.integers(0, 999),
 )
 def test_a_small_first_batch_gets_its_share_of_a_batchs_allowance(
-    budget, batches, transfer, share, given_
+    startup, batches, transfer, share, given_
 ) -> None:
     """What a model may do before its first answer is the startup and the first batch's share of a
     full batch's allowance (a CPU's first batch of one row); each later batch adds a full one."""
-    sizes = ("probe", batches, 64 * 256, 64 * 256 * 4096 * 4, budget, 1e-6)
+    sizes = ("probe", batches, 64 * 256, 64 * 256 * 4096 * 4, startup, 1e-6)
     whole, small = process_budget(*sizes), process_budget(*sizes, first_share=share)
     per_batch = (whole.bound(transfer) - whole.startup_s) / batches
     assert small.bound(transfer, 1) == pytest.approx(small.startup_s + share * per_batch, rel=1e-9)

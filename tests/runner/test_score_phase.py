@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.runner import score_budget
 from harness.runner.agreement import LEAN_FRACTION, TOLERANCE_NATS
 from tests.runner.candidates import compose
 
@@ -32,6 +33,21 @@ def test_training_while_scored_is_stopped_at_the_bound(run_candidate, tmp_path: 
     assert result.val_bpb is None
     assert result.score_seconds is not None and result.score_bound_seconds is not None
     assert "CANDIDATE load_state_dict CALLED" not in result.log_tail  # the harness loads with torch's own
+
+
+def test_hidden_training_within_the_flat_startup_allowance_is_stopped_on_a_cpu(
+    run_candidate, tmp_path: Path
+) -> None:
+    """Two CPU seconds of training before the first answer, the same in both processes (the step
+    count measured in training, carried in the weights): within what CUDA's flat startup allowance
+    would grant, but many times what a CPU grants this run (STARTUP_TOKENS of its own training)."""
+    seconds = 2.0
+    assert 2 * score_budget.CPU_STARTUP_MIN_S < seconds < score_budget.STARTUP_MIN_S
+    train_py = compose(tmp_path, CARRIED, "hostile/trains_for_cpu_seconds.py", seconds=seconds)
+    result = run_candidate(train_py, time_budget=1.0)
+    assert (result.status, result.error_class) == ("invalid", "score_over_budget"), result.log_tail
+    assert "score phase (eval): the model was still running at" in result.error_message
+    assert result.val_bpb is None
 
 
 @pytest.mark.parametrize(

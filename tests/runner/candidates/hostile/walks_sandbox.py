@@ -11,7 +11,7 @@ listed in the others), the memory and open files of every process of its sandbox
 16-byte steps against the hashes (no text) of the test's patterns (HOSTILE_ARGS): the validation
 text, the evaluation rows as text and as token ids (int64, int32, uint16), and a canary planted
 in the training text, which the test also wrote into this file as a comment so that the walk must
-find it. In the train sandbox it then takes a few batches, copies one into /dev/shm, and walks
+find it. In the train sandbox it then takes a row of training data, copies it into /dev/shm, and walks
 memory, /dev/shm and /tmp again: the training canary's tokens must turn up there. Each walk prints
 one LEAKWALK line of JSON.
 """
@@ -223,34 +223,26 @@ def build_model(ctx):
 
 
 def train(model, ctx):
-    batches = ctx.loader(BATCH_SIZE)
-    held = [next(batches) for _ in range(4)]
+    """One row of training data (and what the loader fetches ahead), walked for in memory and in a
+    copy in /dev/shm, then trained on for HOSTILE_ARGS["train_seconds"] of this thread's CPU time. A
+    run served few tokens and training long on each gets a long startup in the score phase on a CPU
+    (STARTUP_TOKENS of its own training, up to 2 % of the budget: harness.runner.score_budget), and
+    the test gives a long budget: so the walks in the score sandboxes' build_model fit in it."""
+    inputs, targets = next(ctx.loader(1))
     with open("/dev/shm/batch.bin", "wb") as handle:
-        handle.write(held[0][0].numpy().tobytes())
+        handle.write(inputs.numpy().tobytes())
     started = time.monotonic()
     walker = Walker()
     walker.walk_processes()
     walker.walk_tree("/dev/shm")
     walker.walk_tree("/tmp")
     walker.report("train-after-data", started)
-    del held
-    honest_train(model, FewSteps(ctx, HOSTILE_ARGS.get("train_steps", 10**9)))
-
-
-class FewSteps:
-    """`ctx` whose time runs out after `steps` logged steps: the test gives a long budget (so that
-    the score phase's startup bound, 2 % of it, covers a walk of the whole tree) and trains a few
-    steps only."""
-
-    def __init__(self, ctx, steps):
-        self._ctx, self._left = ctx, steps
-
-    def __getattr__(self, name):
-        return getattr(self._ctx, name)
-
-    def log(self, **fields):
-        self._left -= 1
-        return self._ctx.log(**fields)
-
-    def time_left(self):
-        return self._ctx.time_left() if self._left > 0 else 0.0
+    optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
+    step, until = 0, time.thread_time() + HOSTILE_ARGS["train_seconds"]
+    while time.thread_time() < until:
+        loss = torch.nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        step += 1
+    ctx.log(step=step, loss=loss.item())
