@@ -20,6 +20,7 @@ ErrorClass = Literal[
     "killed",  # killed by a signal not otherwise explained
     "invalid_output",  # wrong logits shape/dtype, NaN logits
     "non_causal",  # predictions depended on more than the weights and the row's prefix
+    "batch_variant",  # a row's predictions depended on its batch's size (a CPU's one-row first batch)
     "score_over_budget",  # the model ran longer in the score phase than its bound
     "over_budget",  # trained longer than budget + tolerance
     "sandbox_error",  # the sandbox could not start (infrastructure, not the candidate)

@@ -10,8 +10,14 @@ at each position (nats: a log-probability, which is what the score is made of):
   replaced by other text, at the positions before the cut's last one;
 * `cut`: the same, at the last position before the cut, where the next token differs.
 
-Honest models agree exactly on CPU, in float32 and with bf16 autocast (batches have the same row
-count, so the same kernels run; docs/runner.md has the measurements). Two rules, on the
+Honest models agree exactly on CPU, in float32 and with bf16 autocast, when both scorings ran in
+batches of the same row count (the same kernels run; docs/runner.md has the measurements). On a
+CPU the first batch of each process holds one row (harness.runner.score_plan.HEAD_ROWS), and bf16
+kernels on a CPU can round a row differently alone and in a full batch; so a comparison of a row
+scored in a batch of one size with one scored in a batch of the other goes to its own group,
+`shape`. Disagreement there, and nowhere else, is `batch_variant`: the run is not scored, but it is
+no integrity event (an honest model whose forward depends on the batch size ends there; a model
+that changed after its first answer does too, and gains nothing). Two rules, on the
 differences d = nats(first scoring) - nats(second scoring):
 
 1. |d| <= TOLERANCE_NATS at every position: a model that reads ahead or learns moves some
@@ -40,7 +46,12 @@ GROUP_TEXT = {
     "repeat": "the same row, scored early and again late in the evaluation, got different predictions",
     "probe": "a fresh process scoring the same prefix got different predictions",
     "cut": "a fresh process scoring the same prefix with a different next token got different predictions",
+    "shape": "the same prefix, scored in a batch of one row and in a full batch, got different predictions",
 }
+BATCH_VARIANT_FIX = (
+    "a model's prediction for a row may not depend on how many rows its batch holds; on a CPU, score in "
+    "float32 (bf16 kernels there round a row differently alone and in a batch): leave autocast to train()"
+)
 CAUSES = (
     "the score of a row may depend only on the trained weights and the row's own tokens up to each "
     "position: not on later tokens, on other rows, on rows scored before (learning or caching while "
@@ -83,24 +94,32 @@ class Group:
         return float(np.concatenate(self.parts).mean())
 
 
+def verdict(groups: list[Group], shape: Group, tolerance: float) -> tuple[str, str] | None:
+    """(error class, message) for the first rule a group breaks, or None when all agree: the
+    same-shape `groups` first (`non_causal`), then `shape` (`batch_variant`)."""
+    if (broken := judge(groups, tolerance)) is not None:
+        return "non_causal", f"non-causal model: {broken}; {CAUSES}"
+    if (broken := judge([shape], tolerance)) is not None:
+        return "batch_variant", f"batch-variant model: {broken}; {BATCH_VARIANT_FIX}"
+    return None
+
+
 def judge(groups: list[Group], tolerance: float) -> str | None:
-    """The `non_causal` message for the first rule a group breaks, or None when all agree."""
+    """What the first rule a group breaks shows, or None when all agree."""
     for group in groups:
         if group.worst > tolerance:
             row, position = group.worst_at
             return (
-                f"non-causal model: {GROUP_TEXT[group.name]}: the log-probability of the target at "
-                f"position {position} of evaluation row {row} differs by {group.worst:.3g} nats "
-                f"(tolerance {tolerance:g}); {CAUSES}"
+                f"{GROUP_TEXT[group.name]}: the log-probability of the target at position {position} of "
+                f"evaluation row {row} differs by {group.worst:.3g} nats (tolerance {tolerance:g})"
             )
     for group in groups:
         lean, limit = group.lean(), LEAN_FRACTION * tolerance
         if abs(lean) > limit:
             return (
-                f"non-causal model: {GROUP_TEXT[group.name]}: every position is within the tolerance "
-                f"(largest difference {group.worst:.3g} nats, tolerance {tolerance:g}), but over "
-                f"{group.count} positions they lean one way by {lean:.3g} nats on average (limit "
-                f"{limit:.3g}); {CAUSES}"
+                f"{GROUP_TEXT[group.name]}: every position is within the tolerance (largest difference "
+                f"{group.worst:.3g} nats, tolerance {tolerance:g}), but over {group.count} positions they "
+                f"lean one way by {lean:.3g} nats on average (limit {limit:.3g})"
             )
     return None
 

@@ -13,7 +13,9 @@ from typing import Any
 
 MAX_LINE_BYTES = 16 * 1024
 MAX_TEXT_CHARS = 4000
-EVENTS = frozenset({"progress", "phase", "error", "stats", "ready", "compiler_loaded", "loaded", "done"})
+EVENTS = frozenset(
+    {"progress", "phase", "error", "stats", "libraries", "ready", "preloaded", "loaded", "done"}
+)
 
 
 def encode(event: str, **fields: Any) -> bytes:

@@ -1,8 +1,8 @@
 """Inside a score sandbox: rebuild the candidate's model from its weights and run forward passes.
 
 Run as `python -m harness.runner.model_entry CONFIG_JSON` by the trusted scorer. The process
-first imports torch and waits (so the scorer can start it early), loads torch's compiler if the
-scorer says train.py needs it (harness.runner.compiler), then on `go` imports train.py,
+first imports torch and waits (so the scorer can start it early), imports the libraries train.py
+loaded in training if the scorer says so (harness.runner.preload), then on `go` imports train.py,
 calls `build_model`, loads the saved weights (safetensors: tensors only) and answers `batch N`
 commands: it reads N rows of validation *inputs* from shared memory and writes the logits back
 (on CUDA into one GPU buffer the scorer opens through CUDA IPC: harness.runner.cuda_handover).
@@ -62,7 +62,7 @@ def score_context(config: dict[str, Any], device: Any) -> Any:
 
 
 def main(config: dict[str, Any]) -> None:
-    from harness.runner import compiler
+    from harness.runner import preload
     from harness.runner.entry_common import Reporter, finish, import_candidate
 
     reporter = Reporter(config["events_fd"])
@@ -91,13 +91,9 @@ def main(config: dict[str, Any]) -> None:
     reporter.send("ready")
     stream = commands(config["commands_fd"])
     first = next(stream, None)
-    if first is not None and first.get("cmd") == "load_compiler":  # before any candidate code
-        try:
-            compiler.load()
-        except BaseException as exc:
-            reporter.error("harness", exc)
-            finish(1)
-        reporter.send("compiler_loaded")
+    if first is not None and first.get("cmd") == "preload":  # before any candidate code
+        names = first.get("modules")
+        reporter.send("preloaded", count=preload.load(names if isinstance(names, list) else []))
         first = next(stream, None)
     if first is None or first.get("cmd") != "go":
         finish(0)

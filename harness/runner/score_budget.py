@@ -25,8 +25,8 @@ model and loading its weights costs what training on a fixed, small number of to
 size of the baseline (docs/runner.md has the figures), so STARTUP_TOKENS covers models that build
 far more than they train (sparse ones), and what it leaves a candidate to hide is that many tokens
 of its own training. CPU_STARTUP_MIN_S is for what does not grow with the model: importing train.py
-(torch's compiler, the one library that costs more, is loaded before the clock starts:
-harness.runner.compiler). On CUDA a CUDA context alone takes seconds, whatever the model.
+(the libraries it loads, some of which cost more, are imported before the clock starts:
+harness.runner.preload). On CUDA a CUDA context alone takes seconds, whatever the model.
 
 `forward` comes from the run's own training throughput: a forward pass costs about a third of
 a training step (FORWARD_SHARE). `transfer` is the scorer's own time to take one batch of logits

@@ -112,7 +112,7 @@ class Scorer:
                 "train_tokens": trained.tokens_served,
                 "training_seconds": trained.training_seconds,
                 "training_cpu_seconds": trained.training_cpu_seconds,
-                "compiler": trained.compiler_loaded,
+                "libraries": trained.libraries,
             }
         )
         with contextlib.suppress(BrokenPipeError):  # a scorer that died early is reported below

@@ -6,8 +6,9 @@ from the probe, or a repeat from a first showing, by shape; but on a CPU the fir
 process holds HEAD_ROWS rows (the model knows its first batch anyway). What a model does before its
 first answer is bounded by the startup and that batch's allowance alone (score_budget): the
 smaller the first batch, the less training can hide there. Training after it is caught like any
-between batches: the eval's head rows are shown again later. On CUDA not yet: that a row's
-logits agree between a batch of one row and a full one is measured on a CPU only (docs/runner.md).
+between batches: the eval's head rows are shown again later. Comparisons across the two sizes are
+judged apart (`shape`, harness.runner.agreement): a forward that depends on the batch's size is
+`batch_variant`, not `non_causal`. Not on CUDA, where kernels are picked by shape.
 The order is drawn from a fresh OS random seed on every run.
 
 * The eval process sees every row once, in a random order, and then some again: `batch_rows` or

@@ -221,28 +221,40 @@ class Scoring:
         return torch.from_numpy(self.received).to(self.device)
 
     def evaluate(
-        self, model: ModelProcess, clock: Clock, order: np.ndarray, keep: set[int], repeats: agreement.Group
-    ) -> tuple[float, dict[int, np.ndarray]]:
+        self,
+        model: ModelProcess,
+        clock: Clock,
+        order: np.ndarray,
+        keep: set[int],
+        repeats: agreement.Group,
+        shape: agreement.Group,
+    ) -> tuple[float, dict[int, np.ndarray], set[int]]:
         """val_bpb from the first showing of every row, the nats of the first showing of the rows in
-        `keep`, and the repeats compared with their first showing (into `repeats`)."""
+        `keep`, the rows first shown in a batch smaller than a full one (the head), and the repeats
+        compared with their first showing (into `repeats`, or `shape` when one of the two was in the
+        head)."""
         inputs = self.rows.inputs.numpy()
         counted = (self.rows.target_bytes > 0).numpy()
         row_nats = np.zeros(self.rows.num_rows)
         first: dict[int, np.ndarray] = {}
+        alone: set[int] = set()
         seen = np.zeros(self.rows.num_rows, dtype=bool)
         batches = batches_of(order, self.batch_rows, self.head_rows)
         work = [(inputs[batch], self.rows.targets[batch]) for batch in batches]
         for batch, nats in zip(batches, self.take(model, clock, work), strict=True):
+            small = len(batch) < self.batch_rows
             for offset, row in enumerate(batch.tolist()):
                 if seen[row]:
-                    repeats.add(first[row], nats[offset], row)
+                    (shape if small != (row in alone) else repeats).add(first[row], nats[offset], row)
                     continue
+                if small:
+                    alone.add(row)
                 seen[row] = True
                 row_nats[row] = nats[offset][counted[row]].sum()
                 if row in keep:
                     first[row] = nats[offset]
         # math.fsum: the exact sum, so the score does not depend on the order rows were shown in.
-        return bpb(math.fsum(row_nats.tolist()), int(self.rows.target_bytes.sum())), first
+        return bpb(math.fsum(row_nats.tolist()), int(self.rows.target_bytes.sum())), first, alone
 
     def probe(
         self,
@@ -250,31 +262,44 @@ class Scoring:
         clock: Clock,
         plan: list[list[Probe]],
         first: dict[int, np.ndarray],
-        prefix: agreement.Group,
-        cut: agreement.Group,
+        alone: set[int],
+        groups: ProbeGroups,
     ) -> None:
         """Score the probe batches and compare them with the eval's first showing: the positions
-        before each cut's last one (`prefix`), and that last one, whose next token differs (`cut`)."""
+        before each cut's last one (`prefix`), and that last one, whose next token differs (`cut`);
+        into `shape` where one of the two was scored in a smaller batch than the other."""
         work = [
             (np.stack([probe.tokens for probe in batch]), self.rows.targets[[probe.row for probe in batch]])
             for batch in plan
         ]  # each variant is scored against its original row's targets
         for batch, nats in zip(plan, self.take(model, clock, work), strict=True):
-            compare_probes(batch, nats, first, prefix, cut)
+            compare_probes(batch, nats, first, alone, len(batch) < self.batch_rows, groups)
+
+
+@dataclass(frozen=True)
+class ProbeGroups:
+    prefix: agreement.Group
+    cut: agreement.Group
+    shape: agreement.Group
 
 
 def compare_probes(
     batch: list[Probe],
     nats: np.ndarray,
     first: dict[int, np.ndarray],
-    prefix: agreement.Group,
-    cut: agreement.Group,
+    alone: set[int],
+    small: bool,
+    groups: ProbeGroups,
 ) -> None:
     """Add one probe batch's differences from the first showing of its rows: positions before
-    each cut's last one to `prefix`, that last one to `cut`."""
+    each cut's last one to `prefix`, that last one to `cut`; both to `shape` where one of the two
+    was scored in a small first batch and the other not (`alone`: the rows the eval first showed
+    in its small first batch; `small`: this batch is one)."""
     for offset, probe in enumerate(batch):
         expected = first[probe.row]
         last = probe.cut - 1
+        same = (probe.row in alone) == small
+        prefix, cut = (groups.prefix, groups.cut) if same else (groups.shape, groups.shape)
         prefix.add(expected[:last], nats[offset, :last], probe.row)
         cut.add(expected[last : last + 1], nats[offset, last : last + 1], probe.row, last)
 
@@ -285,16 +310,18 @@ def all_finite(logits: torch.Tensor) -> bool:
     return bool(torch.isfinite(logits.amax(dim=-1)).all() and torch.isfinite(logits.amin(dim=-1)).all())
 
 
-def start_model(model: ModelProcess, clock: Clock, phases: Phases, compiler: bool) -> None:
-    """Wait for the model process to be ready, with torch's compiler loaded if `compiler` (it was
-    told to load it: harness.runner.compiler; harness code only, so not timed), then time its start."""
+def start_model(model: ModelProcess, clock: Clock, phases: Phases, libraries: list[str]) -> None:
+    """Wait for the model process to be ready and to have imported `libraries` (what importing
+    train.py loaded in training: harness.runner.preload; harness code only, so not timed), then
+    time its start."""
     stuck = ModelFailure(
         "timeout", "timeout", f"score phase ({model.label}): the sandbox did not start in time"
     )
     with phases(f"{model.label} ready wait"):
         model.wait_for("ready", clock.outer_deadline, stuck)
-        if compiler:
-            model.wait_for("compiler_loaded", clock.outer_deadline, stuck)
+        if libraries:
+            model.send(cmd="preload", modules=libraries)
+            model.wait_for("preloaded", clock.outer_deadline, stuck)
     deadline, late = clock.window()
     with phases(f"{model.label} start", model.pids):
         seconds = model.start(deadline, late, clock.check)
@@ -363,34 +390,36 @@ def score(
     plan = scoring.plan_probes(rng)
     clocks = clocks_for([eval_model, probe_model], order, plan, scoring, go, settings)
     groups = [agreement.Group("repeat"), agreement.Group("probe"), agreement.Group("cut")]
+    shape = agreement.Group("shape")
     tolerance = agreement.tolerance_for(str(scoring.device))
     result: dict[str, Any] = {"status": "ok"}
     try:
         identity = weights_identity(weights)
-        compiler = bool(go.get("compiler"))
-        if compiler:  # both load it now, in parallel, before any candidate code runs in either
-            for model in (eval_model, probe_model):
-                model.send(cmd="load_compiler")
-        start_model(eval_model, clocks[0], phases, compiler)
+        libraries = go.get("libraries") or []
+        start_model(eval_model, clocks[0], phases, libraries)
         repeated = np.flatnonzero(np.bincount(order, minlength=rows.num_rows) > 1)
         keep = {int(row) for row in repeated} | {probe.row for batch in plan for probe in batch}
         with phases("eval batches"):
-            val_bpb, first = scoring.evaluate(eval_model, clocks[0], order, keep, groups[0])
+            val_bpb, first, alone = scoring.evaluate(eval_model, clocks[0], order, keep, groups[0], shape)
         with phases("eval close"):
             eval_model.close()
             if settings["shared_shm"] and (left := empty_run_shm()):  # the probe must find nothing
                 why = f"score phase (eval): it left {left[:3]} in /dev/shm, which could not be removed"
                 raise ModelFailure("invalid", "invalid_output", why)
-        message = agreement.judge(groups[:1], tolerance)
-        if message is None and plan:
+        # A repeat that disagrees in batches of the same size ends it now; one that disagrees only
+        # across sizes goes on to the probe, whose same-size comparisons may still show more.
+        found = agreement.verdict(groups[:1], agreement.Group("shape"), tolerance)
+        if found is None and plan:
             if weights_identity(weights) != identity:
                 raise ModelFailure("invalid", "invalid_output", "the weights file changed while scoring")
-            start_model(probe_model, clocks[1], phases, compiler)
+            start_model(probe_model, clocks[1], phases, libraries)
             with phases("probe batches"):
-                scoring.probe(probe_model, clocks[1], plan, first, groups[1], groups[2])
-            message = agreement.judge(groups, tolerance)
-        if message is not None:
-            result = {"status": "invalid", "error_class": "non_causal", "error_message": message}
+                scoring.probe(
+                    probe_model, clocks[1], plan, first, alone, ProbeGroups(groups[1], groups[2], shape)
+                )
+        found = found or agreement.verdict(groups, shape, tolerance)
+        if found is not None:
+            result = {"status": "invalid", "error_class": found[0], "error_message": found[1]}
         else:
             result["val_bpb"] = val_bpb
     except ModelFailure as failure:
@@ -399,7 +428,7 @@ def score(
         result = {"status": failure.status, "error_class": failure.error_class, "error_message": str(failure)}
     result["score_seconds"] = sum(clock.used for clock in clocks)
     result["score_bound_seconds"] = sum(clock.budget.bound(clock.transfer.least) for clock in clocks)
-    result["log"] = timing_note(clocks, go) + agreement.summary(groups, tolerance) + "\n"
+    result["log"] = timing_note(clocks, go) + agreement.summary([*groups, shape], tolerance) + "\n"
     return result
 
 
@@ -429,8 +458,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         if device.type == "cpu":  # the core the model process leaves spare; the scorer's loss
             torch.set_num_threads(CPU_SPARE_CORES)  # runs while the model computes the next batch
         share = config["probe_share"]
-        # A first batch of HEAD_ROWS on a CPU only: on CUDA a row's logits are not yet shown to
-        # agree between batches of different sizes (harness.runner.score_plan).
+        # A first batch of HEAD_ROWS on a CPU only: on CUDA kernels are picked by shape, so a row's
+        # logits alone and in a batch would often differ (harness.runner.agreement, batch_variant).
         head = HEAD_ROWS if device.type == "cpu" else 0
         scoring = Scoring(rows, config["batch_rows"], device, Transfer(), phases, donor, share, head)
         weights = Path(config["weights_dir"]) / WEIGHTS_FILE

@@ -94,7 +94,7 @@ def declared_flops_per_token(model: Any) -> float | None:
 
 
 def main(config: dict[str, Any]) -> None:
-    from harness.runner import compiler
+    from harness.runner import preload
     from harness.runner.entry_common import Reporter, finish, import_candidate
 
     reporter = Reporter(config["events_fd"])
@@ -146,15 +146,19 @@ def main(config: dict[str, Any]) -> None:
         _log=progress.log,
     )
     where = "import"
+    before = set(sys.modules)
     try:
-        candidate = import_candidate(config["candidate"])
-        where = "build_model"
-        model = candidate.build_model(ctx)
+        with preload.recording() as asked:  # the libraries train.py and build_model use
+            candidate = import_candidate(config["candidate"])
+            where = "build_model"
+            model = candidate.build_model(ctx)
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"build_model must return a torch.nn.Module, not {type(model).__name__}")
         num_params = sum(p.numel() for p in model.parameters())
         declared = declared_flops_per_token(model)
-        reporter.send("phase", name="training", num_params=num_params, compiler=compiler.loaded())
+        for names in preload.messages(preload.reported(before, asked)):
+            reporter.send("libraries", names=names)
+        reporter.send("phase", name="training", num_params=num_params)
         where = "train"
         candidate.train(model, ctx)
         reporter.send("phase", name="trained")

@@ -17,7 +17,7 @@ from typing import Any
 
 from harness.config import HarnessSettings
 from harness.result import ProgressEvent
-from harness.runner import compile_cache, timing
+from harness.runner import compile_cache, preload, timing
 from harness.runner.feeder import Feeder, FeedJob
 from harness.runner.launch import launch
 from harness.runner.limits import Limits, idle_nice, peak_rss_bytes, raise_priority, tree_cpu_seconds
@@ -73,7 +73,8 @@ class TrainOutcome:
     peak_rss_bytes: int = 0
     error: dict[str, str] = field(default_factory=dict)  # (claimed) where, kind, message, traceback
     saved: bool = False  # (claimed) the entry reported the weights saved
-    compiler_loaded: bool = False  # (claimed) importing train.py and build_model loaded torch's compiler
+    # (claimed) the library modules importing train.py and build_model loaded (harness.runner.preload)
+    libraries: list[str] = field(default_factory=list)
     steps: int | None = None  # (claimed) ctx.log calls
     step: int | None = None  # (claimed) the step number last logged, for progress
     tokens: int | None = None  # (claimed)
@@ -424,8 +425,9 @@ def handle(message: dict[str, Any], after: float, outcome: TrainOutcome) -> None
         outcome.cuda_peak_bytes = count(message.get("cuda_peak_bytes"))
         flops = number(message.get("flops_per_token"), 1.0, MAX_FLOPS_PER_TOKEN)
         outcome.flops_per_token = flops if flops is not None and math.isfinite(flops) else None
-    elif event == "phase" and message.get("name") == "training":
-        outcome.compiler_loaded = message.get("compiler") is True
+    elif event == "libraries":
+        room = preload.MAX_NAMES - len(outcome.libraries)
+        outcome.libraries.extend(preload.valid_names(message.get("names"))[: max(0, room)])
     elif event == "phase" and message.get("name") == "saved":
         outcome.saved = True
 

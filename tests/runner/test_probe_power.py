@@ -18,7 +18,7 @@ import pytest
 from harness.config import load_settings
 from harness.runner import agreement
 from harness.runner.score_plan import plan_probes, probe_batches
-from harness.runner.scorer import compare_probes
+from harness.runner.scorer import ProbeGroups, compare_probes
 
 pytestmark = pytest.mark.heavy
 
@@ -54,12 +54,13 @@ def caught(model: LookaheadWhereItPays, evaluated: np.ndarray, targets, plan, to
     """Whether the scorer's comparison of `plan`'s variants with the eval's first showing
     (`evaluated`: the model's nats of every row) finds the model non-causal."""
     first = {probe.row: evaluated[probe.row] for batch in plan for probe in batch}
-    prefix, cut = agreement.Group("probe"), agreement.Group("cut")
+    groups = ProbeGroups(agreement.Group("probe"), agreement.Group("cut"), agreement.Group("shape"))
     for batch in plan:
         tokens = np.stack([probe.tokens for probe in batch])
         rows_targets = targets[[probe.row for probe in batch]]
-        compare_probes(batch, model.nats(tokens, rows_targets), first, prefix, cut)
-    return agreement.judge([prefix, cut], tolerance) is not None
+        compare_probes(batch, model.nats(tokens, rows_targets), first, set(), False, groups)
+    assert groups.shape.count == 0  # full batches only: every comparison is between like batches
+    return agreement.judge([groups.prefix, groups.cut], tolerance) is not None
 
 
 @pytest.mark.parametrize("preset", ["test", "cpu", "h100", "gpu-check"])

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.config import PRESETS, load_settings
+from harness.result import INTEGRITY_CLASSES
 from harness.runner import agreement
 from harness.runner.score_plan import (
     PROBE_POWER,
@@ -193,6 +194,21 @@ def test_a_lean_under_the_tolerance_at_every_position_is_non_causal(share: float
     """A clipped lookahead or adapter: each difference inside the tolerance, all the same way."""
     message = agreement.judge([group("cut", [share * TOLERANCE] * 32)], TOLERANCE)
     assert message is not None and "lean one way" in message
+
+
+def test_a_difference_across_batch_sizes_alone_is_batch_variant_and_no_integrity_class() -> None:
+    """A row scored alone and in a full batch may round differently in bf16 on a CPU: where only
+    those comparisons disagree the run is batch_variant (not scored, not an integrity event); any
+    disagreement between like batches makes it non_causal, whatever the other group shows."""
+    like = [group(name, [0.0] * 8) for name in ("repeat", "probe", "cut")]
+    shape = group("shape", [0.0, 0.02, 0.0])
+    found = agreement.verdict(like, shape, TOLERANCE)
+    assert found is not None and found[0] == "batch_variant" and "float32" in found[1]
+    assert "batch_variant" not in INTEGRITY_CLASSES and "non_causal" in INTEGRITY_CLASSES
+    broken = [*like[:2], group("cut", [0.0, 3 * TOLERANCE])]
+    found = agreement.verdict(broken, shape, TOLERANCE)
+    assert found is not None and found[0] == "non_causal" and "position 1" in found[1]
+    assert agreement.verdict(like, group("shape", [0.0] * 8), TOLERANCE) is None
 
 
 def test_the_device_picks_the_tolerance() -> None:

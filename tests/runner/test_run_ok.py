@@ -73,10 +73,14 @@ def test_honest_candidate_is_trained_scored_and_reported(settings: HarnessSettin
     assert any(event.phase == "train" and event.loss is not None for event in events)
 
 
-def test_a_candidate_that_loads_torchs_compiler_at_import_is_scored(run_candidate, tmp_path: Path) -> None:
+@pytest.mark.parametrize("part", ["libraries/compiler_setting.py", "libraries/compiled_helper.py"])
+def test_a_candidate_that_loads_torchs_compiler_at_import_is_scored(
+    run_candidate, tmp_path: Path, part: str
+) -> None:
     """Loading torch's compiler costs more CPU than a CPU's startup allowance: the train phase reports
-    that importing train.py loaded it, and the score processes load it before their clocks start."""
-    result = run_candidate(compose(tmp_path, "compiler_at_import.py"))
+    the libraries importing train.py loaded, and the score processes import them before their clocks
+    start (harness.runner.preload)."""
+    result = run_candidate(compose(tmp_path, part))
     assert result.status == "ok", result.log_tail
     allowed = [float(a) for a in re.findall(r"its first answer at [\d.]+ of ([\d.]+)", result.log_tail)]
     assert len(allowed) == 2 and all(a < 2 * score_budget.CPU_STARTUP_MIN_S for a in allowed), result.log_tail

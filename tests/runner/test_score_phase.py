@@ -4,10 +4,12 @@ prediction within the tolerance. Each ends invalid; the honest candidates of tes
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from harness.result import INTEGRITY_CLASSES
 from harness.runner import score_budget
 from harness.runner.agreement import LEAN_FRACTION, TOLERANCE_NATS
 from tests.runner.candidates import compose
@@ -48,6 +50,21 @@ def test_hidden_training_within_the_flat_startup_allowance_is_stopped_on_a_cpu(
     assert (result.status, result.error_class) == ("invalid", "score_over_budget"), result.log_tail
     assert "score phase (eval): the model was still running at" in result.error_message
     assert result.val_bpb is None
+
+
+def test_a_forward_that_depends_on_the_batch_size_is_batch_variant_not_an_integrity_event(
+    run_candidate, tmp_path: Path
+) -> None:
+    """On a CPU each process's first batch is one row, compared later with full batches: a model
+    whose row alone rounds differently (bf16 kernels there can) is not scored, and told why, but
+    is no integrity event; every comparison between like batches agreed."""
+    result = run_candidate(compose(tmp_path, "broken/batch_variant.py"), time_budget=1.0)
+    assert (result.status, result.error_class) == ("invalid", "batch_variant"), result.log_tail
+    assert "batch of one row and in a full batch" in result.error_message
+    assert "float32" in result.error_message
+    assert result.error_class not in INTEGRITY_CLASSES
+    assert result.val_bpb is None
+    assert re.search(r"repeat \d+ positions, max 0,", result.log_tail), result.log_tail
 
 
 @pytest.mark.parametrize(

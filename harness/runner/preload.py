@@ -1,0 +1,126 @@
+"""Libraries train.py loads, loaded in a score sandbox before its clock starts.
+
+On a CPU the score phase's startup allowance is small (harness.runner.score_budget), and some
+libraries an honest train.py may load at import or in build_model cost more than all else an honest
+model does before its first answer: torch's compiler above all (a compiler setting, a helper
+decorated with torch.compile), torch.distributed's tensors, ... (docs/runner.md, "The bound"). A
+library's import is library code, not the candidate's work. So the train sandbox reports the
+library modules that importing train.py and build_model loaded or imported again (`recording`,
+`reported`, sent in `libraries` messages: the train entry has loaded torch's compiler before `go`
+for its optimizers, so loading alone would miss it), and each model process imports them on the
+scorer's command (`load`) before `go`, while no candidate code has run in it.
+
+The report is the candidate's and may be anything: only names of modules that resolve to the
+Python installation's own folders (the standard library and site-packages, never train.py or the
+harness) are imported, a name that fails is skipped (the candidate's own import of it then fails
+where it is timed and reported), and the count is capped. A false report costs the scorer untimed
+imports and gains the candidate nothing.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import importlib
+import importlib.util
+import re
+import sys
+import sysconfig
+from collections.abc import Collection, Iterator
+from typing import Any
+
+MAX_NAMES = 20_000
+MAX_NAME_CHARS = 200
+MESSAGE_CHARS = 12_000  # of names in one `libraries` message: under messages.MAX_LINE_BYTES
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def library_folders() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(paths[key].rstrip("/") + "/" for key in ("stdlib", "platstdlib", "purelib", "platlib"))
+
+
+def in_library(origin: str | None, folders: tuple[str, ...]) -> bool:
+    return origin is not None and (origin in ("built-in", "frozen") or origin.startswith(folders))
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[set[str]]:
+    """The absolute module names import statements ask for while inside (with each `from X import
+    Y`'s X.Y), whether or not they were loaded already (train side)."""
+    asked: set[str] = set()
+    original = builtins.__import__
+
+    def recorded(
+        name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
+    ) -> Any:
+        module = original(name, globals, locals, fromlist, level)
+        if level == 0:
+            asked.add(name)
+            asked.update(f"{name}.{item}" for item in fromlist or () if isinstance(item, str))
+        return module
+
+    builtins.__import__ = recorded
+    try:
+        yield asked
+    finally:
+        if builtins.__import__ is recorded:  # unless the candidate put in an import hook of its own
+            builtins.__import__ = original
+
+
+def reported(before: Collection[str], asked: Collection[str]) -> list[str]:
+    """The library modules in sys.modules that were loaded since `before` or `asked` for, sorted
+    (train side)."""
+    folders = library_folders()
+    return valid_names(
+        sorted(
+            name
+            for name, module in list(sys.modules.items())
+            if (name not in before or name in asked)
+            and in_library(getattr(module, "__file__", None) or "built-in", folders)
+        )
+    )
+
+
+def messages(names: list[str]) -> Iterator[list[str]]:
+    """`names` in parts small enough for one message line each (a name's quotes and comma
+    included)."""
+    part: list[str] = []
+    size = 0
+    for name in names:
+        if part and size + len(name) + 4 > MESSAGE_CHARS:
+            yield part
+            part, size = [], 0
+        part.append(name)
+        size += len(name) + 4
+    if part:
+        yield part
+
+
+def valid_names(value: object) -> list[str]:
+    """The well-formed module names in an untrusted `libraries` message (harness side)."""
+    if not isinstance(value, list):
+        return []
+    return [
+        name
+        for name in value
+        if isinstance(name, str) and len(name) <= MAX_NAME_CHARS and NAME.fullmatch(name) is not None
+    ]
+
+
+def load(names: list[str]) -> int:
+    """Import each of `names` whose top-level package is a library's (model side, before any
+    candidate code runs); the number imported."""
+    folders, imported = library_folders(), 0
+    for name in names[:MAX_NAMES]:
+        top = name.partition(".")[0]
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not in_library(spec.origin, folders):
+            continue
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+            imported += 1
+    return imported

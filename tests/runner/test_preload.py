@@ -1,0 +1,78 @@
+"""The libraries a score sandbox imports before its clock starts (harness.runner.preload): only the
+Python installation's own modules, whatever the (untrusted) train sandbox reported."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.runner import preload
+from harness.runner.messages import MAX_LINE_BYTES, encode
+from harness.runner.train_phase import TrainOutcome, handle
+
+
+def run_python(code: str, cwd: Path) -> str:
+    """`code` in a fresh interpreter as the entries run (-I: no current folder on the path)."""
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True, cwd=cwd
+    )
+    return done.stdout.strip()
+
+
+def test_the_train_side_reports_the_libraries_used_and_not_the_candidate(tmp_path: Path) -> None:
+    """What importing train.py loaded, and what it imported that was loaded already (as torch's
+    compiler is in the train entry), but not train.py itself nor what it never asked for."""
+    (tmp_path / "train.py").write_text("import colorsys\nimport json.tool\nfrom email import message\n")
+    code = (
+        "import importlib.util, sys\n"
+        "import email.message, fractions\n"
+        "from harness.runner import preload\n"
+        "before = set(sys.modules)\n"
+        "with preload.recording() as asked:\n"
+        f"    spec = importlib.util.spec_from_file_location('train', {str(tmp_path / 'train.py')!r})\n"
+        "    module = importlib.util.module_from_spec(spec); sys.modules['train'] = module\n"
+        "    spec.loader.exec_module(module)\n"
+        "print(' '.join(preload.reported(before, asked)), __import__ is preload.builtins.__import__)"
+    )
+    *reported, restored = run_python(code, tmp_path).split()
+    assert {"colorsys", "json.tool", "email", "email.message"} <= set(reported)
+    assert "train" not in reported and "fractions" not in reported
+    assert restored == "True"
+
+
+def test_only_library_modules_are_imported(tmp_path: Path) -> None:
+    """A name of the candidate's choosing that is not the installation's (a file beside it, a harness
+    module, nothing at all) is skipped; a library's is imported."""
+    (tmp_path / "planted.py").write_text("print('PLANTED RAN')\n")
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from harness.runner import preload\n"
+        "count = preload.load(['planted', 'server.main', 'no_such_module', 'colorsys', 'json.tool'])\n"
+        "print(count, 'planted' in sys.modules, 'server.main' in sys.modules, 'colorsys' in sys.modules)"
+    )
+    assert run_python(code, tmp_path) == "2 False False True"
+
+
+@given(st.lists(st.text(max_size=300) | st.integers() | st.none(), max_size=50))
+def test_reported_names_are_checked(value) -> None:
+    names = preload.valid_names(value)
+    assert all(isinstance(name, str) and preload.NAME.fullmatch(name) for name in names)
+    assert all(len(name) <= preload.MAX_NAME_CHARS for name in names)
+
+
+def test_the_report_fits_the_message_lines_and_the_harness_caps_it() -> None:
+    names = [f"m{index}" for index in range(preload.MAX_NAMES + 500)]
+    for some in (names, ["a" * preload.MAX_NAME_CHARS] * 500, ["a"] * 20_000):
+        parts = list(preload.messages(some))
+        assert [name for part in parts for name in part] == some
+        assert all(len(encode("libraries", names=part)) < MAX_LINE_BYTES for part in parts)
+    outcome = TrainOutcome()
+    for part in preload.messages(names):
+        handle({"ev": "libraries", "names": part}, 1.0, outcome)
+    handle({"ev": "libraries", "names": "not a list"}, 1.0, outcome)
+    assert outcome.libraries == names[: preload.MAX_NAMES]
