@@ -54,13 +54,16 @@ def failure_kind(exc: BaseException) -> str:
     return "exception"
 
 
+CANDIDATE_MODULE = "train"  # the name train.py is imported under
+
+
 def import_candidate(path: str) -> ModuleType:
-    """Import train.py from `path` as the module `train`."""
-    spec = importlib.util.spec_from_file_location("train", path)
+    """Import train.py from `path` as the module CANDIDATE_MODULE."""
+    spec = importlib.util.spec_from_file_location(CANDIDATE_MODULE, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["train"] = module
+    sys.modules[CANDIDATE_MODULE] = module
     spec.loader.exec_module(module)
     for name in ("build_model", "train"):
         if not callable(getattr(module, name, None)):

@@ -5,10 +5,13 @@ libraries an honest train.py may load at import or in build_model cost more than
 model does before its first answer: torch's compiler above all (a compiler setting, a helper
 decorated with torch.compile), torch.distributed's tensors, ... (docs/runner.md, "The bound"). A
 library's import is library code, not the candidate's work. So the train sandbox reports the
-library modules that importing train.py and build_model loaded or imported again (`recording`,
-`reported`, sent in `libraries` messages: the train entry has loaded torch's compiler before `go`
-for its optimizers, so loading alone would miss it), and each model process imports them on the
-scorer's command (`load`) before `go`, while no candidate code has run in it.
+library modules that importing train.py and build_model loaded, or that train.py's own import
+statements asked for (`recording`, `reported`, sent in `libraries` messages: the train entry has
+loaded torch's compiler before `go` for its optimizers, so loading alone would miss an `import
+torch._dynamo`), and each model process imports them on the scorer's command (`load`) before
+`go`, while no candidate code has run in it. Not seen: a module train.py reaches only as an
+attribute of one loaded already (`torch._dynamo.config` with no import of `torch._dynamo`); its
+load is then timed (docs/runner.md).
 
 The report is the candidate's and may be anything: only names of modules that resolve to the
 Python installation's own folders (the standard library and site-packages, never train.py or the
@@ -45,20 +48,21 @@ def in_library(origin: str | None, folders: tuple[str, ...]) -> bool:
 
 
 @contextlib.contextmanager
-def recording() -> Iterator[set[str]]:
-    """The absolute module names import statements ask for while inside (with each `from X import
-    Y`'s X.Y), whether or not they were loaded already (train side)."""
+def recording(module: str) -> Iterator[set[str]]:
+    """The absolute module names that import statements of `module` (train.py's: not the libraries'
+    own, which ask for torch's compiler once it is loaded whether or not a fresh process would)
+    ask for while inside, with each `from X import Y`'s X.Y, loaded already or not (train side)."""
     asked: set[str] = set()
     original = builtins.__import__
 
     def recorded(
         name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
     ) -> Any:
-        module = original(name, globals, locals, fromlist, level)
-        if level == 0:
+        imported = original(name, globals, locals, fromlist, level)
+        if level == 0 and isinstance(globals, dict) and globals.get("__name__") == module:
             asked.add(name)
             asked.update(f"{name}.{item}" for item in fromlist or () if isinstance(item, str))
-        return module
+        return imported
 
     builtins.__import__ = recorded
     try:

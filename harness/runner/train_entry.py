@@ -95,7 +95,7 @@ def declared_flops_per_token(model: Any) -> float | None:
 
 def main(config: dict[str, Any]) -> None:
     from harness.runner import preload
-    from harness.runner.entry_common import Reporter, finish, import_candidate
+    from harness.runner.entry_common import CANDIDATE_MODULE, Reporter, finish, import_candidate
 
     reporter = Reporter(config["events_fd"])
     try:
@@ -148,7 +148,7 @@ def main(config: dict[str, Any]) -> None:
     where = "import"
     before = set(sys.modules)
     try:
-        with preload.recording() as asked:  # the libraries train.py and build_model use
+        with preload.recording(CANDIDATE_MODULE) as asked:  # the libraries train.py uses
             candidate = import_candidate(config["candidate"])
             where = "build_model"
             model = candidate.build_model(ctx)

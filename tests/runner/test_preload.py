@@ -26,13 +26,15 @@ def run_python(code: str, cwd: Path) -> str:
 def test_the_train_side_reports_the_libraries_used_and_not_the_candidate(tmp_path: Path) -> None:
     """What importing train.py loaded, and what it imported that was loaded already (as torch's
     compiler is in the train entry), but not train.py itself nor what it never asked for."""
-    (tmp_path / "train.py").write_text("import colorsys\nimport json.tool\nfrom email import message\n")
+    (tmp_path / "train.py").write_text(
+        "import colorsys\nimport json.tool\nfrom email import message\nimport fractions as f\nf.Fraction(1)\n"
+    )
     code = (
         "import importlib.util, sys\n"
-        "import email.message, fractions\n"
+        "import email.message, fractions, statistics\n"
         "from harness.runner import preload\n"
         "before = set(sys.modules)\n"
-        "with preload.recording() as asked:\n"
+        "with preload.recording('train') as asked:\n"
         f"    spec = importlib.util.spec_from_file_location('train', {str(tmp_path / 'train.py')!r})\n"
         "    module = importlib.util.module_from_spec(spec); sys.modules['train'] = module\n"
         "    spec.loader.exec_module(module)\n"
@@ -40,7 +42,8 @@ def test_the_train_side_reports_the_libraries_used_and_not_the_candidate(tmp_pat
     )
     *reported, restored = run_python(code, tmp_path).split()
     assert {"colorsys", "json.tool", "email", "email.message"} <= set(reported)
-    assert "train" not in reported and "fractions" not in reported
+    assert "train" not in reported and "statistics" not in reported
+    assert "fractions" in reported  # asked for by train.py, though loaded before
     assert restored == "True"
 
 
