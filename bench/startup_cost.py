@@ -73,7 +73,7 @@ else:  # importing LIBRARY_USER: cold (reporting what it loaded), or after prelo
     started = cpu()
     spec = importlib.util.spec_from_file_location("train", {library_user!r})
     spec.loader.exec_module(importlib.util.module_from_spec(spec))
-    print(json.dumps({{"import": cpu() - started, "loaded": preload.loaded_since(before)}}))
+    print(json.dumps({{"import": cpu() - started, "loaded": preload.reported(before, set())}}))
 """
 # A train.py head that loads libraries an honest one may: torch's compiler (a setting and a helper
 # decorated with torch.compile) and torch.distributed's tensors.
