@@ -6,12 +6,11 @@ model does before its first answer: torch's compiler above all (a compiler setti
 decorated with torch.compile), torch.distributed's tensors, ... (docs/runner.md, "The bound"). A
 library's import is library code, not the candidate's work. So the train sandbox reports the
 library modules that importing train.py and build_model loaded, or that train.py's own import
-statements asked for (`recording`, `reported`, sent in `libraries` messages: the train entry has
-loaded torch's compiler before `go` for its optimizers, so loading alone would miss an `import
-torch._dynamo`), and each model process imports them on the scorer's command (`load`) before
-`go`, while no candidate code has run in it. Not seen: a module train.py reaches only as an
-attribute of one loaded already (`torch._dynamo.config` with no import of `torch._dynamo`); its
-load is then timed (docs/runner.md).
+statements asked for or its code reaches as attributes (`recording`, `reached`, `reported`, sent in
+`libraries` messages: the train entry has loaded torch's compiler before `go` for its optimizers,
+so loading alone would miss `import torch._dynamo` or `torch._dynamo.config`), and each model
+process imports them on the scorer's command (`load`) before `go`, while no candidate code has
+run in it.
 
 The report is the candidate's and may be anything: only names of modules that resolve to the
 Python installation's own folders (the standard library and site-packages, never train.py or the
@@ -22,6 +21,7 @@ imports and gains the candidate nothing.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import contextlib
 import importlib
@@ -29,7 +29,8 @@ import importlib.util
 import re
 import sys
 import sysconfig
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
+from types import ModuleType
 from typing import Any
 
 MAX_NAMES = 20_000
@@ -70,6 +71,25 @@ def recording(module: str) -> Iterator[set[str]]:
     finally:
         if builtins.__import__ is recorded:  # unless the candidate put in an import hook of its own
             builtins.__import__ = original
+
+
+def reached(source: str | bytes, namespace: Mapping[str, Any]) -> set[str]:
+    """The dotted names train.py's code (its functions' too) reaches as attribute chains from a
+    module it holds in `namespace`, `torch._dynamo.config.x` giving `torch._dynamo`,
+    `torch._dynamo.config` and `torch._dynamo.config.x` (train side; `reported` keeps the modules)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        chain: list[str] = []
+        while isinstance(node, ast.Attribute):
+            chain.append(node.attr)
+            node = node.value
+        root = namespace.get(node.id) if isinstance(node, ast.Name) else None
+        if isinstance(root, ModuleType) and chain:
+            dotted = root.__name__
+            for attr in reversed(chain):
+                dotted = f"{dotted}.{attr}"
+                names.add(dotted)
+    return names
 
 
 def reported(before: Collection[str], asked: Collection[str]) -> list[str]:

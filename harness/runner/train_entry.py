@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from harness.runner.limits import Limits, apply_rlimits
@@ -156,6 +157,7 @@ def main(config: dict[str, Any]) -> None:
             raise TypeError(f"build_model must return a torch.nn.Module, not {type(model).__name__}")
         num_params = sum(p.numel() for p in model.parameters())
         declared = declared_flops_per_token(model)
+        asked |= preload.reached(Path(config["candidate"]).read_bytes(), vars(candidate))
         for names in preload.messages(preload.reported(before, asked)):
             reporter.send("libraries", names=names)
         reporter.send("phase", name="training", num_params=num_params)

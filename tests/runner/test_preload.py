@@ -47,6 +47,31 @@ def test_the_train_side_reports_the_libraries_used_and_not_the_candidate(tmp_pat
     assert restored == "True"
 
 
+def test_modules_train_py_reaches_as_attributes_are_reported(tmp_path: Path) -> None:
+    """torch's compiler reached as an attribute of torch (loaded already in the train entry, so
+    neither loaded nor imported by train.py), in a function too, is reported; a plain attribute and
+    a name that is not a module are not."""
+    source = (
+        "import email\nimport json as j\n"
+        "def f():\n    return email.message.Message, j.tool\n"
+        "email.charset.ALIASES\nj.dumps\nvalue = 3\nvalue.real\n"
+    )
+    (tmp_path / "train.py").write_text(source)
+    code = (
+        "import importlib.util, sys\n"
+        "import email.message, email.charset, json.tool\n"
+        "from harness.runner import preload\n"
+        "before = set(sys.modules)\n"
+        f"spec = importlib.util.spec_from_file_location('train', {str(tmp_path / 'train.py')!r})\n"
+        "module = importlib.util.module_from_spec(spec); sys.modules['train'] = module\n"
+        "spec.loader.exec_module(module)\n"
+        f"asked = preload.reached(open({str(tmp_path / 'train.py')!r}, 'rb').read(), vars(module))\n"
+        "print(' '.join(preload.reported(before, asked)))"
+    )
+    reported = run_python(code, tmp_path).split()
+    assert sorted(reported) == ["email.charset", "email.message", "json.tool"]
+
+
 def test_only_library_modules_are_imported(tmp_path: Path) -> None:
     """A name of the candidate's choosing that is not the installation's (a file beside it, a harness
     module, nothing at all) is skipped; a library's is imported."""

@@ -73,7 +73,10 @@ def test_honest_candidate_is_trained_scored_and_reported(settings: HarnessSettin
     assert any(event.phase == "train" and event.loss is not None for event in events)
 
 
-@pytest.mark.parametrize("part", ["libraries/compiler_setting.py", "libraries/compiled_helper.py"])
+COMPILER_AT_IMPORT = ["compiler_setting.py", "compiler_attribute.py", "compiled_helper.py"]
+
+
+@pytest.mark.parametrize("part", [f"libraries/{name}" for name in COMPILER_AT_IMPORT])
 def test_a_candidate_that_loads_torchs_compiler_at_import_is_scored(
     run_candidate, tmp_path: Path, part: str
 ) -> None:
