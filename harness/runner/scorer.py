@@ -408,8 +408,7 @@ def score(
                 raise ModelFailure("invalid", "invalid_output", why)
         # A repeat that disagrees in batches of the same size ends it now; one that disagrees only
         # across sizes goes on to the probe, whose same-size comparisons may still show more.
-        found = agreement.verdict(groups[:1], agreement.Group("shape"), tolerance)
-        if found is None and plan:
+        if agreement.judge(groups[:1], tolerance) is None and plan:
             if weights_identity(weights) != identity:
                 raise ModelFailure("invalid", "invalid_output", "the weights file changed while scoring")
             start_model(probe_model, clocks[1], phases, libraries)
@@ -417,7 +416,7 @@ def score(
                 scoring.probe(
                     probe_model, clocks[1], plan, first, alone, ProbeGroups(groups[1], groups[2], shape)
                 )
-        found = found or agreement.verdict(groups, shape, tolerance)
+        found = agreement.verdict(groups, shape, tolerance)
         if found is not None:
             result = {"status": "invalid", "error_class": found[0], "error_message": found[1]}
         else:
