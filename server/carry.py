@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from cachetools import TTLCache, cached
 
 from server.changes import ChangeSummary, summarize
-from server.patches import PatchError, carry_over
+from server.patches import PatchError
 from server.research_repo import ResearchRepo, blob_sha
 from server.train_py_limits import Limits, refusal
 
@@ -49,18 +49,15 @@ def carried(
     """The change from `base` to `own`, carried onto `best` and committed there (no ref points at
     the commit yet: an unused one is an unreachable object, which `git gc` removes in time). The
     train.py it makes is held to `limits` as a submitted one is (server/train_py_limits.py)."""
-    base_source = repo.train_py(base).decode("utf-8")
-    own_source = repo.train_py(own).decode("utf-8")
-    best_source = repo.train_py(best).decode("utf-8")
     try:
-        moved_source = carry_over(base_source, own_source, best_source)
+        moved = repo.cherry_pick(base, own, best, message, author)
     except PatchError as exc:
         return Carried(stale=f"its change does not apply to the new best: {exc.detail}")
-    if moved_source == best_source:
+    if moved.commit is None:
         return Carried(stale="the new best already contains its change")
-    refused = refusal(moved_source, limits)
-    if refused is not None:
+    refused = refusal(moved.source, limits)
+    if refused is not None:  # its commit stays unreachable, as an unused carry's does
         return Carried(stale=f"its change on the new best is refused: the {refused.detail}")
-    content = moved_source.encode()
-    commit = repo.commit_candidate(best, content, message, author)
-    return Carried(blob=blob_sha(content), commit=commit, change=summarize(best_source, moved_source))
+    return Carried(
+        blob=blob_sha(moved.source.encode()), commit=moved.commit, change=summarize(moved.onto, moved.source)
+    )

@@ -32,7 +32,7 @@ from server.crud.project import load_project
 from server.keep_rates import KeepRates, Tally, keep_rates
 from server.models import EXPERIMENTS
 from server.near_misses import Measured, NearMiss, near_misses
-from server.patches import PatchError, carry_over
+from server.patches import PatchError
 from server.research_repo import ResearchRepo, UnknownCommit
 
 T = TypeVar("T")
@@ -104,15 +104,9 @@ def applies_to(repo: ResearchRepo, base: str, commit: str, best: str) -> bool:
     """Whether the change from `base` to `commit` applies to `best` and changes it. Commits never
     change, so the answer is cached (a diff of two train.py files takes milliseconds)."""
     try:
-        best_source = repo.train_py(best).decode("utf-8", "replace")
-        moved = carry_over(
-            repo.train_py(base).decode("utf-8", "replace"),
-            repo.train_py(commit).decode("utf-8", "replace"),
-            best_source,
-        )
+        return repo.moved(base, commit, best).changes
     except (PatchError, UnknownCommit):  # UnknownCommit: the research repo lost one of them
         return False
-    return moved != best_source
 
 
 def change_view(parsed: bool | None, rows: list[Any]) -> ChangeOut:

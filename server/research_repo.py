@@ -21,6 +21,7 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import dataclass, replace
 from io import BytesIO
 from pathlib import Path
 from typing import TypeVar
@@ -30,6 +31,8 @@ import gitdb.exc
 from git.objects.fun import tree_entries_from_data, tree_to_stream
 from gitdb import IStream
 from gitdb.db import LooseObjectDB
+
+from server.patches import carry_over
 
 TRAIN_PY = "train.py"
 PROGRAM_MD = "program.md"
@@ -44,6 +47,21 @@ V = TypeVar("V")
 
 class UnknownCommit(LookupError):
     """The commit does not exist in the research repo (or has no train.py)."""
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A change moved onto another commit: that commit's train.py (`onto`), the train.py with the
+    change (`source`), and the commit written for it, if one was."""
+
+    onto: str
+    source: str
+    commit: str | None = None
+
+    @property
+    def changes(self) -> bool:
+        """Whether the change changes anything there (False: it is already contained)."""
+        return self.source != self.onto
 
 
 def blob_sha(content: bytes) -> str:
@@ -184,6 +202,23 @@ class ResearchRepo:
         with self.lock:
             _remember(self._train_py, commit, train_py, self._cache_size)
         return commit
+
+    # Changes between commits -------------------------------------------------------------------
+
+    def moved(self, base_sha: str, own_sha: str, onto_sha: str) -> Moved:
+        """The change from `base_sha` to `own_sha` applied to the train.py of `onto_sha`, with exact
+        context (server/patches.py; PatchError when it does not apply). Nothing is written."""
+        base, own, onto = (self.train_py(sha).decode("utf-8") for sha in (base_sha, own_sha, onto_sha))
+        return Moved(onto=onto, source=carry_over(base, own, onto))
+
+    def cherry_pick(self, base_sha: str, own_sha: str, onto_sha: str, message: str, agent: str) -> Moved:
+        """`git cherry-pick` for a change to train.py, without fuzz or merging: the change moved onto
+        `onto_sha` and committed on it (no ref points at the commit yet). No commit is written when
+        `onto_sha` already contains the change."""
+        moved = self.moved(base_sha, own_sha, onto_sha)
+        if not moved.changes:
+            return moved
+        return replace(moved, commit=self.commit_candidate(onto_sha, moved.source.encode(), message, agent))
 
     def _write_ref(self, path: str, commit_sha: str) -> None:
         # A Commit made from its id is not looked up, so writing the ref starts no git process.
