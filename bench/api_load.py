@@ -389,7 +389,9 @@ async def mixed_phase(
     stop = time.monotonic() + duration
     clients = [LeanClient(url) for _ in range(agents + workers)]
     try:
-        tasks = [agent_loop(clients[i], tokens["agents"][i], stop, stats) for i in range(agents)]
+        tasks: list[Awaitable[object]] = [
+            agent_loop(clients[i], tokens["agents"][i], stop, stats) for i in range(agents)
+        ]
         tasks += [
             worker_loop(clients[agents + i], tokens["worker"], f"gpu{i}", stop, stats, 0.5, 2.0, results)
             for i in range(workers)
@@ -463,15 +465,15 @@ def seed_queue(db: Database, count: int, baseline: str, blob: str, agent_id: int
             insert(Run),
             [
                 {
-                    "experiment_id": row["id"],
+                    "experiment_id": first + i,
                     "number": 1,
-                    "seed": run_seed(row["id"], 1),
+                    "seed": run_seed(first + i, 1),
                     "kind": "first",
                     "status": "queued",
                     "attempts": 0,
                     "queued_at": row["queued_at"],
                 }
-                for row in rows
+                for i, row in enumerate(rows)
             ],
         )
 
@@ -539,7 +541,10 @@ def seed_history(db: Database, total: int, baseline: str, agent_ids: list[int], 
     batch = 5000
     for first in range(0, missing, batch):
         n = min(batch, missing - first)
-        experiments, runs, leases, results = [], [], [], []
+        experiments: list[dict[str, object]] = []
+        runs: list[dict[str, object]] = []
+        leases: list[dict[str, object]] = []
+        results: list[dict[str, object]] = []
         with db.write() as session:
             next_id = (session.scalar(select(Experiment.id).order_by(Experiment.id.desc()).limit(1)) or 0) + 1
             next_run = (session.scalar(select(func.max(Run.id))) or 0) + 1
@@ -570,7 +575,7 @@ def seed_history(db: Database, total: int, baseline: str, agent_ids: list[int], 
                         "val_bpb": val,
                         "valid_runs": 0 if crashed else 1,
                         "val_bpb_m2": 0.0,
-                        "effect": None if crashed else val - 0.98,
+                        "effect": None if val is None else val - 0.98,
                         "compared_runs": None if crashed else 1,
                         "best_runs": None if crashed else 1,
                         "platform": PLATFORM,
@@ -637,7 +642,7 @@ async def reads_phase(url: str, repeats: int) -> Stats:
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
         first = (await http.get("/api/v1/experiments", params={"limit": 50})).json()
         deep_cursor = first["items"][-1]["id"] // 2
-        queries = {
+        queries: dict[str, tuple[str, dict[str, str | int]]] = {
             "leaderboard": ("/api/v1/leaderboard", {}),
             "agents": ("/api/v1/agents", {}),
             "experiments (first page)": ("/api/v1/experiments", {"limit": 50}),

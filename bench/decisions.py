@@ -179,7 +179,7 @@ def _project(folder: Path, rule: str, workers: int, overrides: dict[str, str]) -
         data_dir=folder,
         harness_id=HARNESS_ID,
         platform=PLATFORM,
-        decision_rule=rule,  # type: ignore[arg-type]
+        decision_rule=rule,
         max_queued_per_agent=workers + 1,
         **{name.lower(): value for name, value in overrides.items()},  # type: ignore[arg-type]
     )

@@ -28,7 +28,7 @@ from client.api import CONNECTION_LIMITS
 from server.main import create_app
 from server.serving import KEEP_ALIVE_S, served_in_thread
 
-DEFAULT_S = 5.0  # uvicorn's timeout_keep_alive and httpx's keepalive_expiry
+DEFAULT_S = 5  # uvicorn's timeout_keep_alive and httpx's keepalive_expiry
 
 
 async def one_client(url: str, limits: httpx.Limits, rounds: int, dropped: Counter[str]) -> int:

@@ -180,7 +180,7 @@ def seed_experiments(
 DECISIONS = {ExperimentStatus.KEPT: Decision.KEEP, ExperimentStatus.REVERTED: Decision.REVERT}
 
 
-def _outcome(rng: random.Random, best: float) -> tuple[str, float | None, str | None]:
+def _outcome(rng: random.Random, best: float) -> tuple[ExperimentStatus, float | None, str | None]:
     """Status, val_bpb and run status of one finished experiment: mostly worse than the best.
 
     Keeps gain less and less as the best nears a floor of 0.8, as a long night of research does.
@@ -206,7 +206,7 @@ def new_project(data_dir: Path) -> ServerSettings:
         baseline = session.get(Experiment, baseline_id)
         assert baseline is not None
         now = datetime.now(UTC) - timedelta(days=60)
-        baseline.status, baseline.val_bpb, baseline.decision = ExperimentStatus.KEPT, 1.0, "keep"
+        baseline.status, baseline.val_bpb, baseline.decision = ExperimentStatus.KEPT, 1.0, Decision.KEEP
         baseline.valid_runs, baseline.started_at, baseline.finished_at = 1, now, now
         session.execute(
             update(Run)

@@ -34,9 +34,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testkit, beside bench/
 
-import httpx
+import httpx2  # what Starlette's TestClient answers with
 import yappi
 from api_load import HARNESS_ID, PLATFORM, unique_change
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event
 
@@ -74,22 +75,23 @@ def new_project(database_url: str, folder: Path) -> tuple[ServerSettings, str, s
 
 
 @contextmanager
-def project_app(database_url: str, folder: Path) -> Iterator[tuple[TestClient, str, str]]:
-    """The app on a new project; yields the client, an agent token and the baseline commit."""
+def project_app(database_url: str, folder: Path) -> Iterator[tuple[FastAPI, TestClient, str, str]]:
+    """The app on a new project; yields it, its client, an agent token and the baseline commit."""
     settings, token, baseline = new_project(database_url, folder)
-    with TestClient(create_app(settings)) as http:
-        yield http, token, baseline
+    app = create_app(settings)
+    with TestClient(app) as http:
+        yield app, http, token, baseline
 
 
 def requests_of(
     http: TestClient, token: str, baseline: str, count: int
-) -> dict[str, Callable[[], httpx.Response]]:
+) -> dict[str, Callable[[], httpx2.Response]]:
     """The three requests; submits send patches made beforehand (making one is the client's work)."""
     headers = {"Authorization": f"Bearer {token}"}
     source = DEFAULT_TRAIN_PY.read_text()
     patches = iter([make_patch(source, unique_change(source, uuid.uuid4().hex)) for _ in range(count)])
 
-    def submit() -> httpx.Response:
+    def submit() -> httpx2.Response:
         body = {"description": "profiled change", "patch": next(patches), "base": baseline}
         return http.post("/api/v1/experiments", json=body, headers=headers)
 
@@ -101,7 +103,7 @@ def requests_of(
     }
 
 
-def cost(request: Callable[[], httpx.Response], count: int) -> tuple[float, float]:
+def cost(request: Callable[[], httpx2.Response], count: int) -> tuple[float, float]:
     """CPU and wall milliseconds per request, over `count` requests after 5 to warm up."""
     for _ in range(5):
         request().raise_for_status()
@@ -132,7 +134,7 @@ def sql_sent(engine: Engine) -> Iterator[tuple[list[str], list[int]]]:
         event.remove(engine.pool, "checkout", checkout)
 
 
-def count_sql(engine: Engine, request: Callable[[], httpx.Response], count: int) -> tuple[list[str], int]:
+def count_sql(engine: Engine, request: Callable[[], httpx2.Response], count: int) -> tuple[list[str], int]:
     """The statements of the last of `count` requests, and the pool checkouts per request."""
     with sql_sent(engine) as (statements, checkouts):
         for _ in range(count):
@@ -152,7 +154,7 @@ def ours(stat: yappi.YFuncStat) -> bool:
     return path.is_relative_to(REPO_ROOT) and ".venv" not in path.parts and "bench" not in path.parts
 
 
-def profile(request: Callable[[], httpx.Response], count: int, top: int) -> None:
+def profile(request: Callable[[], httpx2.Response], count: int, top: int) -> None:
     yappi.clear_stats()
     yappi.set_clock_type("cpu")
     yappi.start(builtins=False, profile_threads=True)
@@ -182,14 +184,14 @@ def main() -> None:
             if args.db == "postgresql"
             else f"sqlite:///{folder / 'profile.db'}"
         )
-        http, token, baseline = stack.enter_context(project_app(database_url, folder))
+        app, http, token, baseline = stack.enter_context(project_app(database_url, folder))
         requests = requests_of(http, token, baseline, 2 * args.requests + 40)
         print(f"{args.db}, {args.requests} requests of each kind, in-process (client CPU included):")
         costs = {name: cost(request, args.requests) for name, request in requests.items()}
         reference = costs["GET /healthz (reference)"][0]
         for name, (cpu, wall) in costs.items():
             print(f"  {name:28s} {cpu:6.2f} ms CPU ({cpu / reference:4.1f}x healthz), {wall:6.2f} ms wall")
-        engine = http.app.state.ctx.db.engine
+        engine = app.state.ctx.db.engine
         for name, request in requests.items():
             statements, checkouts = count_sql(engine, request, 10)
             print(f"  {name:28s} {len(statements):3d} SQL statements, {checkouts} connection checkouts")

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, TypedDict
 
 import torch  # noqa: F401  (a worker process has it loaded before its first experiment)
 
@@ -58,7 +59,16 @@ def torch_import_seconds() -> float:
     return time.monotonic() - started
 
 
-def measure(args: argparse.Namespace) -> dict[str, object]:
+class Report(TypedDict):
+    """What one interpreter's runs measured (printed as JSON for the comparing parent)."""
+
+    import_torch: float
+    overhead: list[float]
+    all_but_training: list[float]
+    val_bpb: list[float]
+
+
+def measure(args: argparse.Namespace) -> Report:
     """Run the candidate `args.runs` times with the harness this interpreter imports; print each run."""
     overrides = {"time_budget": args.budget} if args.budget else {}
     settings = load_settings(args.preset, **overrides)
@@ -71,7 +81,7 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
     )
     print(f"reference: python -c 'import torch' takes {reference:.2f} s")
     overheads, rest, val_bpb = [], [], []
-    recorded: list[list[dict[str, object]]] = []
+    recorded: list[list[dict[str, Any]]] = []
     with_phases = args.phases and Phases is not None
     for run in range(1, args.runs + 1):
         extra = {"phases": Phases()} if with_phases else {}
@@ -106,7 +116,7 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
     return {"import_torch": reference, "overhead": overheads, "all_but_training": rest, "val_bpb": val_bpb}
 
 
-def print_phases(runs: list[list[dict[str, object]]]) -> None:
+def print_phases(runs: list[list[dict[str, Any]]]) -> None:
     """Median over `runs` of each phase's wall, own CPU and sandbox CPU seconds."""
     print(f"phases, median of {len(runs)} run(s): wall s / CPU s (runner or scorer) / model sandbox CPU s")
     names = list(dict.fromkeys(phase["name"] for run in runs for phase in run))
@@ -118,7 +128,7 @@ def print_phases(runs: list[list[dict[str, object]]]) -> None:
         print(f"  {name:56} {' '.join(cells)}")
 
 
-def measure_in_child(python: Path, args: argparse.Namespace, label: str) -> dict[str, object]:
+def measure_in_child(python: Path, args: argparse.Namespace, label: str) -> Report:
     """This script under another interpreter (so another checkout's harness); its lines prefixed."""
     argv = [
         str(python),
@@ -134,13 +144,13 @@ def measure_in_child(python: Path, args: argparse.Namespace, label: str) -> dict
     argv += ["--phases"] if args.phases else []
     with subprocess.Popen([*argv, "--report-json"], stdout=subprocess.PIPE, text=True) as child:
         assert child.stdout is not None
-        report: dict[str, object] = {}
+        report: Report | None = None
         for line in child.stdout:
             if line.startswith(REPORT):
                 report = json.loads(line.removeprefix(REPORT))
             else:
                 print(f"[{label}] {line}", end="", flush=True)
-    if child.returncode != 0 or not report:
+    if child.returncode != 0 or report is None:
         raise SystemExit(f"{label}: {python} {__file__} failed ({child.returncode})")
     return report
 
@@ -161,11 +171,11 @@ def compare(args: argparse.Namespace) -> None:
     before, after = reports["before"], reports["after"]
     print(f"{'':32} {'before':>24} {'after':>24}")
     print(f"{'import torch (s)':32} {before['import_torch']:>24.2f} {after['import_torch']:>24.2f}")
-    for key, text in (
-        ("all_but_training", "all but training, per run (s)"),
-        ("overhead", "overhead, per run (s)"),
+    for text, per_run in (
+        ("all but training, per run (s)", (before["all_but_training"], after["all_but_training"])),
+        ("overhead, per run (s)", (before["overhead"], after["overhead"])),
     ):
-        cells = [" / ".join(f"{value:.1f}" for value in report[key]) for report in (before, after)]
+        cells = [" / ".join(f"{value:.1f}" for value in values) for values in per_run]
         print(f"{text:32} {cells[0]:>24} {cells[1]:>24}")
     print(f"{'val_bpb, mean +- sd':32} {spread(before['val_bpb']):>24} {spread(after['val_bpb']):>24}")
     if len(before["val_bpb"]) > 1 and len(after["val_bpb"]) > 1:

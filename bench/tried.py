@@ -89,6 +89,8 @@ def run_arm(
             runs = sum(1 for e in client.iter_search(limit=200) if e.valid_runs > 0)
     finally:
         project.close()
+    if baseline.val_bpb is None or best.val_bpb is None:
+        raise SystemExit(f"seed {seed}: the baseline or the best has no val_bpb (see {folder})")
     return Arm(
         seed=seed,
         skip=skip,
@@ -129,9 +131,9 @@ def main() -> None:
                 )
     differences = []
     for seed in seeds:
-        skip = next(a for a in arms if a.seed == seed and a.skip)
+        skipping = next(a for a in arms if a.seed == seed and a.skip)
         plain = next(a for a in arms if a.seed == seed and not a.skip)
-        differences.append(plain.best - skip.best)  # positive: skipping reached a lower best
+        differences.append(plain.best - skipping.best)  # positive: skipping reached a lower best
     lower = sum(1 for d in differences if d > 0)
     print(
         f"\nbest(no skip) - best(skip), per seed: {', '.join(f'{d:+.6f}' for d in differences)}\n"

@@ -25,6 +25,8 @@ from harness.prepare import prepare
 class Unigram(torch.nn.Module):
     """Logits that ignore the context: the log-probabilities of the token frequencies."""
 
+    log_probs: torch.Tensor  # a buffer
+
     def __init__(self, counts: np.ndarray) -> None:
         super().__init__()
         smoothed = torch.from_numpy(counts.astype(np.float64)) + 1.0  # add-one smoothing

@@ -23,6 +23,7 @@ one of its constants as experiments.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import statistics
@@ -66,6 +67,11 @@ def timing_lines(path: Path) -> list[dict[str, Any]]:
 def timings(path: Path) -> dict[int, dict[str, Any]]:
     """The latest timing line of each experiment."""
     return {line["experiment_id"]: line for line in timing_lines(path)}
+
+
+def logged(path: Path, experiment_id: int) -> bool:
+    """Whether the worker logged the experiment's timing line."""
+    return experiment_id in timings(path)
 
 
 def healthz_round_trip(url: str, n: int = 20) -> float:
@@ -113,7 +119,7 @@ def measure(project: Project, experiments: int, timeout: float) -> None:
     claimed = wait_until(lambda: timings(log).get(pickup_id), timeout, "the pickup experiment")["claimed_at"]
     reference = healthz_round_trip(project.url)
     for experiment_id in ids:
-        wait_until(lambda i=experiment_id: i in timings(log), timeout * 2, f"experiment {experiment_id}")
+        wait_until(functools.partial(logged, log, experiment_id), timeout * 2, f"experiment {experiment_id}")
         project.final(experiment_id, timeout=timeout)
 
     rows = timings(log)
@@ -144,21 +150,21 @@ def measure(project: Project, experiments: int, timeout: float) -> None:
         raise SystemExit("no run was scored: no figures (see the server's experiment logs)")
     wall = sum(c.wall for c in cycles)
     idle = 1 - sum(c.train + c.score for c in cycles) / wall
-    worker = statistics.mean(c.worker for c in cycles)
+    worker_s = statistics.mean(c.worker for c in cycles)
     runner_other = statistics.mean(c.runner_other for c in cycles)
     startup = statistics.mean(c.startup for c in cycles)
     print(f"\nover the {len(cycles)} scored run(s), {wall:.0f} s of worker wall time:")
     print(f"  idle fraction at this budget: {100 * idle:.1f}%")
     print(
-        f"  fixed cost per experiment: worker {worker:.3f} s (claim, hash check, spool, report) + runner "
+        f"  fixed cost per experiment: worker {worker_s:.3f} s (claim, hash check, spool, report) + runner "
         f"{runner_other:.2f} s (sandboxes, hand-over) + train-process startup {startup:.2f} s"
     )
     print(f"  reference: python -c 'import torch' takes {torch_import_seconds():.2f} s on this machine now")
     print(f"  idle fraction at the h100 budget ({H100_BUDGET:.0f} s) from these fixed costs:")
     for name, cost in (
-        ("worker", worker),
-        ("worker + runner", worker + runner_other),
-        ("worker + runner + train-process startup", worker + runner_other + startup),
+        ("worker", worker_s),
+        ("worker + runner", worker_s + runner_other),
+        ("worker + runner + train-process startup", worker_s + runner_other + startup),
     ):
         fraction = cost / (cost + H100_BUDGET)
         verdict = "met" if fraction < TARGET_IDLE else "NOT met"

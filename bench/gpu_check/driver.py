@@ -20,6 +20,7 @@ cap and never more than what is left, and one that cannot get its minimum is ski
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -171,7 +172,7 @@ def setup(mode: str, work: Path) -> tuple[dict[str, Any], dict[str, str]]:
     if mode == "gpu":
         facts["site"] = attempt(lambda: link_site(site))
     for tool in TOOLS:
-        facts[tool.name] = attempt(lambda tool=tool: provide(tool, work, force_kit=mode == "cpu"))
+        facts[tool.name] = attempt(functools.partial(provide, tool, work, force_kit=mode == "cpu"))
     facts["corpus_files_pinned"] = attempt(lambda: {"files": pin_corpus_mtimes()})
     env = {**os.environ, **kit_env(), "PYTHONUNBUFFERED": "1"}
     if any("bin_dir" in facts[tool.name] for tool in TOOLS):

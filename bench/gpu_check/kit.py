@@ -101,7 +101,7 @@ def kit_settings() -> HarnessSettings:
 
 def requirement_pins(path: Path = PINS) -> dict[str, str]:
     """name -> pinned version, from requirements.txt (names canonicalised)."""
-    pins = {}
+    pins: dict[str, str] = {}
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
@@ -308,7 +308,7 @@ def build() -> dict[str, Any]:
         apt_download()
         data = build_data()
         kit_size, tree_size = folder_bytes(KIT), tree_bytes()
-        record = {
+        record: dict[str, Any] = {
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "commit": git_commit(),
             "requirements_sha256": requirements_sha256(),

@@ -97,10 +97,27 @@ def started_at(project: Project, experiment_id: int) -> float | None:
     return value.timestamp() if value else None
 
 
+# The figures of a run's result that the check records.
+RUN_FIGURES = [
+    "status",
+    "error_class",
+    "val_bpb",
+    "training_seconds",
+    "startup_seconds",
+    "score_seconds",
+    "total_seconds",
+    "peak_memory_mb",
+    "mfu_percent",
+    "tokens",
+    "steps",
+    "device",
+    "sandbox",
+    "seed",
+]
+
+
 def run_figures(row: dict[str, Any]) -> dict[str, Any]:
-    keys = ("status", "error_class", "val_bpb", "training_seconds", "startup_seconds", "score_seconds")
-    keys += ("total_seconds", "peak_memory_mb", "mfu_percent", "tokens", "steps", "device", "sandbox", "seed")
-    figures = {key: row.get(key) for key in keys}
+    figures = {key: row.get(key) for key in RUN_FIGURES}
     trained = row.get("training_seconds") or 0.0
     figures["tokens_per_s"] = round(row["tokens"] / trained) if row.get("tokens") and trained else None
     return figures
