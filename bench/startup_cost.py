@@ -41,11 +41,11 @@ def cpu():
     return usage.ru_utime + usage.ru_stime
 
 torch.set_num_threads(1)
-what, depth, width, weights = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+what, depth, width, path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 if what == "train":
     model = baseline.GPT({vocab}, {seq_len}, depth, width, {head_dim})
     model.init_weights()
-    safetensors.torch.save_file({{k: v.contiguous() for k, v in model.state_dict().items()}}, weights)
+    safetensors.torch.save_file({{k: v.contiguous() for k, v in model.state_dict().items()}}, path)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     tokens = torch.randint(0, {vocab}, ({batch}, {seq_len}))
     for step in range(4):  # the first step is left out: it allocates what later steps reuse
@@ -62,12 +62,12 @@ elif what == "startup":
     torch.manual_seed(0)
     model = baseline.GPT({vocab}, {seq_len}, depth, width, {head_dim})
     model.init_weights()
-    torch.nn.Module.load_state_dict(model, safetensors.torch.load_file(weights), strict=True)
+    torch.nn.Module.load_state_dict(model, safetensors.torch.load_file(path), strict=True)
     print(json.dumps({{"startup": cpu() - started}}))
-else:  # importing LIBRARY_USER: cold (reporting what it loaded), or after preloading `weights`' names
+else:  # importing LIBRARY_USER: cold (reporting what it loaded), or after preloading the names at `path`
     import importlib.util
     from harness.runner import preload
-    names = json.loads(open(weights).read()) if what == "preloaded" else []
+    names = json.loads(open(path).read()) if what == "preloaded" else []
     preload.load(names)
     before = set(sys.modules)
     started = cpu()
@@ -91,16 +91,18 @@ def doubled(x):
 """
 
 
-def measure(what: str, depth: int, width: int, weights: Path) -> dict[str, Any]:
+def measure(what: str, depth: int, width: int, path: Path) -> dict[str, Any]:
+    """One measurement in a fresh process; `path` is the weights file, or the names file for an
+    import."""
     script = MEASURE.format(
         baseline=str(ROOT / "harness" / "baseline"),
         vocab=VOCAB,
         seq_len=SEQ_LEN,
         head_dim=HEAD_DIM,
         batch=MICRO_BATCH,
-        library_user=str(weights.parent / "library_user.py"),
+        library_user=str(path.parent / "library_user.py"),
     )
-    command = [sys.executable, "-c", script, what, str(depth), str(width), str(weights)]
+    command = [sys.executable, "-c", script, what, str(depth), str(width), str(path)]
     done = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT)
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -14,6 +14,9 @@ from harness.runner import preload
 from harness.runner.messages import MAX_LINE_BYTES, encode
 from harness.runner.train_phase import TrainOutcome, handle
 
+# What import_candidate requires of a train.py, as the train entry imports it.
+ENTRY_POINTS = "\ndef build_model(ctx):\n    pass\n\n\ndef train(model, ctx):\n    pass\n"
+
 
 def run_python(code: str, cwd: Path) -> str:
     """`code` in a fresh interpreter as the entries run (-I: no current folder on the path)."""
@@ -28,16 +31,16 @@ def test_the_train_side_reports_the_libraries_used_and_not_the_candidate(tmp_pat
     compiler is in the train entry), but not train.py itself nor what it never asked for."""
     (tmp_path / "train.py").write_text(
         "import colorsys\nimport json.tool\nfrom email import message\nimport fractions as f\nf.Fraction(1)\n"
+        + ENTRY_POINTS
     )
     code = (
-        "import importlib.util, sys\n"
+        "import sys\n"
         "import email.message, fractions, statistics\n"
         "from harness.runner import preload\n"
+        "from harness.runner.entry_common import CANDIDATE_MODULE, import_candidate\n"
         "before = set(sys.modules)\n"
-        "with preload.recording('train') as asked:\n"
-        f"    spec = importlib.util.spec_from_file_location('train', {str(tmp_path / 'train.py')!r})\n"
-        "    module = importlib.util.module_from_spec(spec); sys.modules['train'] = module\n"
-        "    spec.loader.exec_module(module)\n"
+        "with preload.recording(CANDIDATE_MODULE) as asked:\n"
+        f"    import_candidate({str(tmp_path / 'train.py')!r})\n"
         "print(' '.join(preload.reported(before, asked)), __import__ is preload.builtins.__import__)"
     )
     *reported, restored = run_python(code, tmp_path).split()
@@ -56,15 +59,14 @@ def test_modules_train_py_reaches_as_attributes_are_reported(tmp_path: Path) -> 
         "def f():\n    return email.message.Message, j.tool\n"
         "email.charset.ALIASES\nj.dumps\nvalue = 3\nvalue.real\n"
     )
-    (tmp_path / "train.py").write_text(source)
+    (tmp_path / "train.py").write_text(source + ENTRY_POINTS)
     code = (
-        "import importlib.util, sys\n"
+        "import sys\n"
         "import email.message, email.charset, json.tool\n"
         "from harness.runner import preload\n"
+        "from harness.runner.entry_common import import_candidate\n"
         "before = set(sys.modules)\n"
-        f"spec = importlib.util.spec_from_file_location('train', {str(tmp_path / 'train.py')!r})\n"
-        "module = importlib.util.module_from_spec(spec); sys.modules['train'] = module\n"
-        "spec.loader.exec_module(module)\n"
+        f"module = import_candidate({str(tmp_path / 'train.py')!r})\n"
         f"asked = preload.reached(open({str(tmp_path / 'train.py')!r}, 'rb').read(), vars(module))\n"
         "print(' '.join(preload.reported(before, asked)))"
     )
