@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from bench.pages import seed_experiments
 from client.states import ExperimentStatus
 from server.core.db import Database, create_db_engine
 from server.crud.project import load_project
 from server.models import Experiment, NoiseEstimate, utcnow
 from server.pages import queries
 from server.pages.chart_cache import ChartCache
+from testkit.seeded_history import seed_experiments
 from tests.pages.live_server import init_research
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.pages import seed_experiments
 from server.core.db import Database, create_db_engine
+from testkit.seeded_history import seed_experiments
 from tests.pages.live_server import LiveServer, live_server
 from tests.pages.protocol import Research
 
