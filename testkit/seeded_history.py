@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
-from client.states import Decision, ExperimentStatus, RunKind, RunState
+from client.states import Decision, ExperimentStatus, LeaseState, RunKind, RunState, TokenKind
 from server.core.db import Database
 from server.crud.project import load_project
 from server.crud.tokens import create_token
@@ -28,7 +28,7 @@ IDEAS = (
 )  # fmt: skip
 
 
-def _token_id(session: Session, kind: str, name: str) -> int:
+def _token_id(session: Session, kind: TokenKind, name: str) -> int:
     statement = select(ApiToken.id).where(ApiToken.kind == kind, ApiToken.name == name)
     if session.scalar(statement) is None:
         create_token(session, kind, name)
@@ -36,7 +36,7 @@ def _token_id(session: Session, kind: str, name: str) -> int:
 
 
 def _worker_id(session: Session, start: datetime) -> str:
-    token_id = _token_id(session, "worker", "bench-workers")
+    token_id = _token_id(session, TokenKind.WORKER, "bench-workers")
     existing = session.scalar(select(Worker.id).where(Worker.token_id == token_id))
     if existing is not None:
         return existing
@@ -70,7 +70,7 @@ def seed_experiments(
         commit = baseline.commit_sha
         best_experiment = session.get(Experiment, project.best_experiment_id)
         best = best_experiment.val_bpb if best_experiment and best_experiment.val_bpb is not None else 1.0
-        agent_ids = [_token_id(session, "agent", name) for name in agents]
+        agent_ids = [_token_id(session, TokenKind.AGENT, name) for name in agents]
         # After everything already there: the chart orders experiments by when they finished.
         latest = session.scalar(select(func.max(Experiment.created_at)))
         start = max(
@@ -128,7 +128,7 @@ def seed_experiments(
                 leases.append(
                     dict(
                         id=lease_id, experiment_id=id_, run_id=first_run_id + n, worker_id=worker_id,
-                        attempt=1, state="finished",
+                        attempt=1, state=LeaseState.FINISHED,
                         claimed_at=created, expires_at=finished, ended_at=finished,
                     )
                 )  # fmt: skip
