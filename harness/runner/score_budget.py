@@ -55,7 +55,7 @@ STARTUP_MIN_S = 3.0
 STARTUP_FRACTION = 0.02
 # On a CPU, in CPU seconds: the floor for what does not grow with the model, and the training
 # tokens whose cost the startup may take (many times what a dense model's build and load take).
-CPU_STARTUP_MIN_S = 0.5
+CPU_STARTUP_MIN_S = 1.0
 STARTUP_TOKENS = 2000
 FORWARD_SHARE = 1.0 / 3.0  # forward FLOPs per token are a third of a training step's (2 of 6)
 # How much slower per token than a third of a training step an honest forward may be, by device
