@@ -17,6 +17,8 @@ PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
 
 def resolve_device(requested: str | None) -> str:
     """`requested`, or cuda when a GPU is visible, else cpu."""
+    if requested == "cpu":  # asking torch costs its import, a second of a worker's start
+        return requested
     import torch
 
     if requested:

@@ -17,10 +17,9 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from harness.runner.cuda_handover import ExportError, Handover, OpenError, open_export
 from harness.runner.launch import Launched, launch
@@ -29,6 +28,9 @@ from harness.runner.messages import LineReader, text
 from harness.runner.output import OutputTail
 from harness.runner.sandbox import Bind, SandboxSpec, python_command, visible_path
 from harness.runner.train_phase import WEIGHTS_FILE
+
+if TYPE_CHECKING:  # the scorer's process has torch; a worker that only starts sandboxes need not
+    import torch
 
 
 class ModelFailure(Exception):

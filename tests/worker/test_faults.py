@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -159,3 +160,9 @@ def test_two_workers_many_experiments_each_runs_once_and_best_only_improves(proj
         before = experiment.best_before
         if experiment.status == "kept" and before and before.val_bpb is not None:
             assert experiment.val_bpb < before.val_bpb, i
+    # After whole runs, a worker on the CPU has still not loaded torch itself: only its sandboxes
+    # and scorers do (its start and its memory stay small).
+    for worker in workers:
+        assert worker.proc is not None
+        maps = Path(f"/proc/{worker.proc.pid}/maps").read_text()
+        assert "libtorch" not in maps, worker.name
