@@ -79,6 +79,9 @@ class SandboxSpec:
     cwd: str = "/"
     cuda: bool = False
     env: dict[str, str] = field(default_factory=dict)
+    # What hides the validation text (hidden_args()); None: work it out in this process. The
+    # scorer is given the runner's, so each run's scorer does not walk the system folders again.
+    hidden: tuple[str, ...] | None = None
 
 
 @functools.cache
@@ -242,7 +245,8 @@ def bwrap_argv(spec: SandboxSpec, command: Sequence[str]) -> list[str]:
         argv += ["--ro-bind", str(root), str(root)]
     if spec.cuda:
         argv += cuda_args()
-    argv += hidden_args()  # last of the system binds: no later bind may show what it hides
+    # Last of the system binds: no later bind may show what it hides.
+    argv += hidden_args() if spec.hidden is None else spec.hidden
     for scratch in spec.scratch:
         argv += ["--size", str(scratch.size_bytes), "--tmpfs", scratch.dest]
     for bind in spec.binds:

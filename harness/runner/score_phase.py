@@ -18,6 +18,7 @@ from harness.runner.cuda_handover import Handover, RunShm, handover_for
 from harness.runner.limits import Limits, descendants, idle_nice, raise_priority
 from harness.runner.messages import MAX_TEXT_CHARS
 from harness.runner.output import ProgressPacer
+from harness.runner.sandbox import hidden_args
 from harness.runner.train_phase import TrainOutcome
 
 # Beyond the scorer's own limit: time for it to notice, clean up and answer.
@@ -82,6 +83,8 @@ class Scorer:
             "limits": asdict(job.limits),
             "timeout": job.timeout,
             "shared_shm": self.shm is not None,
+            # Worked out once per runner process, so that no scorer walks the system folders again.
+            "hidden": list(hidden_args()) if job.sandboxed else None,
         }
         command = [sys.executable, "-I", "-B", "-u", "-m", "harness.runner.scorer", json.dumps(config)]
         if self.shm is not None:

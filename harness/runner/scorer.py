@@ -499,6 +499,7 @@ def setup(config: dict[str, Any]) -> tuple[EvalRows, np.ndarray, list[ModelProce
         limits=Limits(**config["limits"]),
         handover=handover_for(config["device"]),
         shared_shm=config["shared_shm"],
+        hidden=None if config["hidden"] is None else tuple(config["hidden"]),
     )
     return rows, donor, [ModelProcess(job, "eval"), ModelProcess(job, "probe")]
 

@@ -45,7 +45,8 @@ from harness.data.tokens import open_token_dir
 from harness.data_layout import PreparedPaths
 from harness.prepare import prepare
 from harness.runner import run as runner
-from harness.runner.sandbox import system_roots
+from harness.runner import sandbox
+from harness.runner.sandbox import HELD_OUT_STUB, system_roots
 from harness.tokenizer import load_tokenizer
 from tests.harness.shard_server import Behaviour, ShardServer
 from tests.runner.candidates import compose
@@ -312,3 +313,22 @@ def test_data_inside_a_folder_every_sandbox_sees_is_refused(
     refusal = f"{setting.upper()}=.* lies inside {visible}, which every sandbox sees"
     with pytest.raises(DataError, match=refusal):
         runner.run_experiment(Path(__file__), chosen)
+
+
+def test_a_sandbox_given_the_runners_hiding_uses_it_and_walks_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scorer starts its model sandboxes with the hiding its runner worked out (the walk above
+    covers what they see); given it, a spec does not walk the system folders again."""
+    hidden = sandbox.hidden_args()
+    assert str(HELD_OUT_STUB) in hidden  # the held-out modules are among what it hides
+
+    def walk(*_: object) -> list[Path]:
+        raise AssertionError("walked the system folders again")
+
+    monkeypatch.setattr(sandbox, "other_standard_libraries", walk)
+    sandbox.hidden_args.cache_clear()
+    argv = sandbox.bwrap_argv(sandbox.SandboxSpec(hidden=hidden), ["true"])
+    assert "\0".join(hidden) in "\0".join(argv)  # all of it, in its order
+    with pytest.raises(AssertionError, match="walked"):  # without it, the spec works it out here
+        sandbox.bwrap_argv(sandbox.SandboxSpec(), ["true"])
