@@ -17,7 +17,7 @@ PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
 
 def resolve_device(requested: str | None) -> str:
     """`requested`, or cuda when a GPU is visible, else cpu."""
-    if requested == "cpu":  # asking torch costs its import, a second of a worker's start
+    if requested == "cpu":  # asking torch costs its import: a worker's start (docs/benchmarks.md)
         return requested
     import torch
 

@@ -45,8 +45,7 @@ from harness.data.tokens import open_token_dir
 from harness.data_layout import PreparedPaths
 from harness.prepare import prepare
 from harness.runner import run as runner
-from harness.runner import sandbox
-from harness.runner.sandbox import HELD_OUT_STUB, system_roots
+from harness.runner.sandbox import HELD_OUT_STUB, SandboxSpec, bwrap_argv, hidden_args, system_roots
 from harness.tokenizer import load_tokenizer
 from tests.harness.shard_server import Behaviour, ShardServer
 from tests.runner.candidates import compose
@@ -320,15 +319,15 @@ def test_a_sandbox_given_the_runners_hiding_uses_it_and_walks_nothing(
 ) -> None:
     """The scorer starts its model sandboxes with the hiding its runner worked out (the walk above
     covers what they see); given it, a spec does not walk the system folders again."""
-    hidden = sandbox.hidden_args()
+    hidden = hidden_args()
     assert str(HELD_OUT_STUB) in hidden  # the held-out modules are among what it hides
 
     def walk(*_: object) -> list[Path]:
         raise AssertionError("walked the system folders again")
 
-    monkeypatch.setattr(sandbox, "other_standard_libraries", walk)
-    sandbox.hidden_args.cache_clear()
-    argv = sandbox.bwrap_argv(sandbox.SandboxSpec(hidden=hidden), ["true"])
+    monkeypatch.setattr("harness.runner.sandbox.other_standard_libraries", walk)
+    hidden_args.cache_clear()
+    argv = bwrap_argv(SandboxSpec(hidden=hidden), ["true"])
     assert "\0".join(hidden) in "\0".join(argv)  # all of it, in its order
     with pytest.raises(AssertionError, match="walked"):  # without it, the spec works it out here
-        sandbox.bwrap_argv(sandbox.SandboxSpec(), ["true"])
+        bwrap_argv(SandboxSpec(), ["true"])
