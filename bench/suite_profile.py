@@ -7,8 +7,9 @@ As a pytest plugin, each test runs with its pytest process in a fresh cgroup of 
 hierarchy, so every process the test starts (servers, workers, sandboxes, scorers: the runner's
 own cgroups are `pids` and `memory` only) is counted in it, wherever it is reparented to. The
 usage is read when the session ends, so a process that outlives its test (a session fixture's
-server and worker) counts with the test that started it. `time`, `os.times()` and xdist's
-durations all miss most of this: a sandbox's processes are not waited for by the test. Needs root
+server and worker) counts with the test that started it. Each session replaces the last one's
+figures. `time`, `os.times()` and xdist's durations all miss most of this: a sandbox's processes
+are not waited for by the test. Needs root
 and the cpuacct hierarchy (the development and CI machines have both); without them the plugin
 stops the session with the reason rather than report nothing.
 """
@@ -39,6 +40,8 @@ def pytest_configure(config: pytest.Config) -> None:
         ROOT.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise pytest.UsageError(f"bench.suite_profile needs root and cgroup v1 cpuacct: {exc}") from exc
+    if not hasattr(config, "workerinput"):  # the session's first process (xdist's controller or alone)
+        OUT.unlink(missing_ok=True)  # this session's rows only; its test processes append theirs
 
 
 @pytest.hookimpl(hookwrapper=True)

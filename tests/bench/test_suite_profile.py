@@ -40,6 +40,8 @@ def test_waits_for_it():
 def test_each_test_is_charged_the_cpu_of_the_processes_it_started(tmp_path: Path) -> None:
     (tmp_path / "test_burn.py").write_text(TESTS)
     out = tmp_path / "profile.jsonl"
+    earlier = {"id": "test_old.py::test_of_an_earlier_session", "wall_s": 1, "cpu_s": 1}
+    out.write_text(json.dumps(earlier) + "\n")
     env = {**os.environ, "SUITE_PROFILE_OUT": str(out), "BURNER_PID_FILE": str(tmp_path / "pid")}
     done = subprocess.run(
         [
@@ -63,7 +65,7 @@ def test_each_test_is_charged_the_cpu_of_the_processes_it_started(tmp_path: Path
     )
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {row["id"].split("::")[1]: row for row in map(json.loads, out.read_text().splitlines())}
-    assert rows.keys() == {"test_starts_a_burner", "test_waits_for_it"}
+    assert rows.keys() == {"test_starts_a_burner", "test_waits_for_it"}  # the earlier session's row gone
     # The burner's second is the first test's, though it ran on during the second.
     assert rows["test_starts_a_burner"]["cpu_s"] >= 0.95
     assert rows["test_waits_for_it"]["cpu_s"] < 0.5
