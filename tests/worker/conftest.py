@@ -15,14 +15,17 @@ from testkit.candidates import bigram
 from testkit.processes import InitialisedProject, Project, init_project, serve
 from tests.fixtures_data import test_data  # noqa: F401  (session fixture)
 
-# Short, so that a killed worker's experiment is requeued within seconds. Tests that take the
-# server down for longer ask for a longer lease with
-# @pytest.mark.parametrize("project", [{"lease_seconds": 60}], indirect=True); tests that must act
-# while a run is still training ask for a longer {"time_budget": ...} the same way, since the
-# test preset's 3 s run can end before a signal or a cancel reaches it on a loaded machine; and
-# {"fleet_progress_per_s": ...} and {"max_attempts": ...} set the server's FLEET_PROGRESS_PER_S and
-# MAX_ATTEMPTS.
-LEASE_SECONDS = 3.0
+# Long enough that a machine which stalls for seconds (a loaded CI machine; a virtual machine
+# paused for a snapshot froze both test processes for 9 s once, and 3 s leases expired under two
+# tests that never meant to lose them) does not take a lease from a live worker. Tests of an
+# expired lease ask for a short one with
+# @pytest.mark.parametrize("project", [{"lease_seconds": 3}], indirect=True), so that a killed
+# worker's experiment is requeued within seconds, and tests that take the server down for longer
+# ask for a longer one the same way. Tests that must act while a run is still training ask for a
+# longer {"time_budget": ...}, since the test preset's 3 s run can end before a signal or a cancel
+# reaches it on a loaded machine; and {"fleet_progress_per_s": ...} and {"max_attempts": ...} set
+# the server's FLEET_PROGRESS_PER_S and MAX_ATTEMPTS.
+LEASE_SECONDS = 20.0
 
 
 @pytest.fixture(scope="session")

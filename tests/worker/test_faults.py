@@ -28,8 +28,9 @@ def leases_of(project: Project, experiment_id: int) -> list[tuple[str, str, str]
     )
 
 
-# Long enough that the kill surely lands while the first worker trains; the second runs it whole.
-@pytest.mark.parametrize("project", [{"time_budget": 10}], indirect=True)
+# Long enough that the kill surely lands while the first worker trains; the second runs it whole
+# once the short lease has expired.
+@pytest.mark.parametrize("project", [{"lease_seconds": 3, "time_budget": 10}], indirect=True)
 def test_sigkilled_worker_experiment_runs_again_elsewhere_and_is_recorded_once(project: Project) -> None:
     """Slow (30 to 60 s): the kill must land during training (TIME_BUDGET 10 s), then a second
     worker waits for the lease to expire and runs the experiment whole."""
@@ -53,7 +54,7 @@ def test_sigkilled_worker_experiment_runs_again_elsewhere_and_is_recorded_once(p
     assert project.query("SELECT name FROM workers WHERE id = ?", worker_id) == [("second",)]
 
 
-@pytest.mark.parametrize("project", [{"time_budget": 10}], indirect=True)
+@pytest.mark.parametrize("project", [{"lease_seconds": 3, "time_budget": 10}], indirect=True)
 def test_frozen_worker_loses_its_lease_and_stops_when_it_wakes(project: Project) -> None:
     """A worker cut off longer than the lease (SIGSTOP stands in for a network partition)."""
     frozen = project.worker("frozen")
