@@ -10,7 +10,7 @@ import pytest
 
 from harness.config import HarnessSettings
 from harness.runner import timing
-from tests.proc_scan import processes_mentioning
+from tests.proc_scan import children_mentioning
 from tests.runner.candidates import compose
 
 pytestmark = pytest.mark.heavy
@@ -131,16 +131,15 @@ def test_the_scorer_starts_only_once_the_candidate_trains(
 ) -> None:
     """The scorer and its two model sandboxes (three interpreters importing torch) start at the
     candidate's first training batch: one that fails in build_model never costs them, one that
-    trains does. Seen from /proc while the run goes (the scorer's command line names the run)."""
+    trains does. Seen in /proc, among this process's children, while the run goes (the scorer's
+    command line names the run)."""
     candidate = compose(tmp_path, *([part] if part else []))
     seen: list[str] = []
     done = threading.Event()
 
     def look() -> None:
         while not done.is_set():
-            seen.extend(
-                c for c in processes_mentioning("harness.runner.scorer").values() if str(tmp_path) in c
-            )
+            seen.extend(c for c in children_mentioning("harness.runner.scorer") if str(tmp_path) in c)
             time.sleep(0.02)
 
     watcher = threading.Thread(target=look)
