@@ -9,9 +9,9 @@ own cgroups are `pids` and `memory` only) is counted in it, wherever it is repar
 usage is read when the session ends, so a process that outlives its test (a session fixture's
 server and worker) counts with the test that started it. Each session replaces the last one's
 figures. `time`, `os.times()` and xdist's durations all miss most of this: a sandbox's processes
-are not waited for by the test. Needs root
-and the cpuacct hierarchy (the development and CI machines have both); without them the plugin
-stops the session with the reason rather than report nothing.
+are not waited for by the test. Needs root and the cpuacct hierarchy (the development and CI
+machines have both); without them the plugin stops the session with the reason rather than report
+nothing.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from testkit.processes import InitialisedProject, Project, init_project, serve
 from tests.fixtures_data import test_data  # noqa: F401  (session fixture)
 
 # Long enough that a machine which stalls for seconds (a loaded CI machine; a virtual machine
-# paused for a snapshot froze both test processes for 9 s once, and 3 s leases expired under two
-# tests that never meant to lose them) does not take a lease from a live worker. Tests of an
+# paused for a snapshot once froze both test processes for seconds, and 3 s leases expired under
+# two tests that never meant to lose them) does not take a lease from a live worker. Tests of an
 # expired lease ask for a short one with
 # @pytest.mark.parametrize("project", [{"lease_seconds": 3}], indirect=True), so that a killed
 # worker's experiment is requeued within seconds, and tests that take the server down for longer
