@@ -22,13 +22,19 @@ def build_model(ctx):
 
 
 def steps_for(model, seconds):
+    """Timed warm, at the fastest of a few tries: a process's first steps pay for setting up its
+    kernels and memory, and a loaded machine slows some tries, and either would make the count too
+    small (the score processes, which take many steps, would then train for far less)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    started = time.thread_time()
     train_on_carried(model, CALIBRATION_STEPS)
-    per_step = (time.thread_time() - started) / CALIBRATION_STEPS
+    tries = []
+    for _ in range(3):
+        started = time.thread_time()
+        train_on_carried(model, CALIBRATION_STEPS)
+        tries.append((time.thread_time() - started) / CALIBRATION_STEPS)
     torch.set_num_threads(threads)
-    return int(seconds / per_step) + 1
+    return int(seconds / min(tries)) + 1
 
 
 def train(model, ctx):
