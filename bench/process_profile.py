@@ -7,8 +7,8 @@ Every `interval` seconds each process's CPU seconds (user + system, /proc/PID/st
 process is known by its pid and start time, so a reused pid is a new process; one already running
 when sampling starts counts only what it uses after. What a process uses after its last sample is
 missed, and so is a process that lives less than `interval`: the figures are a floor. A process's
-kind is the first of KINDS whose marker is in its command line. bench/suite_profile.py answers the
-other question, which test a process belongs to.
+kind is the first of KINDS whose marker is in its command line, read when it is first seen.
+bench/suite_profile.py answers the other question, which test a process belongs to.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+from harness.runner.limits import TICKS_PER_S
 
 # (marker in the command line, kind), first match wins: the harness's processes before the
 # project's commands, and those before the tools that run them.
@@ -59,40 +59,45 @@ class Seen:
     last_cpu_s: float
 
 
-def read_processes() -> dict[tuple[int, str], tuple[float, str]]:
-    """(pid, start time) -> (CPU seconds so far, command line) of every process now."""
+def cpu_now() -> dict[tuple[int, str], float]:
+    """(pid, start time) -> CPU seconds so far, of every process now."""
     found = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             stat = Path(entry.path, "stat").read_text()
-            cmdline = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue  # it ended meanwhile
         # The fields after the command name, which may hold spaces and parentheses.
         fields = stat.rsplit(")", 1)[1].split()
-        cpu_s = (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime, stime
-        found[(int(entry.name), fields[19])] = (cpu_s, cmdline.strip())
+        ticks = int(fields[11]) + int(fields[12])  # utime, stime
+        found[(int(entry.name), fields[19])] = ticks / TICKS_PER_S
     return found
+
+
+def command_line(pid: int) -> str:
+    """Read once, when a process is first seen (its kind stays what that says)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""  # it ended meanwhile
 
 
 def profile(
     command: list[str], interval: float, kinds: Sequence[tuple[str, str]] = KINDS
 ) -> tuple[int, dict[str, list[float]]]:
     """Run `command`, sampling all processes; its exit status and {kind: [CPU-s, processes]}."""
-    seen: dict[tuple[int, str], Seen] = {
-        key: Seen(kind_of(cmdline, kinds), cpu_s, cpu_s) for key, (cpu_s, cmdline) in read_processes().items()
-    }
+    seen = {key: Seen(kind_of(command_line(key[0]), kinds), cpu_s, cpu_s) for key, cpu_s in cpu_now().items()}
     me = os.getpid()
     child = subprocess.Popen(command)
     while True:
         done = child.poll() is not None
-        for key, (cpu_s, cmdline) in read_processes().items():
+        for key, cpu_s in cpu_now().items():
             if key[0] == me:
                 continue
             if key not in seen:
-                seen[key] = Seen(kind_of(cmdline, kinds), 0.0, cpu_s)
+                seen[key] = Seen(kind_of(command_line(key[0]), kinds), 0.0, cpu_s)
             seen[key].last_cpu_s = max(seen[key].last_cpu_s, cpu_s)
         if done:
             break

@@ -5,38 +5,40 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
+
+
+def mentioning(text: str, pids: Iterable[str]) -> dict[int, str]:
+    """Those of `pids` (pid -> command line) whose command line contains `text`."""
+    found = {}
+    for pid in pids:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue  # it ended meanwhile
+        if text.encode() in cmdline:
+            found[int(pid)] = cmdline.decode(errors="replace")
+    return found
 
 
 def processes_mentioning(text: str) -> dict[int, str]:
     """Live processes (pid -> command line) whose command line contains `text`; not this one."""
-    found = {}
-    needle = text.encode()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue  # it ended meanwhile
-        if needle in cmdline:
-            found[int(entry.name)] = cmdline.decode(errors="replace")
-    return found
+    me = str(os.getpid())
+    return mentioning(
+        text, (entry.name for entry in os.scandir("/proc") if entry.name.isdigit() and entry.name != me)
+    )
 
 
-def children_mentioning(text: str) -> list[str]:
-    """Command lines of this process's own children that contain `text`. A few files to read, where
-    processes_mentioning reads every process's: a poll stays quick while a test beside this one
-    fills /proc (the fork bomb), so it does not miss a child that lives a second."""
-    found = []
+def children_mentioning(text: str) -> dict[int, str]:
+    """This process's own children (pid -> command line) whose command line contains `text`. A few
+    files to read, where processes_mentioning reads every process's: a poll stays quick while a test
+    beside this one fills /proc (the fork bomb), so it does not miss a child that lives a second."""
+    pids = []
     for children in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
         with contextlib.suppress(OSError):  # the thread ended meanwhile
-            for pid in children.read_text().split():
-                with contextlib.suppress(OSError):
-                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-                    if text.encode() in cmdline:
-                        found.append(cmdline.decode(errors="replace"))
-    return found
+            pids += children.read_text().split()
+    return mentioning(text, pids)
 
 
 def processes_left(text: str, timeout: float = 10.0) -> list[str]:

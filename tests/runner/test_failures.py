@@ -139,7 +139,9 @@ def test_the_scorer_starts_only_once_the_candidate_trains(
 
     def look() -> None:
         while not done.is_set():
-            seen.extend(c for c in children_mentioning("harness.runner.scorer") if str(tmp_path) in c)
+            seen.extend(
+                c for c in children_mentioning("harness.runner.scorer").values() if str(tmp_path) in c
+            )
             time.sleep(0.02)
 
     watcher = threading.Thread(target=look)
