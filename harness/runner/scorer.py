@@ -208,17 +208,21 @@ class Scoring:
     def private_copy(self, view: np.ndarray | torch.Tensor) -> torch.Tensor:
         """`view`'s logits on the scoring device, copied out of the shared buffer (which the model
         can still write to) into one buffer of the scorer's own, reused for every batch: from host
-        memory, or on the GPU from the model's own buffer (CUDA IPC)."""
+        memory, or on the GPU from the model's own buffer (CUDA IPC). The buffer holds a full
+        batch from the start, and a smaller batch (a process's first, score_plan.HEAD_ROWS) uses its
+        first rows: made again for each size, it was new memory each time, and on a CPU the page
+        faults of a fresh buffer at the h100 shapes cost more than the copy (docs/benchmarks.md)."""
+        rows, shape = len(view), (max(len(view), self.batch_rows), *view.shape[1:])
         if isinstance(view, torch.Tensor):
-            if self.received_on_device is None or self.received_on_device.shape != view.shape:
-                self.received_on_device = torch.empty_like(view)
-            self.received_on_device.copy_(view)
+            if self.received_on_device is None or self.received_on_device.shape != shape:
+                self.received_on_device = torch.empty(shape, dtype=view.dtype, device=view.device)
+            self.received_on_device[:rows].copy_(view)
             torch.cuda.synchronize(self.device)  # the copy is done, and its time measured, here
-            return self.received_on_device
-        if self.received is None or self.received.shape != view.shape:
-            self.received = np.empty(view.shape, dtype=np.float32)
-        np.copyto(self.received, view)
-        return torch.from_numpy(self.received).to(self.device)
+            return self.received_on_device[:rows]
+        if self.received is None or self.received.shape != shape:
+            self.received = np.empty(shape, dtype=np.float32)
+        np.copyto(self.received[:rows], view)
+        return torch.from_numpy(self.received[:rows]).to(self.device)
 
     def evaluate(
         self,
