@@ -9,7 +9,16 @@ heavy files come first, in collection order, and the many short files fill in ar
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Plain memory pages for the suite's processes and those they start outside a sandbox (servers,
+# workers, scorers, the GPU check's steps; a sandbox's environment is the harness's). numpy asks
+# for transparent huge pages on every array of 4 MiB or more, and on this VM, CI's kind, memory in
+# huge pages is far slower to touch first than in plain ones (docs/benchmarks.md, "Test suite").
+# numpy reads this when first imported, which is after this file in every test process.
+os.environ["NUMPY_MADVISE_HUGEPAGE"] = "0"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
