@@ -1,9 +1,10 @@
-"""The agent-side CLI against a real server and a real worker: submit, status, best, export, import.
+"""The agent-side CLI against a real server and a real worker: submit, status, best, export, import,
+and the random agent's research loop (`autoresearch agent --strategy random`).
 
 Everything on the server side runs for real: `autoresearch serve` with SQLite on a free port and a
-sandboxed CPU worker on the `test` preset. Submissions run as subprocesses, exactly as a user
-types them; the other commands run through cli.main in this process (the same code, without a
-Python start-up per call).
+sandboxed CPU worker on the `test` preset, one project for the whole file. Submissions and the
+agent run as subprocesses, exactly as a user types them; the other commands run through cli.main
+in this process (the same code, without a Python start-up per call).
 """
 
 from __future__ import annotations
@@ -11,17 +12,23 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cli import views
+from client import Client
+from harness.config import HarnessSettings
+from harness.data_layout import PreparedPaths
 from server.crud.tsv import COLUMNS, DECISION_COLUMNS
 from testkit.candidates import bigram
-from testkit.processes import Project, wait_until
-from tests.kit.cli_process import BASELINE_LR, cli, in_process, write
+from testkit.processes import Project, init_project, serve, wait_until
+from tests.fixtures_data import test_data  # noqa: F401  (session fixture)
+from tests.kit.cli_process import BASELINE_LR, cli, in_process, token, write
 
 pytestmark = pytest.mark.heavy
 
@@ -31,6 +38,23 @@ FINAL = {"kept", "reverted", "rebased", "stale", "cancelled", "infra_failed"}
 def patch_of(old: str, new: str) -> str:
     diff = difflib.unified_diff(old.splitlines(True), new.splitlines(True), "a/train.py", "b/train.py")
     return "".join(diff)
+
+
+@pytest.fixture(scope="module")
+def project(
+    tmp_path_factory: pytest.TempPathFactory,
+    test_data: tuple[HarnessSettings, PreparedPaths],  # noqa: F811
+) -> Iterator[Project]:
+    """A server whose baseline is a cheap bigram (LEARNING_RATE = BASELINE_LR), with one worker
+    running; it ends with this file."""
+    settings, _paths = test_data
+    tmp = tmp_path_factory.mktemp("kit-project")
+    project = serve(init_project(tmp, settings, bigram(BASELINE_LR)), settings, lease_seconds=30.0)
+    try:
+        project.worker("kit-worker")
+        yield project
+    finally:
+        project.close()
 
 
 @pytest.fixture(scope="module")
@@ -274,3 +298,44 @@ def test_wait_and_progress_print_what_the_sdk_answers(
         views.progress(curve.events[0]),
         views.progress(curve.events[-1]),
     ]
+
+
+def test_random_agent_submits_mutations_of_the_best_and_learns_the_decisions(project: Project) -> None:
+    agent_token = token(project, "agent", "random-control")
+    done = cli(
+        "agent",
+        "--strategy",
+        "random",
+        "--count",
+        "2",
+        "--seed",
+        "3",
+        "--poll",
+        "0.3",
+        server=project.url,
+        token=agent_token,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    submitted = [
+        int(n) for n in re.findall(r"^submitted experiment (\d+): LEARNING_RATE ", done.stdout, re.M)
+    ]
+    decided = re.findall(
+        r"^experiment (\d+) (kept|reverted|stale|rebased|cancelled|infra_failed): ", done.stdout, re.M
+    )
+    assert len(submitted) == 2 and len(decided) == 2, done.stdout
+    assert done.stdout.strip().splitlines()[-1].startswith("submitted 2, decided 2, kept ")
+
+    with Client(project.url) as client:
+        for experiment_id in submitted:
+            experiment = client.experiment(experiment_id)
+            assert experiment.agent == "random-control"
+            assert experiment.description.startswith("random: LEARNING_RATE 0.")
+            changed = [
+                line
+                for line in client.diff(experiment_id).splitlines()
+                if line[:1] in "+-" and not line.startswith(("+++", "---"))
+            ]
+            # The bigram's only constant is the learning rate: exactly that line changes.
+            assert len(changed) == 2 and all("LEARNING_RATE = " in line for line in changed), changed
+        standing = {row.agent: row for row in client.agents().agents}
+    assert standing["random-control"].submitted == 2
