@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from harness.runner.limits import Cgroup, Limits, descendants, tree_cpu_seconds
+from harness.runner.limits import Cgroup, Limits, descendants, set_session_nice, tree_cpu_seconds
 from harness.runner.sandbox import SandboxSpec, bwrap_argv, sandbox_env
 
 
@@ -98,4 +98,6 @@ def launch(
         if cgroup is not None:
             cgroup.remove()
         raise
+    if nice:
+        set_session_nice(popen.pid, nice)  # bwrap's own session; the entry inside sets the sandbox's
     return Launched(popen=popen, cgroup=cgroup)

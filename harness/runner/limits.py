@@ -237,13 +237,56 @@ def idle_nice() -> int:
     return 19 if os.geteuid() == 0 else 0
 
 
+def set_session_nice(pid: int | str, nice: int, tries: int = 1) -> None:
+    """Give the session of process `pid` ("self": this one) the niceness `nice`.
+
+    With autogroup scheduling (/proc/sys/kernel/sched_autogroup_enabled, on in the kernel of this
+    project's CI machines) the CPU is shared between sessions first and by niceness only within a
+    session, so a process in a session of its own (every sandbox, every scorer) started at
+    idle_nice() took as much CPU as the run it was to yield to. A session's own niceness (its
+    autogroup's, /proc/PID/autogroup) makes it yield. The kernel takes this write from a process
+    without CAP_SYS_ADMIN (one in a sandbox) once a tenth of a second for the whole machine and
+    answers EAGAIN otherwise, so `tries` are that far apart. A kernel built without autogroups has
+    no such file, and there niceness alone works.
+    """
+    for _ in range(tries):
+        try:
+            Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+            return
+        except BlockingIOError:
+            time.sleep(0.11)
+        except (FileNotFoundError, ProcessLookupError):
+            return  # no autogroups here, or the process has ended
+
+
+def session_as_nice_as_self() -> None:
+    """Called first by a sandbox's entry, whose session bwrap made: the session gets the niceness
+    the process was started with (see set_session_nice)."""
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    if nice > 0:
+        set_session_nice("self", nice, tries=10)
+
+
+def session_nice(pid: int | str) -> int | None:
+    """The niceness of the session of `pid`; None on a kernel without autogroups, or once it has
+    ended."""
+    try:
+        return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
 def raise_priority(pids: list[int]) -> None:
     """Back to normal CPU priority after an idle-priority start (needs root; else stays idle).
 
-    Niceness is per thread on Linux, so every thread of every process is set.
+    Niceness is per thread on Linux, so every thread of every process is set; and per session
+    (set_session_nice), so each process's session too.
     """
     for pid in pids:
         with contextlib.suppress(OSError):
             for task in os.scandir(f"/proc/{pid}/task"):
                 with contextlib.suppress(OSError, ValueError):
                     os.setpriority(os.PRIO_PROCESS, int(task.name), 0)
+        with contextlib.suppress(OSError):
+            if session_nice(pid):
+                set_session_nice(pid, 0)

@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from harness.runner.cuda_handover import Handover, export
-from harness.runner.limits import Limits, apply_rlimits
+from harness.runner.limits import Limits, apply_rlimits, session_as_nice_as_self
 
 CPU_SPARE_CORES = 1
 
@@ -67,6 +67,7 @@ def main(config: dict[str, Any]) -> None:
 
     reporter = Reporter(config["events_fd"])
     try:
+        session_as_nice_as_self()  # a spare's or the score phase's start yields to the running run
         apply_rlimits(Limits(**config["limits"]), config["device"])
         import numpy as np
         import safetensors.torch

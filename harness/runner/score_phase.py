@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.runner.cuda_handover import Handover, RunShm, handover_for
-from harness.runner.limits import Limits, descendants, idle_nice, raise_priority
+from harness.runner.limits import Limits, descendants, idle_nice, raise_priority, set_session_nice
 from harness.runner.messages import MAX_TEXT_CHARS
 from harness.runner.output import ProgressPacer
 from harness.runner.sandbox import hidden_args
@@ -102,6 +102,8 @@ class Scorer:
             if self.shm is not None:
                 self.shm.remove()
             raise
+        if idle_nice():
+            set_session_nice(self.popen.pid, idle_nice())  # its own session: niceness alone is not enough
 
     def score(self, cancel: threading.Event, pacer: ProgressPacer, trained: TrainOutcome) -> dict[str, Any]:
         """Send `go` with the run's training throughput, from the harness's own counts (the score

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.runner.limits import Limits, apply_rlimits
+from harness.runner.limits import Limits, apply_rlimits, session_as_nice_as_self
 from harness.runner.timing import training_seconds
 
 # autoresearch's fast-fail rule: a NaN or this large a loss means the run has diverged.
@@ -100,6 +100,7 @@ def main(config: dict[str, Any]) -> None:
 
     reporter = Reporter(config["events_fd"])
     try:
+        session_as_nice_as_self()  # a spare's or the score phase's start yields to the running run
         apply_rlimits(Limits(**config["limits"]), config["device"])
         import safetensors.torch
         import torch

@@ -17,6 +17,10 @@ from tests.proc_scan import processes_left
 
 RunCandidate = Callable[..., RunResult]
 STARTUP_ROOM_S = 30.0
+# Whether this kernel has autogroups (it shares the CPU between sessions first, when they are
+# enabled): then a process started at idle priority in a session of its own yields only if its
+# session does too (harness.runner.limits.set_session_nice).
+AUTOGROUPS = Path("/proc/self/autogroup").exists()
 
 
 @pytest.fixture

@@ -10,8 +10,10 @@ import pytest
 
 from harness.config import HarnessSettings
 from harness.runner import timing
+from harness.runner.limits import idle_nice, session_nice
 from tests.proc_scan import children_mentioning
 from tests.runner.candidates import compose
+from tests.runner.conftest import AUTOGROUPS
 
 pytestmark = pytest.mark.heavy
 
@@ -132,16 +134,20 @@ def test_the_scorer_starts_only_once_the_candidate_trains(
     """The scorer and its two model sandboxes (three interpreters importing torch) start at the
     candidate's first training batch: one that fails in build_model never costs them, one that
     trains does. Seen in /proc, among this process's children, while the run goes (the scorer's
-    command line names the run)."""
+    command line names the run). The scorer waits for `go` at idle priority, its session too (with
+    autogroups, which share the CPU between sessions first, niceness alone did not make it yield
+    to the training run), and scores at normal priority."""
     candidate = compose(tmp_path, *([part] if part else []))
     seen: list[str] = []
+    sessions_nice: set[int | None] = set()
     done = threading.Event()
 
     def look() -> None:
         while not done.is_set():
-            seen.extend(
-                c for c in children_mentioning("harness.runner.scorer").values() if str(tmp_path) in c
-            )
+            for pid, command in children_mentioning("harness.runner.scorer").items():
+                if str(tmp_path) in command:
+                    seen.append(command)
+                    sessions_nice.add(session_nice(pid))
             time.sleep(0.02)
 
     watcher = threading.Thread(target=look)
@@ -153,3 +159,5 @@ def test_the_scorer_starts_only_once_the_candidate_trains(
         watcher.join()
     assert (result.status == "ok") == scorer_started, result.log_tail
     assert bool(seen) == scorer_started
+    if scorer_started:
+        assert sessions_nice >= ({idle_nice(), 0} if AUTOGROUPS else {None}), sessions_nice
