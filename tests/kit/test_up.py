@@ -20,6 +20,7 @@ import pytest
 from harness.config import HarnessSettings
 from harness.data_layout import PreparedPaths
 from testkit.processes import REPO_ROOT
+from tests.fixtures_data import test_data  # noqa: F401  (session fixture)
 
 pytestmark = pytest.mark.heavy
 
@@ -78,7 +79,7 @@ def _data_dir(tmp_path: Path, paths: PreparedPaths) -> Path:
 
 def test_up_runs_the_baseline_and_each_stop_signal_works_as_ctrl_c(
     tmp_path: Path,
-    test_data: tuple[HarnessSettings, PreparedPaths],
+    test_data: tuple[HarnessSettings, PreparedPaths],  # noqa: F811
 ) -> None:
     """Two `up`s on one project, stopped by the three signals `up` takes (cli.up.STOP_SIGNALS):
 
