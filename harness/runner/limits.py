@@ -247,7 +247,9 @@ def set_session_nice(pid: int | str, nice: int, tries: int = 1) -> None:
     autogroup's, /proc/PID/autogroup) makes it yield. The kernel takes this write from a process
     without CAP_SYS_ADMIN (one in a sandbox) once a tenth of a second for the whole machine and
     answers EAGAIN otherwise, so `tries` are that far apart. A kernel built without autogroups has
-    no such file, and there niceness alone works.
+    no such file, and there niceness alone works. Where the write is refused the session keeps its
+    niceness: this decides how much CPU a start ahead of time takes from a training run, nothing
+    that a run may do.
     """
     for _ in range(tries):
         try:
@@ -255,8 +257,8 @@ def set_session_nice(pid: int | str, nice: int, tries: int = 1) -> None:
             return
         except BlockingIOError:
             time.sleep(0.11)
-        except (FileNotFoundError, ProcessLookupError):
-            return  # no autogroups here, or the process has ended
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            return  # no autogroups here, the process has ended, or a security module says no
 
 
 def session_as_nice_as_self() -> None:
