@@ -67,7 +67,7 @@ def main(config: dict[str, Any]) -> None:
 
     reporter = Reporter(config["events_fd"])
     try:
-        session_as_nice_as_self()  # a spare's or the score phase's start yields to the running run
+        session_as_nice_as_self()  # started while the candidate trains, it yields until `go`
         apply_rlimits(Limits(**config["limits"]), config["device"])
         import numpy as np
         import safetensors.torch

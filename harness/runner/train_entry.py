@@ -100,7 +100,7 @@ def main(config: dict[str, Any]) -> None:
 
     reporter = Reporter(config["events_fd"])
     try:
-        session_as_nice_as_self()  # a spare's or the score phase's start yields to the running run
+        session_as_nice_as_self()  # a spare, started ahead of time, yields to the run now training
         apply_rlimits(Limits(**config["limits"]), config["device"])
         import safetensors.torch
         import torch
