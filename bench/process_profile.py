@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.runner.limits import TICKS_PER_S
+from harness.runner.limits import TICKS_PER_S, every_stat
 
 # (marker in the command line, kind), first match wins: the harness's processes before the
 # project's commands, and those before the tools that run them.
@@ -61,19 +61,10 @@ class Seen:
 
 def cpu_now() -> dict[tuple[int, str], float]:
     """(pid, start time) -> CPU seconds so far, of every process now."""
-    found = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue  # it ended meanwhile
-        # The fields after the command name, which may hold spaces and parentheses.
-        fields = stat.rsplit(")", 1)[1].split()
-        ticks = int(fields[11]) + int(fields[12])  # utime, stime
-        found[(int(entry.name), fields[19])] = ticks / TICKS_PER_S
-    return found
+    return {
+        (pid, fields[19]): (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime, stime
+        for pid, fields in every_stat()
+    }
 
 
 def command_line(pid: int) -> str:

@@ -21,7 +21,7 @@ import resource
 import signal
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,19 +162,28 @@ class Cgroup:
                     time.sleep(0.02)  # the last killed tasks are still being reaped
 
 
+def stat_fields(pid: int | str) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (which may hold spaces and
+    parentheses): index 0 is field 3 (state), 1 the ppid, 11 and 12 utime and stime, 19 the start
+    time. OSError once the process is gone."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def every_stat() -> Iterator[tuple[int, list[str]]]:
+    """(pid, stat_fields) of every live process, from one scan of /proc."""
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                yield int(entry.name), stat_fields(entry.name)
+            except OSError:
+                continue  # it ended meanwhile
+
+
 def descendants(root: int) -> list[int]:
     """`root` and every live process below it, from one scan of /proc."""
     children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        # Field 4 (ppid) follows the command name, which may hold spaces and parentheses.
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
+    for pid, fields in every_stat():
+        children.setdefault(int(fields[1]), []).append(pid)
     found, stack = [], [root]
     while stack:
         pid = stack.pop()
@@ -190,7 +199,7 @@ def cpu_seconds(pid: int, reaped_children: bool = False) -> float:
     """User and system CPU seconds process `pid` (all its threads) used so far, from /proc; with
     `reaped_children`, also those of the children it has waited for (which hold their own waited-for
     children's in turn). OSError once it is gone."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = stat_fields(pid)
     ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
     if reaped_children:
         ticks += int(fields[13]) + int(fields[14])  # cutime, cstime (fields 16 and 17)
