@@ -27,7 +27,7 @@ from harness.runner.output import ProgressPacer
 from harness.runner.phases import Phases
 from harness.runner.run_setup import discard, keep_spare, prepare_run, take_spare
 from harness.runner.sandbox import SandboxUnavailableError, check_bwrap, system_roots
-from harness.runner.score_phase import ScoreJob, Scorer
+from harness.runner.score_phase import ScoreJob, ScorerProcess
 from harness.runner.train_phase import CANDIDATE_FILE, WEIGHTS_FILE, TrainJob, TrainOutcome, run_train_phase
 
 LOG_TAIL_CHARS = 24_000
@@ -90,7 +90,7 @@ def run_experiment(
         candidate = run.run_dir / "candidate" / CANDIDATE_FILE
         shutil.copyfile(train_py, candidate)
         candidate.chmod(0o444)
-        scorer = Scorer(
+        scorer = ScorerProcess(
             ScoreJob(
                 candidate=candidate,
                 weights_dir=run.run_dir / "weights",
@@ -237,7 +237,7 @@ def score_if_trained(
     outcome: TrainOutcome,
     settings: HarnessSettings,
     run_dir: Path,
-    scorer: Scorer,
+    scorer: ScorerProcess,
     pacer: ProgressPacer,
     cancel: threading.Event,
     started: float,

@@ -48,7 +48,7 @@ class ScoreJob:
     timeout: float
 
 
-class Scorer:
+class ScorerProcess:
     """One scorer process, started when the candidate begins training (its first batch): its
     startup (and its model sandboxes') then overlaps with training, and a candidate that fails
     before training costs no scorer. It only receives the weights after the train sandbox is gone."""
