@@ -14,13 +14,14 @@ seconds move with the host's speed as the run's do. Run it with nothing else on 
 from __future__ import annotations
 
 import argparse
-import resource
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.reference, beside this file
+
+from bench.reference import import_torch
 from harness.config import load_settings
 from harness.prepare import prepare
 from harness.runner import run_experiment
@@ -35,14 +36,6 @@ def machine_cpu_seconds() -> float:
     return sum(int(fields[i]) for i in BUSY_FIELDS) / TICKS_PER_S
 
 
-def import_torch_cpu_seconds() -> float:
-    """User + system CPU seconds of one new interpreter importing torch."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-c", "import torch"], check=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -52,7 +45,7 @@ def main() -> None:
     prepare(settings, progress=False)
     # A loaded machine's startup must not make the run over_budget: what is measured is its CPU.
     settings = settings.model_copy(update={"compile_allowance": 30.0})
-    print(f"reference: import torch {import_torch_cpu_seconds():.2f} CPU-s")
+    print(f"reference: import torch {import_torch().cpu_seconds:.2f} CPU-s")
     for run in range(1, args.runs + 1):
         with tempfile.TemporaryDirectory() as work_root:
             cpu, wall = machine_cpu_seconds(), time.monotonic()
@@ -62,7 +55,7 @@ def main() -> None:
             f"run {run}: {cpu:.2f} CPU-s, {wall:.2f} s, {result.status}, val_bpb {result.val_bpb}, "
             f"trained {result.training_seconds:.2f} s"
         )
-    print(f"reference again: import torch {import_torch_cpu_seconds():.2f} CPU-s")
+    print(f"reference again: import torch {import_torch().cpu_seconds:.2f} CPU-s")
 
 
 if __name__ == "__main__":

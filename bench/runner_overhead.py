@@ -31,13 +31,15 @@ import math
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, TypedDict
 
 import torch  # noqa: F401  (a worker process has it loaded before its first experiment)
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.reference, beside this file
+
 import harness
+from bench.reference import import_torch
 from harness.config import load_settings
 from harness.prepare import prepare
 from harness.runner import run_experiment
@@ -51,12 +53,6 @@ BASELINE = Path(__file__).resolve().parents[1] / "harness" / "baseline" / "train
 TARGET_S = 5.0
 H100_BUDGET_S = 300.0
 REPORT = "report: "  # the last line of a --report-json run, read by --before
-
-
-def torch_import_seconds() -> float:
-    started = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import torch"], check=True)
-    return time.monotonic() - started
 
 
 class Report(TypedDict):
@@ -73,7 +69,7 @@ def measure(args: argparse.Namespace) -> Report:
     overrides = {"time_budget": args.budget} if args.budget else {}
     settings = load_settings(args.preset, **overrides)
     prepare(settings, progress=False)
-    reference = torch_import_seconds()
+    reference = import_torch().seconds
     print(
         f"preset {args.preset}: budget {settings.time_budget:g} s, {settings.eval_tokens:,} eval tokens, "
         f"seq_len {settings.seq_len}, vocab {settings.vocab_size}; candidate {args.train_py}; "

@@ -27,7 +27,6 @@ import functools
 import itertools
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +39,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the process helpers of the worker tests
 
+from bench.reference import import_torch
 from harness.config import PRESETS, load_settings
 from harness.prepare import prepare
 from testkit.processes import Project, WorkerProcess, init_project, serve, wait_until
@@ -159,7 +159,7 @@ def measure(project: Project, experiments: int, timeout: float) -> None:
         f"  fixed cost per experiment: worker {worker_s:.3f} s (claim, hash check, spool, report) + runner "
         f"{runner_other:.2f} s (sandboxes, hand-over) + train-process startup {startup:.2f} s"
     )
-    print(f"  reference: python -c 'import torch' takes {torch_import_seconds():.2f} s on this machine now")
+    print(f"  reference: python -c 'import torch' takes {import_torch().seconds:.2f} s on this machine now")
     print(f"  idle fraction at the h100 budget ({H100_BUDGET:.0f} s) from these fixed costs:")
     for name, cost in (
         ("worker", worker_s),
@@ -169,13 +169,6 @@ def measure(project: Project, experiments: int, timeout: float) -> None:
         fraction = cost / (cost + H100_BUDGET)
         verdict = "met" if fraction < TARGET_IDLE else "NOT met"
         print(f"    {name:<42} {100 * fraction:5.2f}%  (target < {100 * TARGET_IDLE:.0f}%: {verdict})")
-
-
-def torch_import_seconds() -> float:
-    """A bare interpreter start and `import torch`: the scale of this machine's speed right now."""
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import torch"], check=True)
-    return time.perf_counter() - started
 
 
 @dataclass(frozen=True)
