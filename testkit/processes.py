@@ -5,6 +5,7 @@ started as `autoresearch work --cpu`, all on one prepared data folder.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -26,6 +27,7 @@ from client import Client
 from client.schemas import ExperimentOut
 from client.states import FINAL_STATUSES
 from harness.config import HarnessSettings
+from harness.result import ProgressEvent
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "cli.main"]
@@ -68,16 +70,19 @@ class ServerProcess:
         self.proc = subprocess.Popen(
             [*CLI, "serve", "--port", str(self.port)], env=self.env, cwd=REPO_ROOT, stdout=log, stderr=log
         )
-        wait_until(self._healthy, 60, f"the server on port {self.port} (log: {self.log_path})")
+        with httpx.Client(timeout=2) as http:  # one for the whole wait (each builds an SSL context)
+            wait_until(
+                lambda: self._healthy(http), 60, f"the server on port {self.port} (log: {self.log_path})"
+            )
 
-    def _healthy(self) -> bool:
+    def _healthy(self, http: httpx.Client) -> bool:
         assert self.proc is not None
         if self.proc.poll() is not None:
             raise AssertionError(
                 f"the server exited with {self.proc.returncode}:\n{self.log_path.read_text()}"
             )
         try:
-            return httpx.get(f"{self.url}/api/v1/healthz", timeout=2).status_code == 200
+            return http.get(f"{self.url}/api/v1/healthz").status_code == 200
         except httpx.TransportError:
             return False
 
@@ -162,6 +167,12 @@ class Project:
     def agent(self) -> Client:
         return Client(self.url, self.agent_token)
 
+    @functools.cached_property
+    def reads(self) -> Client:
+        """The client of this helper's own polls (experiment, final, progress), for the project's
+        life: a client per poll would build an SSL context every time."""
+        return Client(self.url, self.agent_token)
+
     def admin(self) -> Client:
         return Client(self.url, self.admin_token)
 
@@ -190,8 +201,7 @@ class Project:
         return worker.start()
 
     def experiment(self, experiment_id: int) -> ExperimentOut:
-        with self.agent() as client:
-            return client.experiment(experiment_id)
+        return self.reads.experiment(experiment_id)
 
     def final(self, experiment_id: int, timeout: float = 180) -> ExperimentOut:
         """The experiment once it reached a final state; fails early if no worker is left alive."""
@@ -217,7 +227,7 @@ class Project:
 
         def training() -> bool:
             worker.check_alive()
-            if any(event["fraction"] > 0 for event in self.progress(experiment_id)):
+            if any(event.fraction > 0 for event in self.progress(experiment_id)):
                 return True
             if self.experiment(experiment_id).status in FINAL_STATUSES:
                 raise AssertionError(
@@ -233,16 +243,16 @@ class Project:
         with sqlite3.connect(f"file:{self.tmp / DATABASE}?mode=ro", uri=True) as db:
             return db.execute(sql, args).fetchall()
 
-    def progress(self, experiment_id: int) -> list[dict[str, Any]]:
-        answer = httpx.get(f"{self.url}/api/v1/experiments/{experiment_id}/progress", timeout=10)
-        answer.raise_for_status()
-        return answer.json()["events"]
+    def progress(self, experiment_id: int) -> list[ProgressEvent]:
+        return self.reads.progress(experiment_id).events
 
     def close(self) -> None:
         """Kill the workers and the server (its state is thrown away)."""
         for worker in self.workers:
             worker.stop()
         self.server.stop(signal.SIGKILL)
+        if "reads" in self.__dict__:
+            self.reads.close()
 
 
 def run_cli(env: dict[str, str], *args: str) -> str:
