@@ -15,7 +15,9 @@ the worker keeps its own retry policy (spool and backoff) and leaves it off.
 
 from __future__ import annotations
 
+import functools
 import math
+import ssl
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -72,6 +74,14 @@ CONNECTION_LIMITS = httpx.Limits(
     max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEP_ALIVE_EXPIRY_S
 )
 Model = TypeVar("Model", bound=BaseModel)
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """httpx's default TLS context (its CA bundle, SSL_CERT_FILE / SSL_CERT_DIR honoured), made once
+    per process and shared by every Client: httpx would build and load a new one for each client,
+    which costs more CPU than most clients' requests (docs/benchmarks.md, "Test suite")."""
+    return httpx.create_ssl_context()
 
 
 class Submitted(SubmitOut):
@@ -162,6 +172,7 @@ class Client:
             timeout=timeout,
             limits=CONNECTION_LIMITS,
             transport=transport,
+            verify=tls_context(),
         )
 
     def close(self) -> None:
