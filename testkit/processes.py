@@ -5,7 +5,6 @@ started as `autoresearch work --cpu`, all on one prepared data folder.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import secrets
@@ -167,12 +166,6 @@ class Project:
     def agent(self) -> Client:
         return Client(self.url, self.agent_token)
 
-    @functools.cached_property
-    def reads(self) -> Client:
-        """The client of this helper's own polls (experiment, final, progress), for the project's
-        life: a client per poll would build an SSL context every time."""
-        return Client(self.url, self.agent_token)
-
     def admin(self) -> Client:
         return Client(self.url, self.admin_token)
 
@@ -201,7 +194,8 @@ class Project:
         return worker.start()
 
     def experiment(self, experiment_id: int) -> ExperimentOut:
-        return self.reads.experiment(experiment_id)
+        with self.agent() as client:
+            return client.experiment(experiment_id)
 
     def final(self, experiment_id: int, timeout: float = 180) -> ExperimentOut:
         """The experiment once it reached a final state; fails early if no worker is left alive."""
@@ -244,15 +238,14 @@ class Project:
             return db.execute(sql, args).fetchall()
 
     def progress(self, experiment_id: int) -> list[ProgressEvent]:
-        return self.reads.progress(experiment_id).events
+        with self.agent() as client:
+            return client.progress(experiment_id).events
 
     def close(self) -> None:
         """Kill the workers and the server (its state is thrown away)."""
         for worker in self.workers:
             worker.stop()
         self.server.stop(signal.SIGKILL)
-        if "reads" in self.__dict__:
-            self.reads.close()
 
 
 def run_cli(env: dict[str, str], *args: str) -> str:
