@@ -27,8 +27,12 @@ class Launched:
         return descendants(self.popen.pid) if self.popen.poll() is None else []
 
     def cpu_seconds(self) -> float:
-        """CPU seconds the whole tree used so far (its cgroup's processes when there is one, which
-        a candidate cannot leave), ended processes included."""
+        """CPU seconds the whole tree used so far, every process it ever ran included: the kernel's
+        account of its cgroup, which a candidate can neither leave nor escape by having its
+        children reaped. Without an accounting cgroup, those of its live processes and the children
+        they waited for (a score sandbox cannot make children: harness.runner.threads_only)."""
+        if self.cgroup is not None and (seconds := self.cgroup.cpu_seconds()) is not None:
+            return seconds
         return tree_cpu_seconds(self.pids())
 
     def oom_killed(self) -> bool:

@@ -4,7 +4,9 @@ Two mechanisms, because neither works everywhere:
 
 * a cgroup (v1 `pids` + `memory` hierarchies, as on this project's CI machines) per sandbox:
   caps the number of tasks (fork bombs) and the memory of the whole process tree, counts OOM
-  kills, and lists the sandbox's processes for cleanup and peak-RSS sampling;
+  kills, and lists the sandbox's processes for cleanup and peak-RSS sampling; and, in the v1
+  `cpuacct` hierarchy or else the v2 one, the kernel's account of the CPU time of every process
+  the sandbox ever ran (a reaped child's included, which no reading of /proc sees);
 * rlimits set by the trusted entry code inside the sandbox before `train.py` is imported:
   RLIMIT_AS (memory, CPU device only: CUDA reserves huge virtual ranges), RLIMIT_NPROC
   (processes; the kernel does not enforce it for uid 0, so as root only the cgroup counts),
@@ -78,34 +80,65 @@ def own_cgroup(controller: str) -> Path | None:
     return None
 
 
+def own_unified_cgroup() -> Path | None:
+    """This process's cgroup folder in the v2 (unified) hierarchy, if one is mounted: the only one
+    on a v2 host, beside the v1 ones on a hybrid host. Its `cpu.stat` is there without any
+    controller enabled, so a child of it accounts for CPU wherever it may be made."""
+    with contextlib.suppress(OSError):
+        mount = next(
+            (
+                Path(line.split()[4])
+                for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                if line.split(" - ", 1)[-1].startswith("cgroup2 ")
+            ),
+            None,
+        )
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if mount is not None and line.startswith("0::"):
+                folder = mount / line[3:].lstrip("/")
+                return folder if folder.is_dir() else None
+    return None
+
+
+def cgroup_parents() -> dict[str, Path]:
+    """Where this process's sandboxes' cgroups go, by role: the v1 `pids` and `memory` hierarchies
+    (limits), and CPU accounting: v1 `cpuacct`, else the v2 hierarchy (`unified`)."""
+    parents = {name: own_cgroup(name) for name in ("pids", "memory", "cpuacct")}
+    if parents["cpuacct"] is None:
+        parents["unified"] = own_unified_cgroup()
+    return {name: folder for name, folder in parents.items() if folder is not None}
+
+
 class Cgroup:
-    """One sandbox's v1 cgroups (pids and memory), created empty and removed after the run."""
+    """One sandbox's cgroups, created empty and removed after the run: v1 `pids` and `memory` for
+    its limits, where both can be made, and one that accounts for its CPU (v1 `cpuacct` or v2)."""
 
     def __init__(self, folders: dict[str, Path]) -> None:
         self.folders = folders
 
     @classmethod
     def create(cls, limits: Limits) -> Cgroup | None:
-        """A new cgroup pair with `limits`, or None where cgroups cannot be made here."""
+        """New cgroups with `limits`, or None where none can be made here."""
         name = f"{limits.cgroup_prefix}-{uuid.uuid4().hex[:12]}"
-        folders: dict[str, Path] = {}
-        try:
-            for controller in ("pids", "memory"):
-                parent = own_cgroup(controller)
-                if parent is None:
-                    raise OSError(f"no v1 {controller} cgroup hierarchy")
-                folder = parent / name
-                folder.mkdir()
-                folders[controller] = folder
-            (folders["pids"] / "pids.max").write_text(str(limits.max_tasks))
-            if limits.memory_bytes:
-                (folders["memory"] / "memory.limit_in_bytes").write_text(str(tree_memory_bytes(limits)))
-        except OSError:
-            for folder in folders.values():
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
-            return None
-        return cls(folders)
+        parents = cgroup_parents()
+        folders = make_folders(name, {key: parents[key] for key in ("pids", "memory") if key in parents})
+        if len(folders) == 2:
+            try:
+                (folders["pids"] / "pids.max").write_text(str(limits.max_tasks))
+                if limits.memory_bytes:
+                    (folders["memory"] / "memory.limit_in_bytes").write_text(str(tree_memory_bytes(limits)))
+            except OSError:
+                folders = remove_folders(folders)
+        else:
+            folders = remove_folders(folders)  # limits come in pairs: one alone is not applied
+        accounting = {key: parents[key] for key in ("cpuacct", "unified") if key in parents}
+        folders |= make_folders(name, accounting)
+        return cls(folders) if folders else None
+
+    @property
+    def limited(self) -> bool:
+        """Whether its pids and memory limits apply."""
+        return "pids" in self.folders
 
     def wrap(self, argv: list[str]) -> list[str]:
         """`argv` run by a shell that first joins this cgroup, so every descendant is inside."""
@@ -119,6 +152,19 @@ class Cgroup:
             with contextlib.suppress(OSError, ValueError):
                 found.update(int(x) for x in (folder / "cgroup.procs").read_text().split())
         return sorted(found)
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds of every process that ever ran in it, reaped or alive, by the kernel's own
+        account; None where it has no accounting cgroup."""
+        with contextlib.suppress(OSError, ValueError):
+            if "cpuacct" in self.folders:
+                return int((self.folders["cpuacct"] / "cpuacct.usage").read_text()) / 1e9
+            if "unified" in self.folders:
+                for line in (self.folders["unified"] / "cpu.stat").read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "usage_usec":
+                        return int(value) / 1e6
+        return None
 
     def oom_killed(self) -> bool:
         """Whether the kernel killed a process of this cgroup at its memory limit.
@@ -160,6 +206,24 @@ class Cgroup:
                     break
                 except OSError:
                     time.sleep(0.02)  # the last killed tasks are still being reaped
+
+
+def make_folders(name: str, parents: dict[str, Path]) -> dict[str, Path]:
+    """A new folder `name` under each parent that takes one, by the parent's role."""
+    made: dict[str, Path] = {}
+    for role, parent in parents.items():
+        with contextlib.suppress(OSError):
+            (parent / name).mkdir()
+            made[role] = parent / name
+    return made
+
+
+def remove_folders(folders: dict[str, Path]) -> dict[str, Path]:
+    """Remove the (empty) folders; returns none left."""
+    for folder in folders.values():
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+    return {}
 
 
 def stat_fields(pid: int | str) -> list[str]:
@@ -231,11 +295,9 @@ def peak_rss_bytes(pids: list[int]) -> int:
 def remove_cgroups(prefix: str) -> None:
     """Remove cgroups left by a run (e.g. when its scorer was killed), killing their processes."""
     folders: dict[str, dict[str, Path]] = {}
-    for controller in ("pids", "memory"):
-        parent = own_cgroup(controller)
-        if parent is not None:
-            for folder in parent.glob(f"{prefix}-*"):
-                folders.setdefault(folder.name, {})[controller] = folder
+    for role, parent in cgroup_parents().items():
+        for folder in parent.glob(f"{prefix}-*"):
+            folders.setdefault(folder.name, {})[role] = folder
     for found in folders.values():
         Cgroup(found).remove()
 

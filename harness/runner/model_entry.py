@@ -1,8 +1,9 @@
 """Inside a score sandbox: rebuild the candidate's model from its weights and run forward passes.
 
 Run as `python -m harness.runner.model_entry CONFIG_JSON` by the trusted scorer. The process
-first imports torch and waits (so the scorer can start it early), imports the libraries train.py
-loaded in training if the scorer says so (harness.runner.preload), then on `go` imports train.py,
+first imports torch and waits (so the scorer can start it early), imports the harness's libraries
+train.py used in training if the scorer says so (harness.runner.preload), then on `go` forbids
+itself new processes (harness.runner.threads_only: its CPU seconds are all in its own), imports train.py,
 calls `build_model`, loads the saved weights (safetensors: tensors only) and answers `batch N`
 commands: it reads N rows of validation *inputs* from shared memory and writes the logits back
 (on CUDA into one GPU buffer the scorer opens through CUDA IPC: harness.runner.cuda_handover).
@@ -25,6 +26,7 @@ from typing import Any
 
 from harness.runner.cuda_handover import Handover, export
 from harness.runner.limits import Limits, apply_rlimits, session_as_nice_as_self
+from harness.runner.threads_only import forbid_new_processes
 
 CPU_SPARE_CORES = 1
 
@@ -105,6 +107,9 @@ def main(config: dict[str, Any]) -> None:
         if on_gpu:  # one buffer for the process's life, made before any candidate code runs
             logits_out = torch.empty((rows, seq_len, vocab), dtype=torch.float32, device=device)
             shared = {"handover": export(logits_out)}
+        # Threads only from here on, for every thread there is and will be (after the GPU's
+        # context is made: a driver may start a helper for that).
+        forbid_new_processes()
         where = "import"
         candidate = import_candidate(config["candidate"])
         where = "build_model"

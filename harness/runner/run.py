@@ -299,11 +299,15 @@ def harness_notes(sandboxed: bool, limits: Limits, device: str, settings: Harnes
     probe = Cgroup.create(limits)
     if probe is not None:
         probe.remove()
+    cgroup = "no writable cgroup: process count limited only by RLIMIT_NPROC (not enforced for root)"
+    if probe is not None and probe.limited:
         cgroup = f"cgroup v1: at most {limits.max_tasks} tasks"
         if limits.memory_bytes:
             cgroup += f", {tree_memory_bytes(limits) / (1 << 30):.2f} GiB memory per sandbox"
-    else:
-        cgroup = "no writable cgroup: process count limited only by RLIMIT_NPROC (not enforced for root)"
+    accounting = {"cpuacct": "cgroup v1 cpuacct", "unified": "cgroup v2 cpu.stat"}
+    found = [name for key, name in accounting.items() if probe is not None and key in probe.folders]
+    unaccounted = "of live processes, from /proc (no accounting cgroup; score sandboxes start no process)"
+    cgroup += f"; CPU seconds {f'from {found[0]}' if found else unaccounted}"
     memory = "no memory limit (MEMORY_LIMIT_GB=0)"
     if limits.memory_bytes:
         memory = (

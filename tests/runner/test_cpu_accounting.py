@@ -4,14 +4,18 @@ else the machine runs, and work the model hides in other processes or between ba
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from harness.runner.limits import cpu_seconds, tree_cpu_seconds
+from harness.runner.launch import launch
+from harness.runner.limits import cpu_seconds, default_limits, tree_cpu_seconds
 from harness.runner.model_process import ModelFailure
+from harness.runner.sandbox import SandboxSpec
 from harness.runner.score_budget import ProcessBudget, measured_in_cpu_seconds
 from harness.runner.scorer import Clock, Transfer
 
@@ -95,3 +99,38 @@ def test_a_cpu_clock_keeps_its_reading_when_the_tree_is_gone() -> None:
     meter.seconds = 0.0  # closed: /proc has nothing left to read
     clock.settle()
     assert clock.used == pytest.approx(1.2)
+
+
+# Children that burn CPU one after another and are reaped by the kernel the moment they exit
+# (SIGCHLD ignored, the process a subreaper): no process alive holds their time, neither in its own
+# fields nor in its children's.
+REAPED_CHAIN = f"""
+import ctypes, os, signal, time
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+for _ in range(3):
+    if os.fork() == 0:
+        t = time.process_time()
+        while time.process_time() - t < {BURN_S}: pass
+        os._exit(0)
+    time.sleep({BURN_S} * 2)
+print("chain done", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_sandbox_counts_the_cpu_of_children_the_kernel_reaped(tmp_path: Path) -> None:
+    """The kernel's account of the sandbox's cgroup holds every process it ever ran."""
+    limits = default_limits(1.0, "accounting-test")
+    read, write = os.pipe()
+    command = [sys.executable, "-c", REAPED_CHAIN]
+    launched = launch(command, SandboxSpec(), sandboxed=True, limits=limits, stdout=write)
+    os.close(write)
+    try:
+        assert launched.cgroup is not None and launched.cgroup.cpu_seconds() is not None
+        with os.fdopen(read) as lines:
+            assert lines.readline() == "chain done\n"
+        assert launched.cpu_seconds() >= 3 * BURN_S * 0.9, launched.cpu_seconds()
+        assert tree_cpu_seconds(launched.pids()) < BURN_S  # what reading live processes sees
+    finally:
+        launched.close()

@@ -105,3 +105,19 @@ def test_leaks_and_learners_clipped_under_the_tolerance_are_non_causal(
     assert "every position is within the tolerance" in result.error_message, result.error_message
     assert f"limit {LEAN_FRACTION * TOLERANCE_NATS['cpu']:.3g}" in result.error_message
     assert result.val_bpb is None
+
+
+PROCESS_STARTS = ("fork", "subprocess", "posix_spawn", "multiprocessing", "clone", "clone3")
+
+
+def test_a_model_starts_no_process_while_scored(run_candidate, tmp_path: Path) -> None:
+    """Work hidden in children the kernel reaps at once (SIGCHLD ignored, a subreaper) leaves no
+    trace in any reading of live processes: a score sandbox can start no process, by any system
+    call, while its threads work (the model's own forward, torch's threads)."""
+    train_py = compose(tmp_path, CARRIED, "hostile/trains_in_reaped_children.py")
+    result = run_candidate(train_py, time_budget=1.0)
+    assert result.status == "ok", result.log_tail
+    for way in PROCESS_STARTS:  # in the eval process and again in the probe
+        assert result.log_tail.count(f"REFUSED {way}:") == 2, (way, result.log_tail)
+    assert "STARTED" not in result.log_tail and "CHILD TRAINED" not in result.log_tail
+    assert result.log_tail.count("NO CHAIN") == 2
