@@ -1,22 +1,21 @@
-"""Libraries train.py loads, loaded in a score sandbox before its clock starts.
+"""Libraries loaded in a score sandbox before its clock starts: a fixed list, the harness's own.
 
-On a CPU the score phase's startup allowance is small (harness.runner.score_budget), and some
-libraries an honest train.py may load at import or in build_model cost more than all else an honest
-model does before its first answer: torch's compiler above all (a compiler setting, a helper
-decorated with torch.compile), torch.distributed's tensors, ... (docs/runner.md, "The bound"). A
-library's import is library code, not the candidate's work. So the train sandbox reports the
-library modules that importing train.py and build_model loaded, or that train.py's own import
-statements asked for or its code reaches as attributes (`recording`, `reached`, `reported`, sent in
-`libraries` messages: the train entry has loaded torch's compiler before `go` for its optimizers,
-so loading alone would miss `import torch._dynamo` or `torch._dynamo.config`), and each model
-process imports them on the scorer's command (`load`) before `go`, while no candidate code has
-run in it.
+On a CPU the score phase's startup allowance is small (harness.runner.score_budget), and torch's
+compiler costs more to import than all else an honest model does before its first answer: a
+compiler setting at import loads torch._dynamo (1.2 CPU s here), a helper decorated with
+torch.compile loads torch._inductor too (1.5 CPU s more). The train entry imports torch._dynamo
+before `go` for every candidate (every torch.optim optimizer imports it), so a score process that
+had to pay for it would be charged for what training got free.
 
-The report is the candidate's and may be anything: only names of modules that resolve to the
-Python installation's own folders (the standard library and site-packages, never train.py or the
-harness) are imported, a name that fails is skipped (the candidate's own import of it then fails
-where it is timed and reported), and the count is capped. A false report costs the scorer untimed
-imports and gains the candidate nothing.
+The list is the harness's (`HARNESS_LIBRARIES`): nothing a candidate names is ever imported untimed.
+What the candidate decides is only which of those entries its score processes load: the train
+sandbox reports the modules importing train.py and build_model loaded, those train.py's own import
+statements named, and those its code reaches as attributes (`recording`, `reached`, `reported`,
+sent in `libraries` messages: the train entry has loaded torch's compiler before `go`, so loading
+alone would miss `import torch._dynamo` or `torch._dynamo.config`), and the scorer keeps the
+entries of the list whose package the report touches (`chosen`). A false report costs the scorer
+at most the list's imports and gains the candidate nothing beyond them; everything else train.py
+imports in a score process (torch.distributed's tensors, say) is the candidate's work and timed.
 """
 
 from __future__ import annotations
@@ -37,6 +36,10 @@ MAX_NAMES = 20_000
 MAX_NAME_CHARS = 200
 MESSAGE_CHARS = 12_000  # of names in one `libraries` message: under messages.MAX_LINE_BYTES
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+# The libraries a score process may load before its clock, each with the package whose use in
+# training asks for it: torch's compiler (its settings, torch._dynamo) and its code generator (a
+# torch.compile decoration loads torch._inductor; importing compile_fx loads what it does).
+HARNESS_LIBRARIES = {"torch._dynamo": "torch._dynamo", "torch._inductor.compile_fx": "torch._inductor"}
 
 
 def library_folders() -> tuple[str, ...]:
@@ -132,19 +135,21 @@ def valid_names(value: object) -> list[str]:
     ]
 
 
+def chosen(report: Collection[str]) -> list[str]:
+    """The entries of HARNESS_LIBRARIES whose package an (untrusted) report names (harness side)."""
+    return [
+        library
+        for library, package in HARNESS_LIBRARIES.items()
+        if any(name == package or name.startswith(package + ".") for name in report)
+    ]
+
+
 def load(names: list[str]) -> int:
-    """Import each of `names` whose top-level package is a library's (model side, before any
-    candidate code runs); the number imported."""
-    folders, imported = library_folders(), 0
-    for name in names[:MAX_NAMES]:
-        top = name.partition(".")[0]
-        try:
-            spec = importlib.util.find_spec(top)
-        except (ImportError, ValueError):
-            continue
-        if spec is None or not in_library(spec.origin, folders):
-            continue
-        with contextlib.suppress(Exception):
+    """Import each of `names` that is on HARNESS_LIBRARIES (model side, before any candidate code
+    runs); the number imported."""
+    imported = 0
+    for name in names:
+        if name in HARNESS_LIBRARIES:
             importlib.import_module(name)
             imported += 1
     return imported

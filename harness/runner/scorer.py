@@ -39,7 +39,7 @@ import torch
 
 from harness.data.tokens import open_token_dir
 from harness.evaluate import EvalRows, bpb, load_eval_rows, token_nats
-from harness.runner import agreement
+from harness.runner import agreement, preload
 from harness.runner.cuda_handover import check_run_shm, empty_run_shm, handover_for
 from harness.runner.limits import Limits
 from harness.runner.model_entry import CPU_SPARE_CORES
@@ -315,8 +315,8 @@ def all_finite(logits: torch.Tensor) -> bool:
 
 
 def start_model(model: ModelProcess, clock: Clock, phases: Phases, libraries: list[str]) -> None:
-    """Wait for the model process to be ready and to have imported `libraries` (what importing
-    train.py loaded in training: harness.runner.preload; harness code only, so not timed), then
+    """Wait for the model process to be ready and to have imported `libraries` (entries of the
+    harness's own list that train.py used in training: harness.runner.preload; not timed), then
     time its start."""
     stuck = ModelFailure(
         "timeout", "timeout", f"score phase ({model.label}): the sandbox did not start in time"
@@ -399,7 +399,7 @@ def score(
     result: dict[str, Any] = {"status": "ok"}
     try:
         identity = weights_identity(weights)
-        libraries = go.get("libraries") or []
+        libraries = preload.chosen(preload.valid_names(go.get("libraries")))
         start_model(eval_model, clocks[0], phases, libraries)
         repeated = np.flatnonzero(np.bincount(order, minlength=rows.num_rows) > 1)
         keep = {int(row) for row in repeated} | {probe.row for batch in plan for probe in batch}

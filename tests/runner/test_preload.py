@@ -1,5 +1,5 @@
 """The libraries a score sandbox imports before its clock starts (harness.runner.preload): only the
-Python installation's own modules, whatever the (untrusted) train sandbox reported."""
+harness's own list, whatever the (untrusted) train sandbox reported."""
 
 from __future__ import annotations
 
@@ -74,18 +74,26 @@ def test_modules_train_py_reaches_as_attributes_are_reported(tmp_path: Path) -> 
     assert sorted(reported) == ["email.charset", "email.message", "json.tool"]
 
 
-def test_only_library_modules_are_imported(tmp_path: Path) -> None:
-    """A name of the candidate's choosing that is not the installation's (a file beside it, a harness
-    module, nothing at all) is skipped; a library's is imported."""
+def test_only_the_harness_list_is_imported(tmp_path: Path) -> None:
+    """A name of the candidate's choosing is never imported untimed, a library's (tabnanny) no more
+    than a file beside it or a harness module: only the harness's own list."""
     (tmp_path / "planted.py").write_text("print('PLANTED RAN')\n")
     code = (
         "import sys\n"
         f"sys.path.insert(0, {str(tmp_path)!r})\n"
         "from harness.runner import preload\n"
-        "count = preload.load(['planted', 'server.main', 'no_such_module', 'colorsys', 'json.tool'])\n"
-        "print(count, 'planted' in sys.modules, 'server.main' in sys.modules, 'colorsys' in sys.modules)"
+        "count = preload.load(['planted', 'server.main', 'no_such_module', 'tabnanny', 'torch._dynamo'])\n"
+        "names = ('planted', 'server.main', 'tabnanny', 'torch._dynamo')\n"
+        "print(count, *(name in sys.modules for name in names))"
     )
-    assert run_python(code, tmp_path) == "2 False False True"
+    assert run_python(code, tmp_path) == "1 False False False True"
+
+
+def test_a_report_only_chooses_among_the_harness_list() -> None:
+    assert preload.chosen([]) == []
+    assert preload.chosen(["colorsys", "torch", "torch.nn", "torch._dynamox"]) == []
+    assert preload.chosen(["torch._dynamo.config"]) == ["torch._dynamo"]
+    assert preload.chosen(["torch._inductor.config", "torch._dynamo"]) == list(preload.HARNESS_LIBRARIES)
 
 
 @given(st.lists(st.text(max_size=300) | st.integers() | st.none(), max_size=50))
