@@ -148,11 +148,11 @@ def client(fd: int, batch_size: int, batches: int, repeats: int) -> None:
     print(json.dumps({"seconds": seconds, "digest": digest(inputs), "waits": waits, "step": step}))
 
 
-def through_feeder(job: FeedJob, args: argparse.Namespace, repeats: int) -> dict:
+def through_feeder(job: FeedJob, seed: int, args: argparse.Namespace, repeats: int) -> dict:
     """Run `client` in a child process against a feeder in this one."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     feeder = Feeder(job, ours)
-    feeder.start()
+    feeder.start(seed)
     command = [sys.executable, __file__, "--client", str(theirs.fileno()), str(args.batch_size)]
     command += [str(args.batches), str(repeats)]
     try:
@@ -219,7 +219,7 @@ def main() -> None:
     )
     identical = all(torch.equal(a, b) for a, b in zip(ref_inputs, our_inputs, strict=True))
     runs_ref, runs_our = args.repeats, max(args.repeats, 5)
-    fed = through_feeder(FeedJob(paths.train_dir, args.seq_len, tokenizer.bos_id, seed, 0), args, runs_our)
+    fed = through_feeder(FeedJob(paths.train_dir, args.seq_len, tokenizer.bos_id, 0), seed, args, runs_our)
     total = args.batches * tokens_per_batch
     ref_rate, our_rate, fed_rate = total / ref_seconds, total / our_seconds, total / fed["seconds"]
     print(f"reference (tiktoken on the fly, list scan):  {ref_rate / 1e6:8.2f} M tokens/s")

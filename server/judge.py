@@ -32,6 +32,9 @@ The noise-aware rule (docs/api.md, "Decisions"), for a candidate measured agains
 - When the reference is not the best any more, a keep (or a candidate still promising) is
   re-applied onto the new best instead: `rebase`.
 
+A candidate whose valid runs (two or more) all gave the same val_bpb ignores its seed and its
+data: it is reverted as such, whatever its value (`_ignores_the_seed`).
+
 The greedy rule is the single-run comparison of old: keep when val_bpb < reference - MIN_DELTA.
 Either way, a run measured with another harness or on another platform is never compared, and
 only `ok` runs with a val_bpb can be kept (so `over_budget` never is).
@@ -81,10 +84,12 @@ class RuleSettings:
 
 @dataclass(frozen=True)
 class Sample:
-    """An experiment's valid runs: how many, and their mean (None without any)."""
+    """An experiment's valid runs: how many, and their mean (None without any); `identical`: two or
+    more, all with the same val_bpb."""
 
     runs: int
     mean: float | None
+    identical: bool = False
 
 
 @dataclass(frozen=True)
@@ -245,7 +250,7 @@ def judge(snapshot: Snapshot) -> Verdict:
         return _after_decision(snapshot)
     if snapshot.cancel_requested:
         return Verdict(Action.CANCEL, "cancelled while running; its result is recorded but not compared")
-    settled = _not_comparable(snapshot) or _not_valid(snapshot)
+    settled = _not_comparable(snapshot) or _not_valid(snapshot) or _ignores_the_seed(snapshot)
     if settled is not None:
         return settled
     if snapshot.is_baseline:
@@ -287,6 +292,22 @@ def _not_valid(snapshot: Snapshot) -> Verdict | None:
     what = f"{run.status} ({run.error_class})" if run.error_class else run.status
     which = f"run {run.number}" if run.number > 1 else "run"
     return Verdict(Action.REVERT, f"{which} ended {what}: only ok results with a val_bpb can be kept")
+
+
+def _ignores_the_seed(snapshot: Snapshot) -> Verdict | None:
+    """Every run draws its own seed and its own order of the training data, so two valid runs of
+    one train.py that give the same val_bpb to the last bit come from a model that neither uses
+    ctx.seed nor learns from its data: luck pinned offline, which its repeats would only repeat.
+    Refused, whatever its value (and server/noise_pool.py leaves such runs out of the noise)."""
+    candidate = snapshot.candidate
+    if not candidate.identical or snapshot.is_baseline:
+        return None
+    return Verdict(
+        Action.REVERT,
+        f"ignores the seed: its {candidate.runs} valid runs all gave val_bpb {fmt_bpb(candidate.mean)}, "
+        "though each run has its own seed and order of training data; use ctx.seed and train on "
+        "ctx.loader's batches: refused",
+    )
 
 
 def _baseline(snapshot: Snapshot) -> Verdict:

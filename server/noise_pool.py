@@ -23,7 +23,8 @@ freedom one such run left it at 4 times the true sigma, and the rule then kept a
   noise (3 degrees of freedom) it estimates the standard deviation at about 0.95 of its true
   value, where the classical one ranged from 0.84 to over 1.6 times it on the same samples.
 
-Degrees of freedom: sum of (runs - 1) over the commits, as for the classical estimate.
+Degrees of freedom: sum of (runs - 1) over the commits, as for the classical estimate. Commits
+whose runs are all equal are not pooled (`pool`'s docstring says why).
 
 A best's value is the mean of its few measuring runs (4 repeats by default), and a best keeps
 whatever luck they had for as long as it stays the best. With heavy-tailed noise one repeat far
@@ -59,8 +60,11 @@ class Pooled:
 
 
 def pool(groups: Sequence[Sequence[float]]) -> Pooled | None:
-    """The winsorized pooled sigma of these commits' runs, or None before any commit has two."""
-    several = [group for group in groups if len(group) >= 2]
+    """The winsorized pooled sigma of these commits' runs, or None before any commit has two.
+    A commit whose runs are all equal is left out: each run has its own seed and data order, so
+    such runs come from a model that ignores both (server/judge.py refuses it), and counting them
+    would shrink the sigma every other decision uses."""
+    several = [group for group in groups if len(group) >= 2 and len(set(group)) > 1]
     if not several:
         return None
     pairs = [

@@ -59,7 +59,6 @@ class FeedJob:
     train_dir: Path
     seq_len: int
     bos_id: int
-    seed: int
     max_tokens: int  # TRAIN_TOKENS_MAX, 0 = all
 
 
@@ -122,9 +121,14 @@ class Feeder:
         self.next_id = 0
         self.token_file: TokenFile | None = None
         self.stopped = False
+        self.seed = 0  # set by start()
         self.thread = threading.Thread(target=self._serve, name="harness-feeder", daemon=True)
 
-    def start(self) -> None:
+    def start(self, seed: int) -> None:
+        """Serve from now on, in the order of documents `seed` draws: the run's seed, which the
+        trusted side chose (no candidate knows it before its run), so two runs of any train.py
+        see their data in different orders."""
+        self.seed = seed
         self.thread.start()
 
     def close(self) -> None:
@@ -239,7 +243,7 @@ class Feeder:
             os.close(fd)
             raise
         slots = np.frombuffer(mapping, dtype=dtype).reshape(SLOTS, batch_size, row_len)
-        rows = row_batches(self.token_file, batch_size, self.job.seq_len, self.job.seed, self.job.max_tokens)
+        rows = row_batches(self.token_file, batch_size, self.job.seq_len, self.seed, self.job.max_tokens)
         loader_id = self.next_id
         self.next_id += 1
         self.loaders[loader_id] = Loader(rows=rows, fd=fd, mapping=mapping, slots=slots)

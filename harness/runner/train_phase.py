@@ -20,7 +20,7 @@ from harness.result import ProgressEvent
 from harness.runner import compile_cache, preload, timing
 from harness.runner.feeder import Feeder, FeedJob
 from harness.runner.launch import launch
-from harness.runner.limits import Limits, idle_nice, peak_rss_bytes, raise_priority, tree_cpu_seconds
+from harness.runner.limits import Limits, idle_nice, peak_rss_bytes, raise_priority
 from harness.runner.messages import LineReader, count, number, text
 from harness.runner.output import OutputTail, ProgressPacer
 from harness.runner.phases import Phases
@@ -35,9 +35,6 @@ from harness.runner.sandbox import (
 from harness.runner.train_entry import DIVERGED_LOSS
 
 CANDIDATE_FILE = "train.py"
-# The order of the training documents is the same for every run of a harness (this constant is
-# harness source, so part of the harness id); what differs from run to run is ctx.seed.
-DATA_ORDER_SEED = 1337
 RSS_SAMPLE_S = 0.25  # peak RSS and OOM kills are polled this often
 WEIGHTS_FILE = "model.safetensors"
 # A train sandbox that has not started its interpreter and imported torch by then is broken: far
@@ -61,7 +58,7 @@ class TrainOutcome:
     first_data_after: float | None = None  # the feeder got the first request for training data
     deadline_after: float = 0.0  # when the harness would kill it (seconds after `go`)
     training_seconds: float = 0.0
-    # The sandbox's CPU seconds (harness.runner.limits.tree_cpu_seconds), sampled with the RSS: the
+    # The sandbox's CPU seconds (harness.runner.launch.Launched.cpu_seconds), sampled with the RSS: the
     # latest sample before training began, and the latest of all. On a CPU the score phase's bound
     # follows from their difference (harness.runner.score_budget).
     cpu_before_training: float = 0.0
@@ -188,7 +185,7 @@ class TrainSandbox:
                 os.close(fd)
             feed_sandbox.close()
         self.feeder = Feeder(
-            FeedJob(job.train_dir, settings.seq_len, job.bos_id, DATA_ORDER_SEED, settings.train_tokens_max),
+            FeedJob(job.train_dir, settings.seq_len, job.bos_id, settings.train_tokens_max),
             feed,
         )
         self.events_r = events_r
@@ -216,7 +213,7 @@ class TrainSandbox:
         if cache is not None and self.cache_fd is not None:
             self._use_cache(cache, self.cache_fd)
         spawned_at = time.monotonic()
-        self.feeder.start()
+        self.feeder.start(seed)
         try:
             os.write(self.go_w, json.dumps({"spawned_at": spawned_at, "seed": seed}).encode() + b"\n")
         except BrokenPipeError:
@@ -342,7 +339,7 @@ def watch(
             if now >= next_sample:
                 pids = process.pids()  # one listing of the sandbox's processes for both samples
                 outcome.peak_rss_bytes = max(outcome.peak_rss_bytes, peak_rss_bytes(pids))
-                outcome.cpu_latest = max(outcome.cpu_latest, tree_cpu_seconds(pids))
+                outcome.cpu_latest = max(outcome.cpu_latest, process.cpu_seconds())
                 if outcome.started_after is None:
                     outcome.cpu_before_training = outcome.cpu_latest
                 # One process killed at the memory limit is enough: fail fast, not at the deadline.

@@ -33,7 +33,8 @@ DECISION_COLUMNS = ("effect", "effect_se", "effect_bound", "p_value", "sigma")
 
 
 def _seed(experiment_id: int, number: int) -> int:
-    # As server/crud/runs.py run_seed (a migration must not import code that may change).
+    # How seeds were computed then (0012 gives queued runs secret ones; a migration must not
+    # import code that may change).
     digest = hashlib.sha256(f"autoresearch run {experiment_id}:{number}".encode()).digest()
     return int.from_bytes(digest[:8], "big") >> 33
 

@@ -88,7 +88,7 @@ def snapshot(
         ),
         platform=project.platform,
         harness_id=project.harness_id,
-        candidate=Sample(candidate.n, candidate.mean),
+        candidate=Sample(candidate.n, candidate.mean, identical=candidate.n >= 2 and candidate.m2 == 0.0),
         reference=reference.sample,
         reference_measured=reference.measured,
         reference_is_best=reference_commit == project.best_commit,

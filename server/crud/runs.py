@@ -8,7 +8,7 @@ ahead of everything submitted after that experiment.
 
 from __future__ import annotations
 
-import hashlib
+import secrets
 from datetime import datetime
 
 from sqlalchemy import and_, bindparam, case, func, insert, or_, select, update
@@ -20,11 +20,13 @@ from server.models import RUNS, Run
 SEED_BITS = 31  # seeds fit a C int: every library takes them
 
 
-def run_seed(experiment_id: int, number: int) -> int:
-    """The seed of run `number` of an experiment: different for each run, the same on every retry
-    of that run (a lost lease runs it again with the same seed)."""
-    digest = hashlib.sha256(f"autoresearch run {experiment_id}:{number}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> (64 - SEED_BITS)
+def new_seed() -> int:
+    """A run's seed, drawn from the operating system's secret source when the run is queued and
+    stored with it: no candidate can know it before it runs (a seed computed from public numbers,
+    the experiment's id and the run's, could be looked up in a table of initialisations found
+    lucky offline), and every retry of the run (a lost lease) uses the same one. The feeder orders
+    the run's training data by it too (harness.runner.feeder)."""
+    return secrets.randbits(SEED_BITS)
 
 
 _INSERT_RUN = insert(RUNS)
@@ -58,7 +60,7 @@ def queue_runs(
                 {
                     "experiment_id": experiment_id,
                     "number": number,
-                    "seed": run_seed(experiment_id, number),
+                    "seed": new_seed(),
                     "kind": kind,
                     "status": RunState.QUEUED,
                     "attempts": 0,

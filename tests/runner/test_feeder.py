@@ -23,12 +23,14 @@ from harness.runner.feeder import MAX_LOADERS, MAX_REQUEST_BYTES, MAX_SHARED_BYT
 
 CPU = torch.device("cpu")
 
+SEED = 1337  # the run's seed, which start() is given
+
 
 @pytest.fixture
 def job(test_data: tuple[HarnessSettings, PreparedPaths]) -> FeedJob:
     settings, paths = test_data
     bos = int(read_manifest(settings)["bos_id"])
-    return FeedJob(paths.train_dir, settings.seq_len, bos, settings.seed, settings.train_tokens_max)
+    return FeedJob(paths.train_dir, settings.seq_len, bos, settings.train_tokens_max)
 
 
 @pytest.fixture
@@ -36,7 +38,7 @@ def feeder_and_socket(job: FeedJob) -> Iterator[tuple[Feeder, socket.socket]]:
     """A started feeder and the sandbox's end of its socket."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     feeder = Feeder(job, ours)
-    feeder.start()
+    feeder.start(SEED)
     try:
         yield feeder, theirs
     finally:
@@ -56,8 +58,8 @@ def test_batches_through_the_feeder_are_those_of_the_in_process_loader(
     feeder, sock = feeder_and_socket
     client = FeedClient(sock.detach(), on_first_request=lambda: None)
     fed_small, fed_large = client.batches(3, CPU), client.batches(5, CPU)
-    local_small = packed_batches(job.train_dir, 3, job.seq_len, job.bos_id, CPU, job.seed, job.max_tokens)
-    local_large = packed_batches(job.train_dir, 5, job.seq_len, job.bos_id, CPU, job.seed, job.max_tokens)
+    local_small = packed_batches(job.train_dir, 3, job.seq_len, job.bos_id, CPU, SEED, job.max_tokens)
+    local_large = packed_batches(job.train_dir, 5, job.seq_len, job.bos_id, CPU, SEED, job.max_tokens)
     for _ in range(3 * SLOTS):  # interleaved loaders, past the slots packed ahead
         for fed, local in ((fed_small, local_small), (fed_large, local_large)):
             (inputs, targets), (expected_inputs, expected_targets) = next(fed), next(local)
@@ -108,7 +110,7 @@ def test_messages_train_py_writes_to_the_socket_do_not_shift_the_loaders_answers
     _, sock = feeder_and_socket
     client = FeedClient(os.dup(sock.fileno()), on_first_request=lambda: None)
     batches = client.batches(3, CPU)
-    local = packed_batches(job.train_dir, 3, job.seq_len, job.bos_id, CPU, job.seed, job.max_tokens)
+    local = packed_batches(job.train_dir, 3, job.seq_len, job.bos_id, CPU, SEED, job.max_tokens)
     first = next(batches)
     for forged in (
         b'{"ev": "done"}\n{"ev": "stats"}\n',
@@ -194,8 +196,8 @@ def test_token_files_that_fail_mid_run_are_a_harness_failure(job: FeedJob, tmp_p
     train = tmp_path / "train"
     shutil.copytree(job.train_dir, train)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    feeder = Feeder(FeedJob(train, job.seq_len, job.bos_id, job.seed, job.max_tokens), ours)
-    feeder.start()
+    feeder = Feeder(FeedJob(train, job.seq_len, job.bos_id, job.max_tokens), ours)
+    feeder.start(SEED)
     try:
         client = FeedClient(theirs.detach(), on_first_request=lambda: None)
         batches = client.batches(4, CPU)
@@ -227,5 +229,5 @@ def test_requests_from_two_threads_each_get_their_own_answer(
     for thread in threads:
         thread.join()
     for size in (2, 3):
-        local = packed_batches(job.train_dir, size, job.seq_len, job.bos_id, CPU, job.seed, job.max_tokens)
+        local = packed_batches(job.train_dir, size, job.seq_len, job.bos_id, CPU, SEED, job.max_tokens)
         assert all(torch.equal(got, next(local)[0]) for got in results[size])

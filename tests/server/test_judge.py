@@ -270,6 +270,20 @@ def test_when_the_best_moved_on_good_and_promising_changes_are_re_applied() -> N
     assert judge(snapshot(1.001, **moved)).action is Action.REVERT
 
 
+def test_a_candidate_whose_runs_are_identical_is_refused_as_ignoring_the_seed() -> None:
+    """Its runs had their own seeds and data orders and still agree to the bit: pinned luck. Refused
+    at any value (a lucky one pinned offline above all), even by the greedy rule; the baseline is
+    measured as ever."""
+    lucky = snapshot(0.99, runs=2, candidate=Sample(2, 0.99, identical=True))
+    for rule in (RULE, GREEDY):
+        verdict = judge(replace(lucky, settings=rule))
+        assert verdict.action is Action.REVERT and verdict.reason.startswith("ignores the seed"), verdict
+        assert "its 2 valid runs all gave val_bpb 0.9900" in verdict.reason
+    assert judge(snapshot(0.99, runs=2)).action is Action.KEEP  # the same numbers, runs that differ
+    baseline = replace(lucky, is_baseline=True)
+    assert judge(baseline).action is Action.KEEP
+
+
 def test_identical_runs_everywhere_leave_the_sign_to_decide() -> None:
     better = judge(snapshot(0.99, runs=2, sigma=0.0))
     assert better.action is Action.KEEP and better.comparison is not None and better.comparison.p_value == 0.0

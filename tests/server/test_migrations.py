@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 
 import pytest
@@ -12,7 +13,6 @@ from sqlalchemy.orm import Session
 
 from server.core.db import create_db_engine
 from server.core.migrate import current_revision, downgrade, upgrade
-from server.crud.runs import run_seed
 from server.models import (
     Base,
     ChangeKind,
@@ -51,9 +51,15 @@ def _tables(url: str) -> set[str]:
         engine.dispose()
 
 
+def hashed_seed(experiment_id: int, number: int) -> int:
+    """A run's seed as migration 0004 computed it, from its numbers (0012 draws queued ones again)."""
+    digest = hashlib.sha256(f"autoresearch run {experiment_id}:{number}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 33
+
+
 def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     upgrade(database_url)
-    assert current_revision(database_url) == "0011"
+    assert current_revision(database_url) == "0012"
     assert _tables(database_url) == TABLES
     downgrade(database_url, "0009")  # integrity events go
     assert _tables(database_url) == TABLES - {"integrity_events"}
@@ -191,7 +197,8 @@ def test_existing_projects_are_carried_over_to_runs(database_url: str) -> None:
                 6: (1, "queued", "first"),
                 7: (1, "running", "first"),
             }
-            assert runs[6].seed == run_seed(6, 1) and runs[7].seed == run_seed(7, 1) and runs[1].seed is None
+            assert runs[6].seed == hashed_seed(6, 1) and runs[7].seed == hashed_seed(7, 1)
+            assert runs[1].seed is None
             for table in ("results", "leases", "progress_events"):
                 linked = connection.execute(text(f"SELECT experiment_id, run_id FROM {table}")).all()
                 assert linked and all(runs[e].id == r for e, r in linked)
@@ -216,6 +223,11 @@ def test_existing_projects_are_carried_over_to_runs(database_url: str) -> None:
                 text("SELECT best_experiment_id, best_since_experiment_id FROM project")
             ).one()
             assert tuple(best) == (2, 7)
+        upgrade(database_url, "0012")  # a queued run's seed is drawn again, a running one's kept
+        with engine.connect() as connection:
+            later = text("SELECT experiment_id, seed FROM runs WHERE experiment_id > 5")
+            seeds = dict(connection.execute(later).all())
+            assert seeds[6] != hashed_seed(6, 1) and 0 <= seeds[6] < 2**31 and seeds[7] == hashed_seed(7, 1)
         downgrade(database_url, "0003")  # back, keeping each experiment's run 1
         with engine.connect() as connection:
             assert connection.execute(text("SELECT best_val_bpb FROM project")).scalar() == pytest.approx(

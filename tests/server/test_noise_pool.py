@@ -91,9 +91,20 @@ def test_heavy_tails_give_about_the_standard_deviation() -> None:
 
 
 def test_runs_that_repeat_exactly_are_not_winsorized_to_nothing() -> None:
-    pooled = pool([[1.0, 1.0], [1.0, 1.0], [1.0, 1.002]])
+    groups = [[1.0, 1.0, 1.0, 1.0, 1.002], [1.0, 1.002]]  # most pairs differ by exactly 0
+    pooled = pool(groups)
     assert pooled is not None
-    assert pooled.sigma == pytest.approx(classical([[1.0, 1.0], [1.0, 1.0], [1.0, 1.002]]))
+    assert pooled.sigma == pytest.approx(classical(groups))
+
+
+def test_a_commit_whose_runs_are_identical_is_left_out() -> None:
+    """Its runs had their own seeds and data orders: identical ones ignore both, and would shrink
+    the sigma of every decision (here to a third of the others' alone)."""
+    pooled = pool([[1.0, 1.0, 1.0, 1.0], [0.7, 0.7], [1.0, 1.002], [0.9, 0.901, 0.902]])
+    assert pooled is not None
+    assert (pooled.commits, pooled.runs, pooled.df) == (2, 5, 3)
+    assert pooled.sigma == pytest.approx(classical([[1.0, 1.002], [0.9, 0.901, 0.902]]))
+    assert pool([[1.0, 1.0], [0.5, 0.5]]) is None
 
 
 def bounded_by_numpy(values: list[float], sigma: float) -> float:

@@ -162,7 +162,7 @@ def test_expired_leases_requeue_then_end_as_infrastructure_failure(live_factory,
     experiment = live.client().experiment(1)
     assert (experiment.status, experiment.attempts) == ("queued", 1)
     second = worker.claim()
-    assert (second.experiment_id, second.attempt) == (1, 2)
+    assert (second.experiment_id, second.attempt, second.seed) == (1, 2, first.seed)  # a retry: the same run
     time.sleep(0.4)
     expire_leases(live.ctx)
     experiment = live.client().experiment(1)
@@ -170,6 +170,20 @@ def test_expired_leases_requeue_then_end_as_infrastructure_failure(live_factory,
     with pytest.raises(ApiError) as caught:  # a result for a lease no longer held is refused
         worker.report(second, 1.0)
     assert caught.value.status == 409
+
+
+def test_a_runs_seed_is_secret_not_a_function_of_its_numbers(live_factory, worker_factory) -> None:
+    """Three projects' experiment 1, run 2 (queued once run 1 is in): the same public numbers,
+    seeds drawn apart. A candidate that looks its initialisation up in a table of seeds predicted
+    from the ids finds nothing."""
+    seeds = []
+    for _ in range(3):
+        worker = worker_factory(live_factory(decision_rule="noise_aware", noise_runs=2))
+        worker.report(worker.claim(), 1.0)
+        second = worker.claim()
+        assert (second.experiment_id, second.run) == (1, 2)
+        seeds.append(second.seed)
+    assert len(set(seeds)) == 3 and all(0 <= seed < 2**31 for seed in seeds)
 
 
 def test_the_background_sweep_requeues_lost_work(live_factory, worker_factory) -> None:
