@@ -19,6 +19,10 @@ The order is drawn from a fresh OS random seed on every run.
   with a BOS wherever a document starts, as in real rows). Each batch holds distinct rows, and a
   row probed more than once is cut further on in each later batch, so that when a variant is
   answered the process has never been shown the row's own token at its cut.
+* Some rows are shown whole (a cut at T) as their last variant: the only variant that compares a
+  row's last position, which no later token can give away, so that only state could change it
+  (an answer cached from rows scored before). `whole_rows` are enough to catch a model that does
+  so in WHOLE_SHARE of the rows with probability PROBE_POWER.
 
 Power. A variant tests one position for a lookahead: the last one before its cut, where the next
 token differs from the row's (the positions before it see the same next tokens in both). After
@@ -39,6 +43,9 @@ import numpy as np
 # The least probability that one run catches a lookahead on the preset's share of positions
 # (`probe_share`, harness.config).
 PROBE_POWER = 0.95
+# The share of rows whose last position a model may answer from state and still be caught with
+# PROBE_POWER (docs/runner.md, "The probe's power").
+WHOLE_SHARE = 0.1
 HEAD_ROWS = 1  # rows of each model process's first batch, on a CPU
 DONOR_TRIES = 8  # redraws of a variant's donor text when its first token equals the row's
 
@@ -97,16 +104,27 @@ def detection_power(tested: int, positions: int, share: float) -> float:
     return 1.0 - math.exp(log_miss)
 
 
+def whole_rows(num_rows: int) -> int:
+    """How many rows the probe shows whole: the fewest that include one of any WHOLE_SHARE of the
+    rows with probability PROBE_POWER, or all of them where that share is less than one row."""
+    for count in range(1, num_rows + 1):
+        if detection_power(count, num_rows, WHOLE_SHARE) >= PROBE_POWER:
+            return count
+    return num_rows
+
+
 def probe_batches(num_rows: int, seq_len: int, batch_rows: int, share: float) -> int:
     """The fewest probe batches whose positions catch a lookahead on `share` of the scored
-    positions with probability PROBE_POWER (0 when `share` is 0: no probe)."""
+    positions with probability PROBE_POWER, besides the rows shown whole (0 when `share` is 0: no
+    probe)."""
     if share <= 0:
         return 0
     positions = num_rows * (seq_len - 1)  # a cut at 1..T-1 tests position cut - 1
-    low, high = 1, -(-positions // batch_rows)
+    whole = whole_rows(num_rows)
+    low, high = max(1, -(-whole // batch_rows)), -(-(positions + whole) // batch_rows)
     while low < high:
         middle = (low + high) // 2
-        if detection_power(middle * batch_rows, positions, share) >= PROBE_POWER:
+        if detection_power(middle * batch_rows - whole, positions, share) >= PROBE_POWER:
             high = middle
         else:
             low = middle + 1
@@ -124,9 +142,10 @@ def plan_probes(
     """`batches` batches of `batch_rows` variants of distinct rows each, after a first batch of
     `head_rows` when there is a head. Each row's cuts are distinct and grow from batch to batch;
     the text after a cut is `donor` text (training tokens) from a random place, redrawn while its
-    first token equals the row's at the cut."""
+    first token equals the row's at the cut. `whole_rows` of the rows probed (or all of them, if
+    fewer) are shown whole as their last variant."""
     rows, seq_len = inputs.shape
-    if rows < batch_rows or batches + bool(head_rows) > seq_len - 1 or len(donor) < seq_len:
+    if rows < batch_rows or batches + bool(head_rows) > seq_len or len(donor) < seq_len:
         raise ValueError(
             f"cannot plan {batches} probe batches of {batch_rows} distinct rows from {rows} rows of "
             f"{seq_len} tokens and {len(donor)} donor tokens"
@@ -136,16 +155,21 @@ def plan_probes(
     counts = np.bincount(np.concatenate(chosen), minlength=rows)
     # Each row's cuts, smallest first: a later variant of a row holds the row's tokens up to its own
     # cut, which includes the token at every earlier cut, so it must come after them.
+    probed = np.flatnonzero(counts)
+    whole = set(rng.choice(probed, size=min(whole_rows(rows), len(probed)), replace=False).tolist())
     cuts = {
-        row: sorted(rng.choice(np.arange(1, seq_len), size=int(count), replace=False).tolist())
-        for row, count in enumerate(counts.tolist())
-        if count
+        row: sorted(rng.choice(np.arange(1, seq_len), size=count - (row in whole), replace=False).tolist())
+        + [seq_len] * (row in whole)
+        for row, count in zip(probed.tolist(), counts[probed].tolist(), strict=True)
     }
     plan = []
     for batch in chosen:
         probes = []
         for row in batch.tolist():
             cut = cuts[row].pop(0)
+            if cut == seq_len:  # whole: compares every position, the last one too
+                probes.append(Probe(row=row, cut=cut, tokens=inputs[row].copy(), tests=False))
+                continue
             for _ in range(DONOR_TRIES):
                 start = int(rng.integers(0, len(donor) - (seq_len - cut) + 1))
                 if donor[start] != inputs[row, cut]:

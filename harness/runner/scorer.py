@@ -296,16 +296,18 @@ def compare_probes(
     groups: ProbeGroups,
 ) -> None:
     """Add one probe batch's differences from the first showing of its rows: positions before
-    each cut's last one to `prefix`, that last one to `cut`; both to `shape` where one of the two
-    was scored in a small first batch and the other not (`alone`: the rows the eval first showed
-    in its small first batch; `small`: this batch is one)."""
+    each cut's last one to `prefix`, that last one to `cut` (a row shown whole has every position
+    in `prefix`: nothing after its last one differs); both to `shape` where one of the two was
+    scored in a small first batch and the other not (`alone`: the rows the eval first showed in
+    its small first batch; `small`: this batch is one)."""
     for offset, probe in enumerate(batch):
         expected = first[probe.row]
-        last = probe.cut - 1
+        last = probe.cut - 1 if probe.cut < len(expected) else len(expected)
         same = (probe.row in alone) == small
         prefix, cut = (groups.prefix, groups.cut) if same else (groups.shape, groups.shape)
         prefix.add(expected[:last], nats[offset, :last], probe.row)
-        cut.add(expected[last : last + 1], nats[offset, last : last + 1], probe.row, last)
+        if last < len(expected):
+            cut.add(expected[last : last + 1], nats[offset, last : last + 1], probe.row, last)
 
 
 def all_finite(logits: torch.Tensor) -> bool:

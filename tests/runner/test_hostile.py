@@ -170,6 +170,16 @@ def test_looking_ahead_only_where_it_pays_most_is_caught(run_candidate, tmp_path
     assert result.val_bpb is None
 
 
+def test_a_last_position_answered_from_a_cache_is_caught_by_a_whole_row(
+    run_candidate, tmp_path: Path
+) -> None:
+    """No cut can look at a row's last position, and the model answers repeats from its first
+    answer: only the probe's rows shown whole, in a fresh process, compare it."""
+    result = run_candidate(compose(tmp_path, "hostile/last_position_cache.py"), time_budget=1.0)
+    assert (result.status, result.error_class) == ("invalid", "non_causal"), result.log_tail
+    assert result.val_bpb is None
+
+
 def test_fork_bomb_is_contained_and_the_next_experiment_is_unaffected(
     test_data, run_candidate, tmp_path: Path
 ) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from harness.config import load_settings
 from harness.runner import agreement
-from harness.runner.score_plan import plan_probes, probe_batches
+from harness.runner.score_plan import WHOLE_SHARE, plan_probes, probe_batches
 from harness.runner.scorer import ProbeGroups, compare_probes
 
 pytestmark = pytest.mark.heavy
@@ -50,7 +50,9 @@ class LookaheadWhereItPays:
         return out
 
 
-def caught(model: LookaheadWhereItPays, evaluated: np.ndarray, targets, plan, tolerance: float) -> bool:
+def caught(
+    model: LookaheadWhereItPays | LastFromState, evaluated: np.ndarray, targets, plan, tolerance: float
+) -> bool:
     """Whether the scorer's comparison of `plan`'s variants with the eval's first showing
     (`evaluated`: the model's nats of every row) finds the model non-causal."""
     first = {probe.row: evaluated[probe.row] for batch in plan for probe in batch}
@@ -105,3 +107,50 @@ def test_a_lookahead_on_the_presets_share_is_caught_in_19_of_20_plans(preset: st
     assert PLANS - sum(one_batch) >= PLANS // 4, (
         f"{preset}: one batch missed it in {PLANS - sum(one_batch)} plans"
     )
+
+
+class LastFromState:
+    """Answers the last position of WHOLE_SHARE of the rows (at least one) from what the eval
+    process was shown before (its nats there lowered by half a nat); a fresh process, without that
+    state, answers honestly everywhere."""
+
+    def __init__(self, rows: int, rng: np.random.Generator) -> None:
+        count = max(1, int(WHOLE_SHARE * rows))
+        self.rows = set(rng.choice(rows, size=count, replace=False).tolist())
+
+    def evaluated(self, inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        nats = honest_nats(inputs, targets)
+        for row in self.rows:
+            nats[row, -1] -= 0.5
+        return nats
+
+    def nats(self, tokens: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        return honest_nats(tokens, targets)
+
+
+@pytest.mark.parametrize("preset", ["test", "cpu", "gpu-check"])
+def test_a_last_position_answered_from_state_is_caught_by_the_rows_shown_whole(preset: str) -> None:
+    """Exactly when a plan shows one of its rows whole, which the plan's size makes at least
+    PROBE_POWER likely (test_probes.py has the exact chance at every preset, h100's included);
+    over 40 drawn plans, 90 % or more."""
+    settings = load_settings(preset)
+    rows, seq_len, batch_rows = (
+        settings.eval_tokens // settings.seq_len,
+        settings.seq_len,
+        settings.eval_batch_rows,
+    )
+    rng = np.random.default_rng(2027)
+    stream = rng.integers(0, VOCAB, size=(rows, seq_len + 1), dtype=np.int32)
+    inputs, targets = stream[:, :-1], stream[:, 1:]
+    donor = rng.integers(0, VOCAB, size=1 << 20, dtype=np.int32)
+    batches = probe_batches(rows, seq_len, batch_rows, settings.probe_share)
+    tolerance = agreement.tolerance_for("cpu")
+    found = 0
+    for seed in range(40):
+        model = LastFromState(rows, np.random.default_rng(seed + 100))
+        evaluated = model.evaluated(inputs, targets)
+        plan = plan_probes(inputs, batch_rows, batches, donor, np.random.default_rng(seed))
+        shown_whole = {probe.row for batch in plan for probe in batch if probe.cut == seq_len}
+        found += (seen := caught(model, evaluated, targets, plan, tolerance))
+        assert seen == bool(shown_whole & model.rows)
+    assert found >= 36, f"{preset}: caught in {found} of 40 plans"

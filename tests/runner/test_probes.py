@@ -16,12 +16,14 @@ from harness.result import INTEGRITY_CLASSES
 from harness.runner import agreement
 from harness.runner.score_plan import (
     PROBE_POWER,
+    WHOLE_SHARE,
     batches_of,
     detection_power,
     plan_eval,
     plan_power,
     plan_probes,
     probe_batches,
+    whole_rows,
 )
 
 
@@ -39,7 +41,7 @@ def test_probe_batches_never_show_a_probed_rows_token_at_its_cut_before_it_is_an
     batch_rows, more_rows, seq_len = shape
     rows = batch_rows + more_rows
     head_rows = data.draw(st.integers(0, batch_rows)) if seq_len > 2 else 0  # a first batch, or none
-    batches = data.draw(st.integers(1, min(seq_len - 1 - bool(head_rows), 12)))
+    batches = data.draw(st.integers(1, min(seq_len - bool(head_rows), 12)))
     rng = np.random.default_rng(seed)
     inputs = rng.integers(0, vocab, size=(rows, seq_len))
     donor = rng.integers(0, vocab, size=seq_len + donor_extra)
@@ -51,8 +53,11 @@ def test_probe_batches_never_show_a_probed_rows_token_at_its_cut_before_it_is_an
         assert len(batch) == size
         assert len({probe.row for probe in batch}) == size  # distinct rows in a batch
         for probe in batch:
-            assert 1 <= probe.cut < seq_len
+            assert 1 <= probe.cut <= seq_len
             assert (probe.tokens[: probe.cut] == inputs[probe.row, : probe.cut]).all()
+            if probe.cut == seq_len:  # shown whole: the row's last variant, testing no lookahead
+                assert not probe.tests
+                continue
             tail = probe.tokens[probe.cut :]
             starts = range(len(donor) - len(tail) + 1)
             assert any((donor[start : start + len(tail)] == tail).all() for start in starts)  # training text
@@ -64,6 +69,8 @@ def test_probe_batches_never_show_a_probed_rows_token_at_its_cut_before_it_is_an
             assert all(other.cut <= probe.cut for other in batch if other.row == probe.row)
         for probe in batch:
             shown.setdefault(probe.row, []).append(probe.cut)
+    whole = [row for row, cuts in shown.items() if cuts[-1] == seq_len]
+    assert len(whole) == min(whole_rows(rows), len(shown))
 
 
 def test_a_plan_that_cannot_keep_rows_distinct_or_cuts_growing_is_refused() -> None:
@@ -72,7 +79,7 @@ def test_a_plan_that_cannot_keep_rows_distinct_or_cuts_growing_is_refused() -> N
     with pytest.raises(ValueError, match="distinct rows"):
         plan_probes(inputs, 5, 1, donor, np.random.default_rng(0))  # more rows per batch than rows
     with pytest.raises(ValueError, match="distinct rows"):
-        plan_probes(inputs, 2, 8, donor, np.random.default_rng(0))  # more batches than cuts per row
+        plan_probes(inputs, 2, 9, donor, np.random.default_rng(0))  # more batches than cuts per row
 
 
 @settings(max_examples=200, deadline=None)
@@ -91,10 +98,13 @@ def test_each_presets_probe_is_the_smallest_that_reaches_the_power(preset: str) 
     settings = load_settings(preset)
     rows, seq_len = settings.eval_tokens // settings.seq_len, settings.seq_len
     batches = probe_batches(rows, seq_len, settings.eval_batch_rows, settings.probe_share)
-    positions = rows * (seq_len - 1)
-    assert detection_power(batches * settings.eval_batch_rows, positions, settings.probe_share) >= PROBE_POWER
-    fewer = (batches - 1) * settings.eval_batch_rows
+    positions, whole = rows * (seq_len - 1), whole_rows(rows)
+    tested = batches * settings.eval_batch_rows - whole  # rows shown whole test no lookahead
+    assert detection_power(tested, positions, settings.probe_share) >= PROBE_POWER
+    fewer = tested - settings.eval_batch_rows
     assert detection_power(fewer, positions, settings.probe_share) < PROBE_POWER
+    assert detection_power(whole, rows, WHOLE_SHARE) >= PROBE_POWER or whole == rows
+    assert whole == rows or detection_power(whole - 1, rows, WHOLE_SHARE) < PROBE_POWER
 
 
 @pytest.mark.parametrize("preset", list(PRESETS))
