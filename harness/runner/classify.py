@@ -64,7 +64,7 @@ def train_failure(outcome: TrainOutcome, settings: HarnessSettings) -> Ending | 
             "timeout",
             "timeout",
             f"killed at the hard deadline, {outcome.deadline_after:.1f} s after start (startup, at most "
-            f"the allowance of {settings.compile_allowance:g} s, + budget {settings.time_budget:g} s + "
+            f"the allowance of {outcome.allowance:g} s, + budget {settings.time_budget:g} s + "
             "grace); train() must return once ctx.time_left() <= 0",
         )
     if error.get("kind") == "oom":

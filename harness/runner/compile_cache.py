@@ -15,6 +15,13 @@ Trust. A cache is written by candidate code, so it is candidate content:
   runner read a host file; at most MAX_BYTES, MAX_FILES and MAX_DEPTH (past any, nothing is
   kept: a cache made to be slow or deep to copy costs its run its cache, not the runner).
 Restoring writes the kept files into the next run's cache folder the same way, before its `go`.
+
+State. A cache is filled once per train.py, by the first run of it that ends ok, and never
+refreshed, so nothing compounds from run to run. What it can carry is what that run computed
+before its first data request, with no data. A run that restores it is credited only the startup
+the sealing run did not use (`allowance_after`): the compute behind any run's state before its
+first batch, its own and the cache's together, is at most one `compile_allowance`, whichever run
+of the train.py it is (docs/runner.md, "Compile once per train.py").
 """
 
 from __future__ import annotations
@@ -47,10 +54,20 @@ class TooLarge(Exception):
 
 @dataclass(frozen=True)
 class CacheUse:
-    """What a run does with the compile cache: restore a kept one, or seal its own into a folder."""
+    """What a run does with the compile cache: restore a kept one (with the startup seconds the run
+    that sealed it had used), or seal its own into a folder."""
 
     restore: Path | None
     seal_into: Path | None
+    sealed_after: float = 0.0
+
+
+def allowance_after(allowance: float, use: CacheUse | None) -> float:
+    """A run's startup credit: the preset's allowance, less what the run that sealed the cache it
+    restores had used of its own, so that no state has more than one allowance behind it."""
+    if use is None or use.restore is None:
+        return allowance
+    return max(0.0, allowance - use.sealed_after)
 
 
 def cache_key(train_py: bytes, harness_id: str) -> str:
@@ -159,23 +176,31 @@ class CompileCaches:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def find(self, key: str) -> Path | None:
-        """The kept cache of `key` (marked as just used), or None."""
+    def find(self, key: str) -> tuple[Path, float] | None:
+        """The kept cache of `key` (marked as just used) and the startup seconds of the run that
+        sealed it, or None."""
         folder = self.root / key
+        try:
+            sealed_after = float((self.root / f".{key}.sealed-after").read_text())
+        except (OSError, ValueError):
+            return None  # no cache, or one kept without its startup: not used
         if not folder.is_dir():
             return None
         os.utime(folder)
-        return folder
+        return folder, sealed_after
 
-    def keep(self, sealed: Path, key: str) -> None:
-        """Keep a run's sealed copy as the cache of `key` (if none is kept yet), and remove all but
-        the KEPT most recently used."""
+    def keep(self, sealed: Path, key: str, sealed_after: float) -> None:
+        """Keep a run's sealed copy as the cache of `key`, sealed `sealed_after` seconds into its
+        startup (if none is kept yet: the first one stays), and remove all but the KEPT most
+        recently used."""
         self.root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".incoming-", dir=self.root))
         try:
             shutil.move(str(sealed), staging / "cache")  # a rename when on the same file system
-            with contextlib.suppress(OSError):  # one is kept already: the first one stays
-                (staging / "cache").rename(self.root / key)
+            if not (self.root / key).exists():
+                (self.root / f".{key}.sealed-after").write_text(f"{sealed_after!r}")
+                with contextlib.suppress(OSError):
+                    (staging / "cache").rename(self.root / key)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         kept = sorted(
@@ -185,3 +210,4 @@ class CompileCaches:
         )
         for old in kept[KEPT:]:
             shutil.rmtree(old, ignore_errors=True)
+            (self.root / f".{old.name}.sealed-after").unlink(missing_ok=True)

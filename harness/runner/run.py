@@ -136,7 +136,7 @@ def run_experiment(
         ending = ending or over_budget(outcome, settings)
         if caches is not None and run.sandbox.sealed is not None and ending is None:
             with phases("compile cache kept"):
-                caches.keep(run.sandbox.sealed, cache_key)
+                caches.keep(run.sandbox.sealed, cache_key, run.sandbox.sealed_after)
     finally:
         with phases("run folder removed"):
             discard(run)
@@ -161,7 +161,9 @@ def cache_use(caches: CompileCaches | None, key: str, run_dir: Path) -> CacheUse
     if caches is None:
         return None
     kept = caches.find(key)
-    return CacheUse(restore=kept, seal_into=None if kept else run_dir / "compile-cache")
+    if kept is None:
+        return CacheUse(restore=None, seal_into=run_dir / "compile-cache")
+    return CacheUse(restore=kept[0], seal_into=None, sealed_after=kept[1])
 
 
 def warm_up(

@@ -127,7 +127,7 @@ def main(config: dict[str, Any]) -> None:
         finish(0)
     go_message = json.loads(line)
     spawned_at, seed = go_message["spawned_at"], int(go_message["seed"])
-    progress = Progress(reporter, spawned_at, config["time_budget"], config["allowance"])
+    progress = Progress(reporter, spawned_at, config["time_budget"], float(go_message["allowance"]))
     device = torch.device(config["device"])
     torch.manual_seed(seed)
     feed = FeedClient(config["feed_fd"], on_first_request=progress.start)

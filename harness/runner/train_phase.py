@@ -57,6 +57,7 @@ class TrainOutcome:
     first_step_after: float | None = None  # the first progress message (ctx.log) arrived
     first_data_after: float | None = None  # the feeder got the first request for training data
     deadline_after: float = 0.0  # when the harness would kill it (seconds after `go`)
+    allowance: float = 0.0  # the most of its startup credited (the preset's, or less: compile_cache)
     training_seconds: float = 0.0
     # The sandbox's CPU seconds (harness.runner.launch.Launched.cpu_seconds), sampled with the RSS: the
     # latest sample before training began, and the latest of all. On a CPU the score phase's bound
@@ -161,7 +162,6 @@ class TrainSandbox:
             "vocab_size": settings.vocab_size,
             "seq_len": settings.seq_len,
             "time_budget": settings.time_budget,
-            "allowance": settings.compile_allowance,
             "bos_id": job.bos_id,
             "peak_flops": job.peak_flops,
             "limits": asdict(job.limits),
@@ -192,10 +192,15 @@ class TrainSandbox:
         self.reader = LineReader()
         self.early: list[dict[str, Any]] = []  # messages that came with or before `ready`
         self.ready = False  # `ready` came (and was taken out of `early`)
+        self.spawned_at = 0.0  # when `go` was sent
         self.go_w = go_w
         self.fds = [events_r, go_w]
         self.cache_fd: int | None = None  # the sandbox's compile cache folder (harness.runner.compile_cache)
         self.sealed: Path | None = None  # its copy at the first data request, when one was asked for
+        self.sealed_after = 0.0  # seconds after `go` the copy was made
+        # The run's startup credit, set at `go` (less than the preset's for a run that restored a
+        # compile cache: harness.runner.compile_cache.allowance_after)
+        self.allowance = settings.compile_allowance
         self.output = OutputTail(log_r)
 
     def alive(self) -> bool:
@@ -212,10 +217,12 @@ class TrainSandbox:
             return None
         if cache is not None and self.cache_fd is not None:
             self._use_cache(cache, self.cache_fd)
-        spawned_at = time.monotonic()
+            self.allowance = compile_cache.allowance_after(self.job.settings.compile_allowance, cache)
+        self.spawned_at = spawned_at = time.monotonic()
         self.feeder.start(seed)
+        go = {"spawned_at": spawned_at, "seed": seed, "allowance": self.allowance}
         try:
-            os.write(self.go_w, json.dumps({"spawned_at": spawned_at, "seed": seed}).encode() + b"\n")
+            os.write(self.go_w, json.dumps(go).encode() + b"\n")
         except BrokenPipeError:
             return None
         return spawned_at
@@ -230,6 +237,7 @@ class TrainSandbox:
             def seal() -> None:
                 if compile_cache.copy_out(folder_fd, seal_into):
                     self.sealed = seal_into
+                    self.sealed_after = time.monotonic() - self.spawned_at
 
             self.feeder.on_first_request = seal
 
@@ -306,7 +314,7 @@ def run_train_phase(
         outcome.log = sandbox.output.text()
     outcome.tokens_served = sandbox.feeder.rows_served * sandbox.job.settings.seq_len
     outcome.training_seconds = timing.training_seconds(
-        outcome.started_after, outcome.lifetime, sandbox.job.settings.compile_allowance
+        outcome.started_after, outcome.lifetime, outcome.allowance
     )
     return outcome
 
@@ -322,6 +330,7 @@ def watch(
 ) -> None:
     """Follow the train process until it exits or must be killed; fill in `outcome`."""
     process, events_r, settings = sandbox.launched, sandbox.events_r, sandbox.job.settings
+    outcome.allowance = sandbox.allowance
     pidfd = os.pidfd_open(process.popen.pid)
     next_sample = 0.0
     events_open = True
@@ -332,8 +341,7 @@ def watch(
             now = time.monotonic()
             if note_first_request(sandbox, outcome, spawned_at):
                 on_training()
-            allowance = settings.compile_allowance
-            credit = timing.startup_credit(outcome.started_after, now - spawned_at, allowance)
+            credit = timing.startup_credit(outcome.started_after, now - spawned_at, outcome.allowance)
             outcome.deadline_after = timing.train_deadline(settings.time_budget, credit)
             deadline = spawned_at + outcome.deadline_after
             if now >= next_sample:
@@ -438,7 +446,7 @@ def report(
     pacer: ProgressPacer,
 ) -> None:
     budget = settings.time_budget
-    trained = timing.training_seconds(outcome.started_after, now - spawned_at, settings.compile_allowance)
+    trained = timing.training_seconds(outcome.started_after, now - spawned_at, outcome.allowance)
     pacer.offer(
         ProgressEvent(
             step=outcome.step or 0,

@@ -10,6 +10,7 @@ only what was written before the first batch, and a run of another file finds no
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -119,18 +120,27 @@ def test_the_first_kept_cache_of_a_key_stays_and_old_ones_go(tmp_path: Path) -> 
         (folder / "f").write_text(text)
         return folder
 
-    caches.keep(sealed("first"), "a")
-    caches.keep(sealed("second"), "a")  # a run that sealed at the same time: the first one stays
+    caches.keep(sealed("first"), "a", 3.5)
+    caches.keep(sealed("second"), "a", 1.0)  # a run that sealed at the same time: the first one stays
     found = caches.find("a")
-    assert found is not None and (found / "f").read_text() == "first"
+    assert found is not None and (found[0] / "f").read_text() == "first" and found[1] == 3.5
     for number in range(1, compile_cache.KEPT):  # with "a", KEPT caches, used in this order
-        caches.keep(sealed(str(number)), f"key{number}")
+        caches.keep(sealed(str(number)), f"key{number}", 1.0)
     for age, name in enumerate(["a", *(f"key{n}" for n in range(1, compile_cache.KEPT))]):
         os.utime(caches.root / name, (1000 + age, 1000 + age))
     assert caches.find("a") is not None  # the oldest, used now: the newest
-    caches.keep(sealed("last"), "last")  # one too many: the least recently used goes
-    left = {path.name for path in caches.root.iterdir()}
+    caches.keep(sealed("last"), "last", 1.0)  # one too many: the least recently used goes
+    left = {path.name for path in caches.root.iterdir() if not path.name.startswith(".")}
     assert len(left) == compile_cache.KEPT and {"last", "a"} <= left and "key1" not in left
+    assert not (caches.root / ".key1.sealed-after").exists()
+
+
+def test_a_run_restoring_a_cache_is_credited_what_its_sealing_run_left_of_the_allowance() -> None:
+    restored = compile_cache.CacheUse(restore=Path("kept"), seal_into=None, sealed_after=7.5)
+    assert compile_cache.allowance_after(10.0, restored) == 2.5
+    assert compile_cache.allowance_after(10.0, replace(restored, sealed_after=12.0)) == 0.0
+    sealing = compile_cache.CacheUse(restore=None, seal_into=Path("new"))
+    assert compile_cache.allowance_after(10.0, sealing) == compile_cache.allowance_after(10.0, None) == 10.0
 
 
 def test_keys_differ_by_file_and_harness() -> None:
@@ -198,7 +208,7 @@ def test_a_run_gets_only_what_its_own_train_py_wrote_before_its_first_batch(
     first = run_candidate(candidate("one"), compile_cache=caches)
     assert first.status == "ok", first.log_tail
     assert found_line(first.log_tail) == "FOUND []"
-    (kept,) = caches.iterdir()
+    (kept,) = (path for path in caches.iterdir() if not path.name.startswith("."))
     assert sorted(str(p.relative_to(kept)) for p in kept.rglob("*") if p.is_file()) == [
         "inductor/before-data.txt"
     ]
@@ -212,4 +222,58 @@ def test_a_run_gets_only_what_its_own_train_py_wrote_before_its_first_batch(
     other = run_candidate(candidate("two"), compile_cache=caches)  # another train.py
     assert other.status == "ok", other.log_tail
     assert found_line(other.log_tail) == "FOUND []"
-    assert len(list(caches.iterdir())) == 2
+    assert len([path for path in caches.iterdir() if not path.name.startswith(".")]) == 2
+
+
+# A candidate that computes before its first data request for as long as it is credited (ctx.time_left()
+# stays at the budget until startup's credit is spent), adds it to what it found in its compile cache
+# and saves the sum there: hidden state that would grow by an allowance with every run of it.
+ACCUMULATES = """
+import os
+import time
+import torch
+from torch import nn
+
+STATE = os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "state.txt")
+
+
+def build_model(ctx):
+    carried = float(open(STATE).read()) if os.path.exists(STATE) else 0.0
+    started = time.process_time()
+    while ctx.time_left() >= ctx.time_budget:  # credited startup: the clock has not started
+        sum(range(10_000))
+    total = carried + time.process_time() - started
+    print(f"PRE-DATA CPU {total:.3f}", flush=True)
+    os.makedirs(os.path.dirname(STATE), exist_ok=True)
+    with open(STATE, "w") as handle:
+        handle.write(repr(total))
+    return nn.Embedding(ctx.vocab_size, ctx.vocab_size)
+
+
+def train(model, ctx):
+    inputs, targets = next(ctx.loader(4))
+    ctx.log(step=0, loss=nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten()).item())
+"""
+
+
+def pre_data_cpu(log: str) -> float:
+    return float(next(line for line in log.splitlines() if line.startswith("PRE-DATA CPU")).split()[-1])
+
+
+def test_state_saved_into_the_cache_gains_no_more_in_a_third_run_than_in_the_first(
+    run_candidate: RunCandidate, tmp_path: Path
+) -> None:
+    """Each run's computation before data, its own and what it restored, stays within one
+    allowance: the first run's is all a third run has (the cache is sealed once, and a run that
+    restores it is credited only what the sealing run left)."""
+    train_py = tmp_path / "train.py"
+    train_py.write_text(ACCUMULATES)
+    caches = tmp_path / "caches"
+    totals = []
+    for _ in range(3):
+        result = run_candidate(train_py, compile_cache=caches, compile_allowance=2.0)
+        assert result.status == "ok", result.log_tail
+        totals.append(pre_data_cpu(result.log_tail))
+    first, _, third = totals
+    assert first > 0.5, totals  # it did compute before its data
+    assert third <= first + 0.3, totals
