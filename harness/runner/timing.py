@@ -13,10 +13,11 @@ Everything after, including saving the weights, is training.
 from __future__ import annotations
 
 # Training may overrun the budget by one last step and the weight save; beyond this it is over
-# budget and can never be kept. 2 % of the budget, so on `cpu` and `h100` every second past it
-# that is not over budget is at most 2 % more training; the floor keeps the `test` preset's
-# honest runs of a few seconds valid on a loaded machine (the process's exit counts too).
-OVER_BUDGET_TOLERANCE_MIN_S = 1.0
+# budget and can never be kept. 2 % of the budget on every preset that ranks changes (h100, cpu,
+# gpu-check): at most 2 % more training. The floor is what an honest run of a second needs on a
+# loaded machine, its last step, save and the sandbox's exit together (docs/runner.md, "Time
+# accounting", has the measurements); on the `test` preset's 3 s it is a sixth of the budget.
+OVER_BUDGET_TOLERANCE_MIN_S = 0.5
 OVER_BUDGET_TOLERANCE_FRACTION = 0.02
 # Between the over-budget line and the hard kill: time to notice the budget is up and exit.
 DEADLINE_GRACE_MIN_S = 5.0
