@@ -37,6 +37,14 @@ measured points is unmeasured: the scorer's copy of a batch's logits, after the 
 before the next batch is commanded (the scorer computes the loss while the model runs the next
 batch); CPU seconds count that too.
 
+On a GPU a second rule holds the batches to each other (`uneven_batch`): the device is the run's
+alone, so an honest model answers every batch of one shape in about the same time, and a batch
+that takes more than BATCH_SPREAD times the fastest of its shape (plus BATCH_JITTER_S) had work
+beside its forward pass: hidden training in bursts, or GPU work queued while the scorer copied
+the previous answer, which delays the next. Each shape's first batch is left out (kernels are
+chosen and caches filled then: the startup allowance covers it). Work spread evenly over every
+batch stays within the bound above.
+
 Why the probe's bound is what matters: training that changes the eval's counted outputs must be
 repeated by the probe (a fresh process) before its only batch, or the two disagree (see
 harness.runner.agreement). What a candidate can hide is the probe's bound less what an honest
@@ -45,6 +53,7 @@ probe needs; docs/runner.md has the figure for each preset.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 # Room for importing train.py, build_model and the weight load (an honest model needs a fraction
@@ -68,6 +77,9 @@ FIRST_TRANSFER_BYTES_PER_S = 1e9
 # The forward term of all evaluation rows together is at most the time budget, whatever
 # throughput the run had (few tokens served would otherwise mean a large bound).
 FORWARD_CAP_FRACTION = 1.0
+# On a GPU: how much slower than the fastest batch of its shape a batch may be (uneven_batch).
+BATCH_SPREAD = 1.5
+BATCH_JITTER_S = 0.01
 
 
 @dataclass(frozen=True)
@@ -170,3 +182,24 @@ def process_budget(
         logits_bytes=logits_bytes,
         first_share=first_share,
     )
+
+
+def uneven_batch(answers: Sequence[tuple[int, float]]) -> tuple[int, float, float] | None:
+    """The first batch that took longer than BATCH_SPREAD x the fastest batch of its row count
+    + BATCH_JITTER_S, as (its number from 1, its seconds, that fastest), or None. `answers`: each
+    batch's (rows, seconds from command to answer), in order; each row count's first batch is not
+    judged (kernel choice, cold caches) and sets no fastest."""
+    later: dict[int, list[tuple[int, float]]] = {}
+    seen: set[int] = set()
+    for number, (rows, seconds) in enumerate(answers, start=1):
+        if rows in seen:
+            later.setdefault(rows, []).append((number, seconds))
+        seen.add(rows)
+    slow = [
+        (number, seconds, fastest)
+        for batches in later.values()
+        for fastest in [min(seconds for _, seconds in batches)]
+        for number, seconds in batches
+        if seconds > BATCH_SPREAD * fastest + BATCH_JITTER_S
+    ]
+    return min(slow, default=None)

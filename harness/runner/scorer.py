@@ -30,7 +30,7 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +46,14 @@ from harness.runner.model_entry import CPU_SPARE_CORES
 from harness.runner.model_process import ModelFailure, ModelJob, ModelProcess
 from harness.runner.phases import Phases
 from harness.runner.score_budget import (
+    BATCH_JITTER_S,
+    BATCH_SPREAD,
     ProcessBudget,
     forward_seconds_per_token,
     measured_in_cpu_seconds,
     process_budget,
     startup_allowance,
+    uneven_batch,
 )
 from harness.runner.score_plan import HEAD_ROWS, Probe, batches_of, plan_eval, plan_probes, probe_batches
 from harness.runner.train_phase import WEIGHTS_FILE
@@ -83,6 +86,7 @@ class Clock:
     cpu_at_go: float | None = None
     given: int = 0  # batches commanded so far: the bound grows with them (ProcessBudget.bound)
     first_answer: float | None = None  # of `used`: up to its first batch's answer
+    answers: list[tuple[int, float]] = field(default_factory=list)  # (rows, wall seconds) per batch
 
     @property
     def unit(self) -> str:
@@ -126,6 +130,21 @@ class Clock:
         elif self.running_since is not None:
             self.used += time.monotonic() - self.running_since if seconds is None else seconds
         self.running_since = None
+
+    def answered(self, rows: int, seconds: float) -> None:
+        """A batch of `rows` answered `seconds` after its command; in wall seconds (a GPU), its batches
+        must stay even (score_budget.uneven_batch)."""
+        self.answers.append((rows, seconds))
+        if self.cpu is None and (slow := uneven_batch(self.answers)) is not None:
+            number, took, fastest = slow
+            raise ModelFailure(
+                "invalid",
+                "score_over_budget",
+                f"score phase ({self.budget.label}): batch {number} took {took:.3f} s, more than "
+                f"{BATCH_SPREAD:g} x the fastest batch of its size ({fastest:.3f} s) + {BATCH_JITTER_S:g} "
+                "s: on a GPU the run has to itself, that is work beside the forward pass (training "
+                "while scored)",
+            )
 
     def first_answer_note(self) -> str:
         """What it used up to its first answer, of what its bound allowed by then: training hidden
@@ -192,6 +211,7 @@ class Scoring:
                 if len(targets) == self.batch_rows:  # the bound's transfer is a full batch's
                     self.transfer.observe(time.monotonic() - started)
             clock.charge(seconds)
+            clock.answered(len(targets), seconds)
             if clock.first_answer is None:
                 clock.first_answer = clock.used
             if index + 1 < len(work):

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.runner import score_budget
-from harness.runner.score_budget import forward_seconds_per_token, process_budget, startup_allowance
+from harness.runner.model_process import ModelFailure
+from harness.runner.score_budget import (
+    ProcessBudget,
+    forward_seconds_per_token,
+    process_budget,
+    startup_allowance,
+    uneven_batch,
+)
+from harness.runner.scorer import Clock, Transfer
 
 budgets = st.floats(min_value=0.1, max_value=1e4)
 seconds = st.floats(min_value=0.01, max_value=1e4)
@@ -122,3 +132,38 @@ def test_a_small_first_batch_gets_its_share_of_a_batchs_allowance(
     assert small.bound(transfer, given_) == pytest.approx(expected, rel=1e-9)
     if share < 1:
         assert "full batches' worth" in small.explain(transfer, given=given_)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from([1, 32]), st.floats(1.0, 1.49)), min_size=1, max_size=40),
+    st.floats(0.01, 0.5),
+)
+def test_batches_within_the_spread_of_each_other_are_never_uneven(answers, base: float) -> None:
+    """However a GPU's honest batches vary, as long as each shape's stay within BATCH_SPREAD."""
+    scale = {1: base / 20, 32: base}
+    assert uneven_batch([(rows, scale[rows] * factor) for rows, factor in answers]) is None
+
+
+def test_a_burst_beside_the_forward_pass_is_uneven_and_a_shapes_first_batch_is_not_judged() -> None:
+    answers = [(1, 2.0), (32, 0.9), (32, 0.2), (32, 0.21), (32, 0.45), (32, 0.2)]
+    assert uneven_batch(answers) == (5, 0.45, 0.2)  # batch 2, 0.9 s, is its size's first: not judged
+    assert uneven_batch(answers[:4]) is None
+
+
+def test_on_a_gpu_the_clock_stops_a_process_at_its_first_uneven_batch() -> None:
+    """Wall seconds (a GPU): the clock judges each answer as it comes; in CPU seconds (exact,
+    whatever the batches) it does not."""
+    budget = ProcessBudget("probe", batches=10, startup_s=3.0, forward_s=1.0, logits_bytes=0)
+    wall = Clock(budget, Transfer(), outer_deadline=time.monotonic() + 60)
+    for seconds in (0.5, 0.2, 0.2):
+        wall.answered(32, seconds)
+    with pytest.raises(ModelFailure) as failure:
+        wall.answered(32, 0.32)
+    assert failure.value.error_class == "score_over_budget"
+    assert "batch 4 took 0.320 s, more than 1.5 x the fastest batch of its size (0.200 s)" in str(
+        failure.value
+    )
+    exact = Clock(budget, Transfer(), outer_deadline=time.monotonic() + 60, cpu=lambda: 0.0)
+    for seconds in (0.5, 0.2, 0.2, 0.32):
+        exact.answered(32, seconds)
