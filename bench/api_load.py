@@ -61,7 +61,7 @@ from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
 from server.core.request_metrics import BUCKETS
 from server.crud.project import load_project
-from server.crud.runs import run_seed
+from server.crud.runs import new_seed
 from server.crud.tokens import create_token
 from server.models import ApiToken, Experiment, Lease, Result, Run
 from server.patches import make_patch
@@ -467,7 +467,7 @@ def seed_queue(db: Database, count: int, baseline: str, blob: str, agent_id: int
                 {
                     "experiment_id": first + i,
                     "number": 1,
-                    "seed": run_seed(first + i, 1),
+                    "seed": new_seed(),
                     "kind": "first",
                     "status": "queued",
                     "attempts": 0,
@@ -587,7 +587,7 @@ def seed_history(db: Database, total: int, baseline: str, agent_ids: list[int], 
                         "id": run_id,
                         "experiment_id": eid,
                         "number": 1,
-                        "seed": run_seed(eid, 1),
+                        "seed": new_seed(),
                         "kind": "first",
                         "status": "finished",
                         "attempts": 1,

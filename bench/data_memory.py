@@ -2,7 +2,7 @@
 
     python bench/data_memory.py [--shard-mb 4] [--shards 4] [--factor 10]
 
-Generates a local corpus of parquet shards (texts of the built-in corpus, repeated) with
+Generates a local corpus of parquet shards (texts of the default corpus, repeated) with
 `--shards` shards for 1x and `--shards * --factor` shards of the same size for 10x, then in a
 fresh process for each: runs `prepare` (local source, cpu preset) and reports its peak RSS; then
 draws 200 batches from packed_batches over the prepared token files and reports that peak RSS.
@@ -24,9 +24,17 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.data.builtin import corpus_documents, stdlib_root
+from harness.data import speeches
 
 TOKENIZER_CHARS = 4_000_000
+DOWNLOADS = Path(__file__).resolve().parents[1] / "var" / "downloads"
+
+
+def corpus_documents() -> tuple[list[str], list[str]]:
+    """The default corpus's (training, pool) documents."""
+    return speeches.documents(speeches.download(DOWNLOADS))
+
+
 LOADER_BATCHES = 200
 
 
@@ -43,7 +51,7 @@ def make_corpus(folder: Path, shards: int, shard_bytes: int, documents: list[str
             size += len(text)
             position += 1
         pq.write_table(pa.table({"text": texts}), folder / f"train_{index:05d}.parquet", row_group_size=1024)
-    _, val = corpus_documents(stdlib_root())
+    _, val = corpus_documents()
     pq.write_table(pa.table({"text": val}), folder / "z_val.parquet")
 
 
@@ -101,7 +109,7 @@ def main() -> None:
         child(args.child[0], Path(args.child[1]), Path(args.child[2]))
         return
 
-    documents, _ = corpus_documents(stdlib_root())
+    documents, _ = corpus_documents()
     work = Path(tempfile.mkdtemp(prefix="data-memory-"))
     try:
         results = {}

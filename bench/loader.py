@@ -180,7 +180,11 @@ def main() -> None:
     torch.set_num_threads(1)
 
     settings = load_settings(
-        "h100", data_source="builtin", data_dir=DATA_DIR, vocab_size=args.vocab, eval_tokens=args.seq_len * 16
+        "h100",
+        data_source="speeches",
+        data_dir=DATA_DIR,
+        vocab_size=args.vocab,
+        eval_tokens=args.seq_len * 16,
     )
     settings = settings.model_copy(update={"seq_len": args.seq_len})
     paths = prepare(settings, progress=False)

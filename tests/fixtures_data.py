@@ -1,4 +1,4 @@
-"""Prepared data for tests of every area: the `test` preset on the built-in corpus.
+"""Prepared data for tests of every area: the `test` preset on the default corpus.
 
 Use it from any conftest.py:
 
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import HarnessSettings, load_settings
+from harness.data import speeches
 from harness.data_layout import PreparedPaths
 from harness.prepare import prepare
 
@@ -24,9 +25,15 @@ CACHE_DIR = Path(__file__).resolve().parents[1] / "var" / "test-data"
 
 
 def prepared_test_data() -> tuple[HarnessSettings, PreparedPaths]:
-    """Settings of the `test` preset (built-in corpus) and its prepared paths, preparing if needed."""
-    settings = load_settings("test", data_source="builtin", data_dir=CACHE_DIR)
+    """Settings of the `test` preset (default corpus) and its prepared paths, preparing if needed."""
+    settings = load_settings("test", data_source="speeches", data_dir=CACHE_DIR)
     return settings, prepare(settings, progress=False)
+
+
+def corpus_documents() -> tuple[list[str], list[str]]:
+    """The default corpus's (training, held-out pool) documents: real text for tests of other
+    sources (downloaded once into the test data's folder, as `prepare` does)."""
+    return speeches.documents(speeches.download(CACHE_DIR / "downloads"))
 
 
 @pytest.fixture(scope="session")

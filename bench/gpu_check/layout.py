@@ -21,7 +21,7 @@ PRESET = "gpu-check"
 # The corpus is a `local` source named relative to the repository root, the working directory of
 # every process that may call `prepare` (kit build, worker), so the name is the same on any machine.
 CORPUS_RELATIVE = CORPUS.relative_to(REPO)
-LOCAL_VAL_FILE = "val/shard_val.parquet"
+LOCAL_VAL_FILE = "val/pool.parquet"
 # Every corpus file gets this modification time here and on the GPU machine: the local source's
 # `prepare` stage hashes the files' names, sizes and times, and a copy does not keep the times.
 CORPUS_MTIME_NS = 1_700_000_000 * 10**9

@@ -1,7 +1,9 @@
 """The `climbmix` source: shards of karpathy/climbmix-400b-shuffle, downloaded over HTTP.
 
-Training uses the first CLIMBMIX_TRAIN_SHARDS shards (shard_00000.parquet, ...); the last shard
-of the dataset, shard_06542.parquet, is pinned as the validation split.
+Training uses the first CLIMBMIX_TRAIN_SHARDS shards (shard_00000.parquet, ...). The held-out pool
+the validation sample is drawn from is the dataset's last CLIMBMIX_POOL_SHARDS shards, ending with
+shard_06542.parquet, autoresearch's pinned validation shard (VALIDATION_SAMPLE=pinned: that shard
+alone, as autoresearch evaluates it).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from harness.config import CLIMBMIX_VAL_SHARD, HarnessSettings
+from harness.config import CLIMBMIX_VAL_SHARD, HarnessSettings, ValidationSample
 from harness.data.download import DownloadPolicy, download_all
 from harness.data.errors import DataError
 
@@ -19,14 +21,22 @@ def shard_name(index: int) -> str:
     return f"shard_{index:05d}.parquet"
 
 
+def pool_shards(settings: HarnessSettings) -> list[int]:
+    """The shards of the held-out pool, the dataset's last ones."""
+    count = 1 if settings.validation_sample == ValidationSample.PINNED else settings.climbmix_pool_shards
+    return list(range(CLIMBMIX_VAL_SHARD - count + 1, CLIMBMIX_VAL_SHARD + 1))
+
+
 def climbmix_jobs(settings: HarnessSettings, raw_dir: Path) -> list[tuple[str, Path]]:
-    count = settings.climbmix_train_shards
-    if not 1 <= count <= CLIMBMIX_VAL_SHARD:
-        raise DataError(f"CLIMBMIX_TRAIN_SHARDS={count} must be between 1 and {CLIMBMIX_VAL_SHARD}")
+    count, pool = settings.climbmix_train_shards, pool_shards(settings)
+    if not 1 <= count <= pool[0]:
+        raise DataError(
+            f"CLIMBMIX_TRAIN_SHARDS={count} must be between 1 and {pool[0]} (the shards from "
+            f"{pool[0]} on are the held-out pool, CLIMBMIX_POOL_SHARDS={len(pool)})"
+        )
     base = settings.climbmix_url.rstrip("/")
     jobs = [(f"{base}/{shard_name(i)}", raw_dir / "train" / shard_name(i)) for i in range(count)]
-    val_name = shard_name(CLIMBMIX_VAL_SHARD)
-    jobs.append((f"{base}/{val_name}", raw_dir / "val" / val_name))
+    jobs += [(f"{base}/{shard_name(i)}", raw_dir / "val" / shard_name(i)) for i in pool]
     return jobs
 
 

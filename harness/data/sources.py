@@ -7,10 +7,10 @@ import shutil
 from pathlib import Path
 
 from harness.config import DataSource, HarnessSettings
-from harness.data.builtin import fetch_builtin
 from harness.data.climbmix import fetch_climbmix
 from harness.data.errors import DataError
 from harness.data.local import fetch_local
+from harness.data.speeches import fetch_speeches
 from harness.data.tokens import replace_dir
 
 
@@ -27,12 +27,12 @@ def fetch_raw(settings: HarnessSettings, raw_dir: Path, progress: bool) -> None:
     building = raw_dir.with_name(f".{raw_dir.name}.tmp-{os.getpid()}")
     shutil.rmtree(building, ignore_errors=True)
     try:
-        if settings.data_source == DataSource.BUILTIN:
-            fetch_builtin(building, settings.corpus_max_bytes)
+        if settings.data_source == DataSource.SPEECHES:
+            fetch_speeches(building, Path(settings.data_dir) / "downloads", settings.corpus_max_bytes)
         elif settings.data_source == DataSource.LOCAL:
             fetch_local(settings.local_data_dir, building, settings.local_val_file, settings.corpus_max_bytes)
         else:
-            raise DataError(f"DATA_SOURCE={settings.data_source!r}: use builtin, local or climbmix")
+            raise DataError(f"DATA_SOURCE={settings.data_source!r}: use speeches, local or climbmix")
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise

@@ -121,7 +121,8 @@ class Cgroup:
         """New cgroups with `limits`, or None where none can be made here."""
         name = f"{limits.cgroup_prefix}-{uuid.uuid4().hex[:12]}"
         parents = cgroup_parents()
-        folders = make_folders(name, {key: parents[key] for key in ("pids", "memory") if key in parents})
+        limiting: dict[str, Path] = {key: parents[key] for key in ("pids", "memory") if key in parents}
+        folders = make_folders(name, limiting)
         if len(folders) == 2:
             try:
                 (folders["pids"] / "pids.max").write_text(str(limits.max_tasks))
@@ -131,7 +132,7 @@ class Cgroup:
                 folders = remove_folders(folders)
         else:
             folders = remove_folders(folders)  # limits come in pairs: one alone is not applied
-        accounting = {key: parents[key] for key in ("cpuacct", "unified") if key in parents}
+        accounting: dict[str, Path] = {key: parents[key] for key in ("cpuacct", "unified") if key in parents}
         folders |= make_folders(name, accounting)
         return cls(folders) if folders else None
 

@@ -57,7 +57,6 @@ class ModelJob:
     limits: Limits
     handover: Handover  # how logits reach the scorer (harness.runner.cuda_handover)
     shared_shm: bool = False  # bind the scorer's /dev/shm (the run's folder) as the sandbox's
-    hidden: tuple[str, ...] | None = None  # the runner's sandbox.hidden_args() (None: work it out)
 
 
 # The scorer's /dev/shm: on CUDA the run's folder (harness.runner.cuda_handover.RunShm).
@@ -88,7 +87,7 @@ def model_spec(job: ModelJob) -> SandboxSpec:
         binds += (Bind(SCORER_SHM, "/dev/shm", writable=True),)
     if not job.sandboxed:
         return SandboxSpec(binds=binds, cwd=str(job.weights_dir))
-    return SandboxSpec(binds=binds, cwd="/tmp", cuda=job.device.startswith("cuda"), hidden=job.hidden)
+    return SandboxSpec(binds=binds, cwd="/tmp", cuda=job.device.startswith("cuda"))
 
 
 class ModelProcess:

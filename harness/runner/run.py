@@ -103,6 +103,7 @@ def run_experiment(
                 bos_id=job.bos_id,
                 batch_rows=settings.eval_batch_rows,
                 probe_share=settings.probe_share,
+                doc_bpb_floor=settings.doc_bpb_floor,
                 sandboxed=sandboxed,
                 limits=run.limits,
                 timeout=timing.score_timeout(settings.time_budget, settings.compile_allowance),

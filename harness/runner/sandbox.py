@@ -8,18 +8,15 @@ prepared data (training batches come from the harness's feeder), not the server'
 configuration, and no environment variables beyond the few set here (so no credentials).
 `--die-with-parent` and the PID namespace make every process inside die with the sandbox.
 
-No validation text is visible either. The built-in corpus holds out whole modules of the
-interpreter's own standard library (harness.data.builtin.VALIDATION_MODULES): in every sandbox
-they are replaced by a stub that refuses to import, with their compiled `__pycache__` files
-emptied, and every other Python standard library found under the visible system folders (another
-installation of the same or a nearby version holds the same text) is hidden whole.
+No text of any corpus is visible either: every source's text lives in the data folder alone,
+which no sandbox binds (harness.runner.run.check_data_hidden refuses a data folder inside a folder
+every sandbox sees).
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -28,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import harness
-from harness.data.builtin import stdlib_root, validation_paths
 
 # Files under /etc that programs inside need (dynamic linker cache, user names for getpass,
 # time zone, `cc` alternatives for torch.compile). /etc as a whole is not shown.
@@ -45,9 +41,6 @@ ETC_FILES = (
 ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 CUDA_DIRS = ("/usr/local/cuda", "/usr/local/nvidia")
 TMP_BYTES = 1 << 30  # the sandbox's private /tmp (tmpfs, charged to its memory)
-HELD_OUT_STUB = Path(__file__).resolve().parent / "held_out"  # a package whose import fails
-# A folder with one of these names holding `os.py` (or a sourceless `os.pyc`) is a standard library.
-STDLIB_NAME = re.compile(r"(python|pypy)\d")
 
 
 class SandboxUnavailableError(RuntimeError):
@@ -79,9 +72,6 @@ class SandboxSpec:
     cwd: str = "/"
     cuda: bool = False
     env: dict[str, str] = field(default_factory=dict)
-    # What hides the validation text (hidden_args()); None: work it out in this process. The
-    # scorer is given the runner's, so each run's scorer does not walk the system folders again.
-    hidden: tuple[str, ...] | None = None
 
 
 @functools.cache
@@ -124,51 +114,6 @@ def system_roots() -> list[Path]:
     """The host folders every sandbox sees whole: whole_roots() and the GPU driver folders (by
     their real paths)."""
     return whole_roots() + [Path(folder).resolve() for folder in CUDA_DIRS if os.path.isdir(folder)]
-
-
-def other_standard_libraries(roots: Sequence[Path], own: Path) -> list[Path]:
-    """Python standard libraries under `roots` other than `own` (compared by their real paths).
-
-    The folders are walked, not the files read (about a second for /usr and a virtualenv);
-    symlinks are not followed, and a standard library found is not descended into.
-    """
-    found: list[Path] = []
-    stack = [str(root) for root in roots]
-    own_real = os.path.realpath(own)
-    while stack:
-        folder = stack.pop()
-        try:
-            with os.scandir(folder) as listing:
-                entries = list(listing)
-        except OSError:
-            continue
-        names = {entry.name for entry in entries}
-        if STDLIB_NAME.match(os.path.basename(folder)) and names & {"os.py", "os.pyc"}:
-            if os.path.realpath(folder) != own_real:
-                found.append(Path(folder))
-            continue
-        stack.extend(entry.path for entry in entries if entry.is_dir(follow_symlinks=False))
-    return sorted(found)
-
-
-@functools.cache
-def hidden_args() -> tuple[str, ...]:
-    """bwrap arguments (after the system and Python binds) that hide all validation text of the
-    built-in corpus: the held-out modules of this interpreter's standard library, at each path it
-    is bound under, and every other standard library under the visible system folders."""
-    own = stdlib_root()
-    args: list[str] = []
-    for alias in sorted({own, own.resolve()}):
-        for path in validation_paths(alias):
-            if path.is_dir():
-                args += ["--ro-bind", str(HELD_OUT_STUB), str(path)]
-                continue
-            args += ["--ro-bind", str(HELD_OUT_STUB / "__init__.py"), str(path)]
-            for compiled in sorted((path.parent / "__pycache__").glob(f"{path.stem}.*.pyc")):
-                args += ["--ro-bind", "/dev/null", str(compiled)]
-    for library in other_standard_libraries(system_roots(), own):
-        args += ["--tmpfs", str(library), "--remount-ro", str(library)]
-    return tuple(args)
 
 
 def system_args() -> list[str]:
@@ -245,8 +190,6 @@ def bwrap_argv(spec: SandboxSpec, command: Sequence[str]) -> list[str]:
         argv += ["--ro-bind", str(root), str(root)]
     if spec.cuda:
         argv += cuda_args()
-    # Last of the system binds: no later bind may show what it hides.
-    argv += hidden_args() if spec.hidden is None else spec.hidden
     for scratch in spec.scratch:
         argv += ["--size", str(scratch.size_bytes), "--tmpfs", scratch.dest]
     for bind in spec.binds:

@@ -18,7 +18,6 @@ from harness.runner.cuda_handover import Handover, RunShm, handover_for
 from harness.runner.limits import Limits, descendants, idle_nice, raise_priority, set_session_nice
 from harness.runner.messages import MAX_TEXT_CHARS
 from harness.runner.output import ProgressPacer
-from harness.runner.sandbox import hidden_args
 from harness.runner.train_phase import TrainOutcome
 
 # Beyond the scorer's own limit: time for it to notice, clean up and answer.
@@ -43,6 +42,7 @@ class ScoreJob:
     bos_id: int
     batch_rows: int
     probe_share: float
+    doc_bpb_floor: float  # a document scored below it is known text (harness.evaluate.documents_below)
     sandboxed: bool
     limits: Limits
     timeout: float
@@ -79,12 +79,12 @@ class ScorerProcess:
             "batch_rows": job.batch_rows,
             "donor_dir": str(job.donor_dir),
             "probe_share": job.probe_share,
+            "doc_bpb_floor": job.doc_bpb_floor,
             "sandboxed": job.sandboxed,
             "limits": asdict(job.limits),
             "timeout": job.timeout,
             "shared_shm": self.shm is not None,
             # Worked out once per runner process, so that no scorer walks the system folders again.
-            "hidden": list(hidden_args()) if job.sandboxed else None,
         }
         command = [sys.executable, "-I", "-B", "-u", "-m", "harness.runner.scorer", json.dumps(config)]
         if self.shm is not None:

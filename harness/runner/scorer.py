@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from harness.data.tokens import open_token_dir
-from harness.evaluate import EvalRows, bpb, load_eval_rows, token_nats
+from harness.evaluate import DOC_FLOOR_MIN_BYTES, EvalRows, bpb, documents_below, load_eval_rows, token_nats
 from harness.runner import agreement, preload
 from harness.runner.cuda_handover import check_run_shm, empty_run_shm, handover_for
 from harness.runner.limits import Limits
@@ -252,13 +252,15 @@ class Scoring:
         keep: set[int],
         repeats: agreement.Group,
         shape: agreement.Group,
-    ) -> tuple[float, dict[int, np.ndarray], set[int]]:
+    ) -> Evaluated:
         """val_bpb from the first showing of every row, the nats of the first showing of the rows in
-        `keep`, the rows first shown in a batch smaller than a full one (the head), and the repeats
-        compared with their first showing (into `repeats`, or `shape` when one of the two was in the
-        head)."""
+        `keep`, the rows first shown in a batch smaller than a full one (the head), each document's
+        nats, and the repeats compared with their first showing (into `repeats`, or `shape` when one
+        of the two was in the head)."""
         inputs = self.rows.inputs.numpy()
         counted = (self.rows.target_bytes > 0).numpy()
+        documents = self.rows.target_docs.numpy()
+        doc_nats = np.zeros(self.rows.documents)
         row_nats = np.zeros(self.rows.num_rows)
         first: dict[int, np.ndarray] = {}
         alone: set[int] = set()
@@ -274,11 +276,19 @@ class Scoring:
                 if small:
                     alone.add(row)
                 seen[row] = True
-                row_nats[row] = nats[offset][counted[row]].sum()
+                scored = nats[offset][counted[row]]
+                row_nats[row] = scored.sum()
+                np.add.at(doc_nats, documents[row][counted[row]], scored)
                 if row in keep:
                     first[row] = nats[offset]
         # math.fsum: the exact sum, so the score does not depend on the order rows were shown in.
-        return bpb(math.fsum(row_nats.tolist()), int(self.rows.target_bytes.sum())), first, alone
+        total = bpb(math.fsum(row_nats.tolist()), int(self.rows.target_bytes.sum()))
+        return Evaluated(total, first, alone, doc_nats)
+
+    def document_bytes(self) -> np.ndarray:
+        """Each document's scored bytes."""
+        documents, sizes = self.rows.target_docs.numpy().ravel(), self.rows.target_bytes.numpy().ravel()
+        return np.bincount(documents, weights=sizes, minlength=self.rows.documents)
 
     def probe(
         self,
@@ -298,6 +308,16 @@ class Scoring:
         ]  # each variant is scored against its original row's targets
         for batch, nats in zip(plan, self.take(model, clock, work), strict=True):
             compare_probes(batch, nats, first, alone, len(batch) < self.batch_rows, groups)
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """What the eval process's first showings give (Scoring.evaluate)."""
+
+    val_bpb: float
+    first: dict[int, np.ndarray]  # the nats of the rows that are shown again or probed
+    alone: set[int]  # rows first shown in the small first batch
+    doc_nats: np.ndarray  # each document's nats
 
 
 @dataclass(frozen=True)
@@ -419,6 +439,7 @@ def score(
     shape = agreement.Group("shape")
     tolerance = agreement.tolerance_for(str(scoring.device))
     result: dict[str, Any] = {"status": "ok"}
+    notes = ""
     try:
         identity = weights_identity(weights)
         libraries = preload.chosen(preload.valid_names(go.get("libraries")))
@@ -426,7 +447,7 @@ def score(
         repeated = np.flatnonzero(np.bincount(order, minlength=rows.num_rows) > 1)
         keep = {int(row) for row in repeated} | {probe.row for batch in plan for probe in batch}
         with phases("eval batches"):
-            val_bpb, first, alone = scoring.evaluate(eval_model, clocks[0], order, keep, groups[0], shape)
+            evaluated = scoring.evaluate(eval_model, clocks[0], order, keep, groups[0], shape)
         with phases("eval close"):
             eval_model.close()
             if settings["shared_shm"] and (left := empty_run_shm()):  # the probe must find nothing
@@ -440,21 +461,56 @@ def score(
             start_model(probe_model, clocks[1], phases, libraries)
             with phases("probe batches"):
                 scoring.probe(
-                    probe_model, clocks[1], plan, first, alone, ProbeGroups(groups[1], groups[2], shape)
+                    probe_model,
+                    clocks[1],
+                    plan,
+                    evaluated.first,
+                    evaluated.alone,
+                    ProbeGroups(groups[1], groups[2], shape),
                 )
-        found = agreement.verdict(groups, shape, tolerance)
+        doc_bytes, floor = scoring.document_bytes(), settings["doc_bpb_floor"]
+        notes = documents_note(evaluated.doc_nats, doc_bytes, floor)
+        found = agreement.verdict(groups, shape, tolerance) or known_text(
+            documents_below(evaluated.doc_nats, doc_bytes, floor), floor
+        )
         if found is not None:
             result = {"status": "invalid", "error_class": found[0], "error_message": found[1]}
         else:
-            result["val_bpb"] = val_bpb
+            result["val_bpb"] = evaluated.val_bpb
     except ModelFailure as failure:
         for clock in clocks:
             clock.settle()
         result = {"status": failure.status, "error_class": failure.error_class, "error_message": str(failure)}
     result["score_seconds"] = sum(clock.used for clock in clocks)
     result["score_bound_seconds"] = sum(clock.budget.bound(clock.transfer.least) for clock in clocks)
-    result["log"] = timing_note(clocks, go) + agreement.summary([*groups, shape], tolerance) + "\n"
+    result["log"] = timing_note(clocks, go) + agreement.summary([*groups, shape], tolerance) + "\n" + notes
     return result
+
+
+def known_text(below: list[tuple[int, float, int]], floor: float) -> tuple[str, str] | None:
+    """The integrity class and message when documents scored below the preset's floor."""
+    if not below:
+        return None
+    document, rate, size = below[0]
+    return (
+        "known_text",
+        f"{len(below)} validation document(s) scored below {floor:g} bits per byte, which no model "
+        f"trained within the budget reaches: the lowest, document {document}, {rate:.4f} over {size} "
+        "bytes. The model knew the text it was scored on (validation text carried in train.py or its "
+        "weights)",
+    )
+
+
+def documents_note(doc_nats: np.ndarray, doc_bytes: np.ndarray, floor: float) -> str:
+    """A log line: how many documents were judged against the floor, and the lowest one's rate."""
+    judged = doc_bytes >= DOC_FLOOR_MIN_BYTES
+    if not judged.any():
+        return f"[harness] documents: none with {DOC_FLOOR_MIN_BYTES} bytes scored, none judged\n"
+    rates = doc_nats[judged] / (math.log(2) * doc_bytes[judged])
+    return (
+        f"[harness] documents: {int(judged.sum())} of {len(doc_bytes)} judged (>= {DOC_FLOOR_MIN_BYTES} "
+        f"bytes scored), lowest {rates.min():.4f} bits per byte, floor {floor:g}\n"
+    )
 
 
 def timing_note(clocks: list[Clock], go: dict[str, Any]) -> str:
@@ -525,7 +581,6 @@ def setup(config: dict[str, Any]) -> tuple[EvalRows, np.ndarray, list[ModelProce
         limits=Limits(**config["limits"]),
         handover=handover_for(config["device"]),
         shared_shm=config["shared_shm"],
-        hidden=None if config["hidden"] is None else tuple(config["hidden"]),
     )
     return rows, donor, [ModelProcess(job, "eval"), ModelProcess(job, "probe")]
 

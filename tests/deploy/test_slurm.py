@@ -194,8 +194,8 @@ def test_a_job_measures_submissions_survives_a_requeue_and_gives_its_run_back_on
     assert saved and not [path for path in saved if token.encode() in path.read_bytes()]
     assert token not in fleet.log(job)
     # One prepared data folder on the node, which both workers use.
-    assert [path.name for path in (fleet.node_data / "prepared").iterdir()] == ["builtin-v512"]
-    assert fleet.log(job).count(f"data ready in {fleet.node_data}/prepared/builtin-v512") == GPUS
+    assert [path.name for path in (fleet.node_data / "prepared").iterdir()] == ["speeches-v512"]
+    assert fleet.log(job).count(f"data ready in {fleet.node_data}/prepared/speeches-v512") == GPUS
 
     baseline = fleet.measured(1, job).result
     assert scored(baseline), baseline

@@ -12,11 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.config import CLIMBMIX_VAL_SHARD, load_settings
-from harness.data.builtin import corpus_documents, stdlib_root
 from harness.data.climbmix import fetch_climbmix, shard_name
 from harness.data.errors import DataError
 from harness.data_layout import read_manifest
 from harness.prepare import prepare
+from tests.fixtures_data import corpus_documents
 from tests.harness.shard_server import Behaviour, ShardServer
 
 
@@ -27,12 +27,14 @@ def parquet_bytes(texts: list[str], path: Path) -> bytes:
 
 @pytest.fixture(scope="module")
 def shard_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
-    """Two training shards and the pinned validation shard, made from the built-in corpus."""
+    """Two training shards and the held-out pool's two shards (the pinned one last), made from the
+    default corpus."""
     folder = tmp_path_factory.mktemp("shards")
-    train, val = corpus_documents(stdlib_root())
+    train, val = corpus_documents()
     return {
         shard_name(0): parquet_bytes(train[:150], folder / "0.parquet"),
         shard_name(1): parquet_bytes(train[150:300], folder / "1.parquet"),
+        shard_name(CLIMBMIX_VAL_SHARD - 1): parquet_bytes(val[200:400], folder / "pool.parquet"),
         shard_name(CLIMBMIX_VAL_SHARD): parquet_bytes(val[:200], folder / "val.parquet"),
     }
 
@@ -51,7 +53,14 @@ def serve(shard_files: dict[str, bytes]) -> Iterator:
 
 
 def climbmix_settings(server: ShardServer, data_dir: Path, **overrides: object):
-    values = {"climbmix_train_shards": 2, "download_backoff_s": 0.01, "download_retries": 4, "num_proc": 3}
+    # The served pool is small: what is under test is the download (the pool's least size: test_prepare.py).
+    values = {
+        "climbmix_train_shards": 2,
+        "download_backoff_s": 0.01,
+        "download_retries": 4,
+        "num_proc": 3,
+        "val_pool_min_bytes": 0,
+    }
     values.update(overrides)
     return load_settings("test", data_source="climbmix", data_dir=data_dir, climbmix_url=server.url, **values)
 
@@ -67,7 +76,8 @@ def test_prepare_downloads_shards_in_parallel_and_pins_the_last_as_validation(
     settings = climbmix_settings(server, tmp_path)
     paths = prepare(settings, progress=False)
     assert downloaded(paths.raw_dir) == shard_files
-    assert [p.name for p in (paths.raw_dir / "val").iterdir()] == ["shard_06542.parquet"]
+    pool = sorted(p.name for p in (paths.raw_dir / "val").iterdir())
+    assert pool == ["shard_06541.parquet", "shard_06542.parquet"]
     assert server.behaviour.met == [True, True, True]  # three requests were in flight at once
     assert read_manifest(settings)["train_docs"] == 300
     assert not list(paths.raw_dir.rglob("*.part"))
@@ -148,4 +158,8 @@ def test_fewer_shards_than_before_removes_the_extra_ones(
     server = serve(Behaviour())
     fetch_climbmix(climbmix_settings(server, tmp_path), tmp_path / "raw", progress=False)
     fetch_climbmix(climbmix_settings(server, tmp_path, climbmix_train_shards=1), tmp_path / "raw", False)
+    pool = [shard_name(CLIMBMIX_VAL_SHARD - 1), shard_name(CLIMBMIX_VAL_SHARD)]
+    assert sorted(downloaded(tmp_path / "raw")) == [shard_name(0), *pool]
+    pinned = climbmix_settings(server, tmp_path, climbmix_train_shards=1, validation_sample="pinned")
+    fetch_climbmix(pinned, tmp_path / "raw", False)  # autoresearch's evaluation: the pinned shard alone
     assert sorted(downloaded(tmp_path / "raw")) == [shard_name(0), shard_name(CLIMBMIX_VAL_SHARD)]

@@ -2,36 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from harness.config import PRESETS, load_settings, scoring_fields
-from harness.data.builtin import corpus_documents, max_validation_tokens, stdlib_root
-from harness.data.errors import DataError
-from harness.prepare import check_settings, prepare
+from harness.prepare import check_settings
 
 
 def test_every_preset_passes_the_prepare_checks() -> None:
     for name in PRESETS:
         check_settings(load_settings(name))  # e.g. a whole number of evaluation rows
-
-
-def test_h100_with_the_builtin_corpus_fails_at_once_with_the_reason(tmp_path: Path) -> None:
-    settings = load_settings("h100", data_source="builtin", data_dir=tmp_path / "data")
-    needed = settings.eval_tokens // settings.seq_len * (settings.seq_len + 1)
-    assert needed > max_validation_tokens(stdlib_root())
-    with pytest.raises(
-        DataError, match=r"the built-in corpus has at most [\d,]+ validation tokens, but preset h100"
-    ):
-        prepare(settings)
-    assert not (tmp_path / "data").exists()  # refused before any work
-
-
-def test_the_validation_bound_counts_the_documents_prepare_writes() -> None:
-    # Tokens come from a byte-level BPE (each covers >= 1 byte), plus one BOS per document.
-    _train, val = corpus_documents(stdlib_root())
-    assert max_validation_tokens(stdlib_root()) == sum(len(doc.encode()) + 1 for doc in val)
 
 
 def test_environment_overrides_the_preset_and_arguments_override_the_environment(
@@ -49,5 +28,22 @@ def test_environment_overrides_the_preset_and_arguments_override_the_environment
 
 def test_every_scoring_value_is_in_the_scoring_fields() -> None:
     base = scoring_fields(load_settings("test"))
-    for change in ({"time_budget": 9.0}, {"seq_len": 32}, {"vocab_size": 1024}, {"eval_tokens": 64 * 8}):
+    changes = (
+        {"time_budget": 9.0},
+        {"seq_len": 32},
+        {"vocab_size": 1024},
+        {"eval_tokens": 64 * 8},
+        {"validation_sample": "pinned"},
+        {"doc_bpb_floor": 0.5},
+    )
+    for change in changes:
         assert scoring_fields(load_settings("test", **change)) != base
+
+
+def test_the_secret_is_in_no_scoring_field_and_never_shown() -> None:
+    """The validation sample it draws is covered by the harness id (the rows' hash), the secret
+    itself by nothing that is shown or stored outside the data folder."""
+    settings = load_settings("test", data_secret="hunter2")
+    assert "hunter2" not in repr(settings) and "hunter2" not in settings.model_dump_json()
+    assert "hunter2" not in str(scoring_fields(settings))
+    assert scoring_fields(settings) == scoring_fields(load_settings("test"))

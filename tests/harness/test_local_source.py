@@ -12,14 +12,21 @@ import pytest
 
 from cli.main import main
 from harness.config import load_settings
-from harness.data.builtin import corpus_documents, stdlib_root
 from harness.data.shards import iter_texts
 from harness.data_layout import prepared_paths, read_manifest
+from tests.fixtures_data import corpus_documents
+
+
+@pytest.fixture(autouse=True)
+def small_pools(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These folders' validation files are far smaller than the least pool a sample is drawn from
+    (its own test below): what is under test here is the rest of prepare."""
+    monkeypatch.setenv("VAL_POOL_MIN_BYTES", "0")
 
 
 @pytest.fixture(scope="module")
 def documents() -> list[str]:
-    train, _ = corpus_documents(stdlib_root())
+    train, _ = corpus_documents()
     return train[:600]
 
 
@@ -84,7 +91,7 @@ ERROR_CASES = {
     ),
     "too little validation data": (
         lambda f: (f / "z_val.jsonl").write_text('{"text": "tiny"}\n'),
-        r"too little validation data: shard_val\.parquet gives 0 rows .* EVAL_TOKENS=2048 needs 32",
+        r"too little validation data: shard_val\.parquet cannot fill the 32 rows of SEQ_LEN\+1=65 tokens",
     ),
 }
 
@@ -100,6 +107,19 @@ def test_bad_data_gets_a_message_naming_the_file_and_changes_nothing(
     assert code == 2
     assert output.startswith("error: ")
     assert re.search(message, output), output
+    assert not (tmp_path / "data" / "prepared" / "local-v512").exists()
+
+
+def test_a_validation_file_smaller_than_the_least_pool_is_refused(
+    tmp_path: Path, documents: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sample is drawn from at least a hundred times what a train.py may carry."""
+    monkeypatch.delenv("VAL_POOL_MIN_BYTES")
+    code, output = prepare_cli(tmp_path / "data", make_folder(tmp_path / "texts", documents), capsys)
+    assert code == 2
+    refusal = r"the held-out pool \(shard_val\.parquet\) holds [\d,]+ bytes of text, but"
+    assert re.search(refusal, output), output
+    assert "VAL_POOL_MIN_BYTES=6,400,000" in output and "LOCAL_VAL_FILE" in output
     assert not (tmp_path / "data" / "prepared" / "local-v512").exists()
 
 

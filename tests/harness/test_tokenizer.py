@@ -10,7 +10,6 @@ import rustbpe
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.data.builtin import stdlib_files, stdlib_root
 from harness.data.errors import DataError
 from harness.tokenizer import (
     MIN_VOCAB_SIZE,
@@ -22,6 +21,7 @@ from harness.tokenizer import (
     load_tokenizer,
     train_tokenizer,
 )
+from tests.fixtures_data import corpus_documents
 
 VOCAB = 600
 Trained = tuple[Tokenizer, Path]
@@ -29,7 +29,8 @@ Trained = tuple[Tokenizer, Path]
 
 @pytest.fixture(scope="module")
 def corpus() -> list[str]:
-    return [path.read_text(encoding="utf-8") for path in stdlib_files(stdlib_root())[:40]]
+    train, _ = corpus_documents()
+    return train[:400]
 
 
 @pytest.fixture(scope="module")

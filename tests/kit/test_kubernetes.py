@@ -261,7 +261,7 @@ def test_the_cpu_demo_runs_cpu_workers_on_the_cpu_preset(rendered: dict[str, lis
         "containers"
     ]
     assert "--cpu" in container["args"] and "nvidia.com/gpu" not in container["resources"]["limits"]
-    assert {"PRESET": "cpu", "DATA_SOURCE": "builtin"}.items() <= next(
+    assert {"PRESET": "cpu", "DATA_SOURCE": "speeches"}.items() <= next(
         m["data"].items() for m in objects(docs, "ConfigMap").values() if "PRESET" in m["data"]
     )
 

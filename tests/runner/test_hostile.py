@@ -10,6 +10,7 @@ import threading
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -18,6 +19,8 @@ import harness
 from harness.config import HarnessSettings
 from harness.data_layout import PreparedPaths
 from harness.evaluate import evaluate_bpb
+from harness.prepare import prepare
+from harness.result import INTEGRITY_CLASSES
 from tests.proc_scan import processes_left
 from tests.runner.candidates import FOLDER, compose
 
@@ -178,6 +181,38 @@ def test_a_last_position_answered_from_a_cache_is_caught_by_a_whole_row(
     result = run_candidate(compose(tmp_path, "hostile/last_position_cache.py"), time_budget=1.0)
     assert (result.status, result.error_class) == ("invalid", "non_causal"), result.log_tail
     assert result.val_bpb is None
+
+
+def carried_rows(val_dir: Path) -> list[list[int]]:
+    inputs, targets = np.load(val_dir / "inputs.npy"), np.load(val_dir / "targets.npy")
+    return np.concatenate([inputs, targets[:, -1:]], axis=1).tolist()
+
+
+def test_rows_an_offline_prepare_gives_are_not_the_scored_ones(
+    test_data, run_candidate, tmp_path: Path
+) -> None:
+    """Everything behind the rows is public (the corpus, the code, the tokenizer) but the
+    installation's secret: a candidate that carries the rows prepare gives with another secret (here
+    the same corpus slice and settings, prepared apart) and looks them up scores as an honest one."""
+    settings, paths = test_data
+    offline = prepare(settings.model_copy(update={"data_dir": tmp_path / "offline"}), progress=False)
+    rows = carried_rows(offline.val_dir)
+    scored = {tuple(row) for row in carried_rows(paths.val_dir)}
+    assert sum(tuple(row) in scored for row in rows) == 0
+    result = run_candidate(compose(tmp_path, "hostile/carries_val_rows.py", rows=rows), time_budget=1.0)
+    assert result.status == "ok", result.log_tail
+    assert result.val_bpb is not None and result.val_bpb > 2.0  # honest: 2.6-2.9; the scored rows: 0.04
+
+
+def test_scored_text_the_model_knew_is_an_integrity_event(test_data, run_candidate, tmp_path: Path) -> None:
+    """Were the scored rows ever to leak, the model that carries them scores its documents far below
+    anything trained within the budget reaches: known_text, never scored."""
+    _, paths = test_data
+    train_py = compose(tmp_path, "hostile/carries_val_rows.py", rows=carried_rows(paths.val_dir))
+    result = run_candidate(train_py, time_budget=1.0)
+    assert (result.status, result.error_class) == ("invalid", "known_text"), result.log_tail
+    assert result.error_class in INTEGRITY_CLASSES and result.val_bpb is None
+    assert "scored below 0.3 bits per byte" in result.error_message
 
 
 def test_fork_bomb_is_contained_and_the_next_experiment_is_unaffected(

@@ -1,24 +1,24 @@
-"""No byte of validation text is readable in any sandbox, for every data source.
+"""No byte of validation text, nor the secret that chose it, is readable in any sandbox, for every data
+source.
 
-Each source is prepared with a canary planted in some validation documents and another at the
-start of every training document; climbmix is downloaded from a local HTTP server standing in
-for the dataset host (there is no internet here). Then a hostile candidate
+Each source is prepared with a canary planted in some validation documents and another at the start
+of every training document; climbmix is downloaded from a local HTTP server standing in for the
+dataset host (there is no internet here). Then a hostile candidate
 (candidates/hostile/walks_sandbox.py) reads everything it can in the train, eval and probe
-sandboxes: every file of the visible tree, every process's memory, open files and /proc
-entries, /dev/shm and /tmp. It looks for the validation canaries and for the evaluation rows,
-as text and as token ids, by hashes of 32-byte windows (tests/runner/leak_hash.py) that do not
-occur in the training text, and must find none. The same walk must find the training canary,
-which the test writes into the candidate's own source, in every sandbox, and the training
-canary's tokens in memory and /dev/shm once the train sandbox has taken some batches: so the
-walk sees what is there, and the test can fail.
+sandboxes: every file of the visible tree, every process's memory, open files and /proc entries,
+/dev/shm and /tmp. It looks for the validation canaries, the installation's secret
+(DATA_DIR/validation.secret) and the evaluation rows, as text and as token ids, by hashes of 32-byte
+windows (tests/runner/leak_hash.py) that do not occur in the training text, and must find none. The
+same walk must find the training canary, which the test writes into the candidate's own source, in
+every sandbox, and the training canary's tokens in memory and /dev/shm once the train sandbox has
+taken some batches: so the walk sees what is there, and the test can fail.
 
 What a sandbox's file tree holds does not depend on the data source: the system folders and the
 Python installation are bound the same way for every run, and nothing of the data folders is
-(run_experiment refuses data inside them). So the whole tree, about 9 GB here, is read in the
-three sandboxes of one run, against the patterns of all three sources; the runs of the other
-sources read all the rest (memory, /proc, /dev/shm, /tmp, /sandbox, /etc, ...) in their three
-sandboxes, against their own. That keeps the test to minutes on a busy 2-core machine.
-"""
+(run_experiment refuses data inside them). So the whole tree, about 9 GB here, is read in the three
+sandboxes of one run, against the patterns of all three sources; the runs of the other sources read
+all the rest (memory, /proc, /dev/shm, /tmp, /sandbox, /etc, ...) in their three sandboxes, against
+their own. That keeps the test to minutes on a busy 2-core machine."""
 
 from __future__ import annotations
 
@@ -35,18 +35,19 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.config import CLIMBMIX_VAL_SHARD, HarnessSettings, load_settings
-from harness.data import builtin
-from harness.data.builtin import corpus_documents, stdlib_root
+from harness.data import speeches
 from harness.data.climbmix import shard_name
 from harness.data.errors import DataError
 from harness.data.shards import iter_texts
 from harness.data.sources import train_shards
 from harness.data.tokens import open_token_dir
+from harness.data.validation import SECRET_FILE
 from harness.data_layout import PreparedPaths
 from harness.prepare import prepare
 from harness.runner import run as runner
-from harness.runner.sandbox import HELD_OUT_STUB, SandboxSpec, bwrap_argv, hidden_args, system_roots
+from harness.runner.sandbox import system_roots
 from harness.tokenizer import load_tokenizer
+from tests.fixtures_data import corpus_documents
 from tests.harness.shard_server import Behaviour, ShardServer
 from tests.runner.candidates import compose
 from tests.runner.leak_hash import FIRST_BITS, first_buckets, hash_words, matching_windows, window_words
@@ -61,7 +62,7 @@ TOKEN_DTYPES = (np.int64, np.int32, np.uint16)
 MIN_RUN = 4
 # Walks and model builds take a while on a busy 2-core machine; none of it may cost the budget.
 ALLOWANCE_S = 900.0
-SOURCES = ("builtin", "local", "climbmix")
+SOURCES = ("speeches", "local", "climbmix")
 
 
 def canary(kind: str) -> str:
@@ -107,12 +108,15 @@ def eval_rows(paths: PreparedPaths) -> np.ndarray:
 Patterns = tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]  # words of each label
 
 
-def source_patterns(paths: PreparedPaths, val_canary: str, train_canary: str) -> Patterns:
-    """Words of what must not be found (validation text, validation token ids) and of the
-    training canary, for one prepared source."""
+def source_patterns(
+    settings: HarnessSettings, paths: PreparedPaths, val_canary: str, train_canary: str
+) -> Patterns:
+    """Words of what must not be found (validation text and the secret that drew it, validation
+    token ids) and of the training canary, for one prepared source."""
     tokenizer = load_tokenizer(paths.tokenizer_dir)
     rows = eval_rows(paths)
-    text = text_words(val_canary.encode())
+    secret = (Path(settings.data_dir) / SECRET_FILE).read_bytes()
+    text = text_words(val_canary.encode()) + text_words(secret)
     for row in rows:  # the text of each document piece between BOS tokens
         for piece in np.split(row, np.flatnonzero(row == tokenizer.bos_id)):
             text += text_words(tokenizer.decode(piece[piece != tokenizer.bos_id]).encode())
@@ -172,15 +176,15 @@ def walker_args(
     }
 
 
-def prepare_builtin(data_dir: Path, val_canary: str, train_canary: str, monkeypatch: pytest.MonkeyPatch):
-    original = builtin.corpus_documents
+def prepare_speeches(data_dir: Path, val_canary: str, train_canary: str, monkeypatch: pytest.MonkeyPatch):
+    original = speeches.documents
 
-    def planted(root: Path) -> tuple[list[str], list[str]]:
-        train, val = original(root)
-        return with_canary(train, train_canary, 1), with_canary(val, val_canary, 8)
+    def planted(wheel: Path) -> tuple[list[str], list[str]]:
+        train, pool = original(wheel)
+        return with_canary(train, train_canary, 1), with_canary(pool, val_canary, 8)
 
-    monkeypatch.setattr(builtin, "corpus_documents", planted)
-    settings = load_settings("test", data_source="builtin", data_dir=data_dir)
+    monkeypatch.setattr(speeches, "documents", planted)
+    settings = load_settings("test", data_source="speeches", data_dir=data_dir)
     return settings, prepare(settings, progress=False)
 
 
@@ -189,8 +193,8 @@ def jsonl(path: Path, docs: list[str]) -> None:
 
 
 def prepare_local(data_dir: Path, val_canary: str, train_canary: str, folder: Path):
-    """Training text from the standard library, validation text from its held-out modules."""
-    train, val = corpus_documents(stdlib_root())
+    """The default corpus's training documents to train on, its pool's to hold out."""
+    train, val = corpus_documents()
     folder.mkdir()
     jsonl(folder / "a_train.jsonl", with_canary(train[:2000], train_canary, 1))
     jsonl(folder / "z_val.jsonl", with_canary(val, val_canary, 8))
@@ -199,12 +203,14 @@ def prepare_local(data_dir: Path, val_canary: str, train_canary: str, folder: Pa
 
 
 def prepare_climbmix(data_dir: Path, val_canary: str, train_canary: str, folder: Path):
-    train, val = corpus_documents(stdlib_root())
+    train, val = corpus_documents()
     folder.mkdir()
     files = {}
+    half = len(val) // 2
     shards = {
         shard_name(0): with_canary(train[:2000], train_canary, 1),
-        shard_name(CLIMBMIX_VAL_SHARD): with_canary(val, val_canary, 8),
+        shard_name(CLIMBMIX_VAL_SHARD - 1): with_canary(val[:half], val_canary, 8),
+        shard_name(CLIMBMIX_VAL_SHARD): with_canary(val[half:], val_canary, 8),
     }
     for name, docs in shards.items():
         pq.write_table(pa.table({"text": docs}), folder / name, row_group_size=256)
@@ -229,8 +235,8 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Prepared]:
         for source in SOURCES:
             folder = tmp_path_factory.mktemp(source)
             val_canary, train_canary = canary("validation"), canary("training")
-            if source == "builtin":
-                made = prepare_builtin(folder / "data", val_canary, train_canary, monkeypatch)
+            if source == "speeches":
+                made = prepare_speeches(folder / "data", val_canary, train_canary, monkeypatch)
             elif source == "local":
                 made = prepare_local(folder / "data", val_canary, train_canary, folder / "local")
             else:
@@ -248,12 +254,12 @@ def walks(log: str) -> list[dict[str, Any]]:
 def test_no_sandbox_can_read_validation_text(
     planted: dict[str, Prepared], source: str, run_candidate, tmp_path: Path
 ) -> None:
-    """The builtin case is slow (30 to 70 s) because it reads every byte a sandbox can see, about
+    """The speeches case is slow (30 to 70 s) because it reads every byte a sandbox can see, about
     9 GB here, once; the other cases list those folders and read the rest."""
     settings, _, _, train_canary = planted[source]
-    whole_tree = source == "builtin"  # then against every source's validation text
+    whole_tree = source == "speeches"  # then against every source's validation text
     searched = [planted[name] for name in (SOURCES if whole_tree else (source,))]
-    patterns = [source_patterns(found[1], found[2], found[3]) for found in searched]
+    patterns = [source_patterns(*found) for found in searched]
     system = sorted({str(root) for root in system_roots()} | {"/usr"})
     skip = [] if whole_tree else system
     candidate = compose(
@@ -312,22 +318,3 @@ def test_data_inside_a_folder_every_sandbox_sees_is_refused(
     refusal = f"{setting.upper()}=.* lies inside {visible}, which every sandbox sees"
     with pytest.raises(DataError, match=refusal):
         runner.run_experiment(Path(__file__), chosen)
-
-
-def test_a_sandbox_given_the_runners_hiding_uses_it_and_walks_nothing(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The scorer starts its model sandboxes with the hiding its runner worked out (the walk above
-    covers what they see); given it, a spec does not walk the system folders again."""
-    hidden = hidden_args()
-    assert str(HELD_OUT_STUB) in hidden  # the held-out modules are among what it hides
-
-    def walk(*_: object) -> list[Path]:
-        raise AssertionError("walked the system folders again")
-
-    monkeypatch.setattr("harness.runner.sandbox.other_standard_libraries", walk)
-    hidden_args.cache_clear()
-    argv = bwrap_argv(SandboxSpec(hidden=hidden), ["true"])
-    assert "\0".join(hidden) in "\0".join(argv)  # all of it, in its order
-    with pytest.raises(AssertionError, match="walked"):  # without it, the spec works it out here
-        bwrap_argv(SandboxSpec(), ["true"])
