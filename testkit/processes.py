@@ -26,6 +26,7 @@ from client import Client
 from client.schemas import ExperimentOut
 from client.states import FINAL_STATUSES
 from harness.config import HarnessSettings
+from harness.data.validation import installation_secret
 from harness.result import ProgressEvent
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -273,12 +274,14 @@ class InitialisedProject:
 def server_env(folder: Path, settings: HarnessSettings, **extra: str) -> dict[str, str]:
     """The server's environment. The worker tests judge each experiment on one run (the greedy
     rule), so that what they run is what they submit; tests of the noise-aware rule set
-    DECISION_RULE themselves."""
+    DECISION_RULE themselves. DATA_SECRET is the prepared data's, so that a worker preparing its
+    own copy elsewhere draws the same validation sample, as an installation's hosts do."""
     return {
         **os.environ,
         "PRESET": settings.preset,
         "DATA_SOURCE": settings.data_source,
         "DATA_DIR": str(settings.data_dir),
+        "DATA_SECRET": installation_secret(Path(settings.data_dir), None).decode(),
         "TIME_BUDGET": str(settings.time_budget),  # may differ from the preset's (the bench's --time-budget)
         "DATABASE_URL": f"sqlite:///{folder / DATABASE}",
         "RESEARCH_REPO": str(folder / RESEARCH_REPO),

@@ -61,8 +61,9 @@ def _refused(mismatch: ProjectMismatch) -> Problem:
             409,
             "harness-mismatch",
             f"this server's project uses harness {mismatch.pinned}; the worker's harness is "
-            f"{mismatch.offered}. Run the worker with the server's preset and data (results of different "
-            "harnesses are never compared)",
+            f"{mismatch.offered}. Run the worker with the server's preset and data settings, and the "
+            "installation's DATA_SECRET where this host prepared its own data (the secret draws the "
+            "validation sample); results of different harnesses are never compared",
             project_harness_id=mismatch.pinned,
         )
     return Problem(

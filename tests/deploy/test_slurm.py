@@ -60,6 +60,8 @@ class Fleet:
             "DATA_SOURCE": settings.data_source,
             "TIME_BUDGET": str(settings.time_budget),
             "DATA_DIR": str(self.node_data),
+            # The installation's secret: the node draws the server's validation sample (docs/operations.md).
+            "DATA_SECRET": self.project.server.env["DATA_SECRET"],
             "AUTORESEARCH_DEVICE": "cpu",
             "PYTHONUNBUFFERED": "1",
             **changes,

@@ -250,21 +250,22 @@ def test_a_candidate_whose_base_is_no_longer_the_best_is_re_applied_if_promising
     workers[0].report(first, 0.99)  # the first runs, promising: a confirmation run each
     workers[1].report(second, 0.994)
     first, second = workers[0].claim(), workers[1].claim()  # deeper's, wider's
-    workers[0].report(first, 0.99)  # deeper: kept
+    workers[0].report(first, 0.9902)  # deeper: kept (two runs that differ, as runs with their own seeds do)
     assert agent.best().experiment_id == deeper.id
-    moved = workers[1].report(second, 0.994)  # wider, better than its base: re-applied
+    moved = workers[1].report(second, 0.9942)  # wider, better than its base: re-applied
     assert moved.decision == "rebase" and "re-applied onto the new best" in moved.reason
     requeued = agent.experiment(agent.experiment(wider.id).rebased_to)
     assert requeued.base == agent.experiment(deeper.id).commit and requeued.status == "queued"
-    for _ in range(3):
-        workers[0].run_next(0.99)  # deeper's repeats (BEST_REPEATS 3): its value, 0.99
+    for value in (0.99, 0.9902, 0.9898):
+        workers[0].run_next(value)  # deeper's repeats (BEST_REPEATS 3): its value, 0.99
     answer = workers[0].run_next(0.985)  # wider on deeper: its confirmation run on the baseline counts
     comparison = agent.experiment(requeued.id).comparison
     assert (comparison.runs, comparison.reference_runs) == (2, 3 + 3), answer
-    # Effects -0.006 (1 vs 3 runs, weight 3/4) on the baseline (the screening run left out),
+    # Effects -0.0058 (1 vs 3 runs, weight 3/4) on the baseline (the screening run left out),
     # -0.005 (1 vs 3) on deeper.
-    assert comparison.effect == pytest.approx(-0.0055, abs=1e-9)
-    sigma = math.sqrt(8e-6 / 4)  # the baseline's spread (8e-6 over 2 df); deeper's 3 equal repeats add 2 df
+    assert comparison.effect == pytest.approx(-0.0054, abs=1e-9)
+    # The baseline's spread (8e-6 over 2 df) and deeper's repeats' (8e-8 over 2 df).
+    sigma = math.sqrt((8e-6 + 8e-8) / 4)
     assert comparison.sigma == pytest.approx(sigma, rel=1e-9)
     assert comparison.se == pytest.approx(sigma / math.sqrt(3 / 4 + 3 / 4), rel=1e-9)
 
@@ -280,7 +281,7 @@ def test_results_arriving_together_never_both_advance_best(
     ids = [agent.submit(f"idea {i}", train_py=baseline_source + f"# idea {i}\n").id for i in range(4)]
     firsts = [w.claim() for w in workers]
     for worker, claim in zip(workers, firsts, strict=True):
-        worker.report(claim, 0.99)  # each first run is promising: a confirmation run each
+        worker.report(claim, 0.9902)  # each first run is promising: a confirmation run each
     claims = [w.claim() for w in workers]
     assert sorted(c.experiment_id for c in claims) == ids and {c.run for c in claims} == {2}
     barrier = threading.Barrier(len(workers))
@@ -340,12 +341,12 @@ def test_a_change_queued_on_a_former_best_runs_on_the_current_one(measured, base
         "on the side commit", train_py=baseline_source + "# side\n# more\n", base=side.commit
     )
     worker.run_next(0.99)
-    worker.run_next(0.99)  # deeper's confirmation: the best moves
+    worker.run_next(0.9902)  # deeper's confirmation: the best moves
     assert agent.best().experiment_id == deeper.id
     for number in (3, 4, 5):  # the new best's repeats go first
         repeat = worker.claim()
         assert (repeat.experiment_id, repeat.run) == (deeper.id, number)
-        worker.report(repeat, 0.99)
+        worker.report(repeat, 0.99 + 0.0001 * number)
     claim = worker.claim()
     moved = agent.experiment(waiting.id)
     assert (moved.status, moved.runs[0].state) == ("rebased", "cancelled")
