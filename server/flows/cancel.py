@@ -2,7 +2,8 @@
 
 Each is one transaction with the experiment's row locked. A queued experiment is cancelled at
 once; a running one is asked to stop (its worker sees `cancel` on its next heartbeat and releases
-the run, server/flows/leases.py); a decided one cannot be cancelled.
+the run, server/flows/leases.py); a decided one cannot be cancelled. Cancelling twice is once: a
+cancelled experiment, or a running one already asked to stop, is left as it is.
 """
 
 from __future__ import annotations
@@ -20,13 +21,16 @@ from server.models import Experiment, utcnow
 
 def cancel(ctx: AppContext, agent: Principal, experiment_id: int) -> None:
     """Cancel the caller's experiment (any, for an admin): at once while queued, by asking its
-    worker to stop while running; 409 once it is final."""
+    worker to stop while running; nothing more when it is cancelled already; 409 once it is
+    otherwise final."""
     with ctx.transaction() as tx:
         experiment = tx.session.get(Experiment, experiment_id, with_for_update=True)
         if experiment is None:
             raise unknown_experiment(experiment_id)
         if agent.kind != TokenKind.ADMIN and experiment.agent_id != agent.id:
             raise Problem(403, "not-yours", f"experiment {experiment_id} belongs to another agent")
+        if experiment.status == ExperimentStatus.CANCELLED:
+            return
         if experiment.status in FINAL_STATUSES:
             raise Problem(
                 409, "already-finished", f"experiment {experiment_id} is already {experiment.status}"

@@ -229,9 +229,11 @@ def test_cancel_queued_and_running(live, worker_factory, baseline_source: str) -
     assert worker.client.heartbeat(claim.lease_id).cancel is True
     worker.client.release(claim.lease_id, "cancelled by the server")
     assert agent.experiment(running.id).status == "cancelled"
+    # Twice is once: the cancelled experiment again, as it was; a decided one cannot be cancelled.
+    assert agent.cancel(running.id).experiment == agent.experiment(running.id)
     with pytest.raises(ApiError) as caught:
-        agent.cancel(running.id)
-    assert caught.value.status == 409
+        live.admin().cancel(1)
+    assert (caught.value.status, caught.value.problem["detail"]) == (409, "experiment 1 is already kept")
     again = agent.submit("a again", train_py=baseline_source + "# a\n")  # cancelled ones may be resubmitted
     assert again.id not in (queued.id, running.id) and not again.existing
 

@@ -185,9 +185,12 @@ def get_progress(
     )
 
 
-@router.post("/{experiment_id}/cancel", responses={409: {"description": "already finished"}, **_ERRORS})
+@router.post(
+    "/{experiment_id}/cancel", responses={409: {"description": "already decided or ended"}, **_ERRORS}
+)
 def cancel_experiment(ctx: Ctx, agent: Agent, experiment_id: ExperimentId) -> CancelOut:
-    """Cancel a queued experiment at once, or ask the worker running it to stop."""
+    """Cancel a queued experiment at once, or ask the worker running it to stop; cancelling a
+    cancelled experiment answers it as it is (twice is once)."""
     cancel.cancel(ctx, agent, experiment_id)
     view = _view(ctx, experiment_id)
     assert view is not None
