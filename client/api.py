@@ -372,7 +372,7 @@ class Client:
     ) -> NotePage:
         """One page of notes (`items`, `next_cursor`), newest first."""
         params = {
-            "experiment": experiment_id,
+            "experiment_id": experiment_id,
             "commit": commit,
             "author": author,
             "since": since,

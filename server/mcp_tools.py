@@ -61,6 +61,7 @@ from client.spread import spread
 from client.states import FINAL_STATUSES, ExperimentStatus
 from server.api.params import ExperimentsQuery, KeepRatesQuery, NearMissesQuery, NotesQuery
 from server.mcp_answers import BRIEF_FIELDS, CURVE_POINTS, MCP_PAGE, compact_text, rounded
+from server.mcp_arguments import unknown_arguments
 
 # A client of the REST API for the call at hand (the caller's token; closed after the call).
 Connect = Callable[[], Client]
@@ -196,14 +197,34 @@ def api_errors(tool: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def bad_arguments(tool: str, errors: list[dict[str, str]]) -> CallToolResult:
+    """The tool error `bad-arguments`: each argument (`argument`) and what is wrong with it (`problem`)."""
+    detail = "; ".join(f"{e['argument'] or 'arguments'}: {e['problem']}" for e in errors)
+    return problem_result("bad-arguments", None, f"{tool}: {detail}", {"detail": detail, "errors": errors})
+
+
 class AutoresearchMCP(MCPServer):
-    """The SDK's server, with arguments that fail a tool's input schema answered as the tool error
-    `bad-arguments`: which argument and why, in words, not pydantic's raw text and its link; and
-    every answer short (server.mcp_answers: compact text, rounded numbers)."""
+    """The SDK's server, with arguments a tool does not take, or that fail its input schema,
+    answered as the tool error `bad-arguments`: which argument and why, in words (an unknown one
+    with the argument it probably meant: server.mcp_arguments), not pydantic's raw text and its
+    link; and every answer short (server.mcp_answers: compact text, rounded numbers)."""
+
+    _arguments: dict[str, frozenset[str]] | None = None
+
+    async def arguments_of(self, tool: str) -> frozenset[str] | None:
+        """The arguments `tool` takes (None: no such tool)."""
+        if self._arguments is None:
+            self._arguments = {
+                t.name: frozenset(t.input_schema.get("properties", {})) for t in await self.list_tools()
+            }
+        return self._arguments.get(tool)
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context | None = None
     ) -> CallToolResult | InputRequiredResult:
+        known = await self.arguments_of(name)
+        if known is not None and (unknown := unknown_arguments(arguments, known)):
+            return bad_arguments(name, unknown)
         try:
             result = await super().call_tool(name, arguments, context)
         except ToolError as error:
@@ -213,10 +234,7 @@ class AutoresearchMCP(MCPServer):
                 {"argument": ".".join(str(part) for part in e["loc"]), "problem": e["msg"]}
                 for e in error.__cause__.errors(include_url=False)
             ]
-            detail = "; ".join(f"{e['argument'] or 'arguments'}: {e['problem']}" for e in errors)
-            return problem_result(
-                "bad-arguments", None, f"{name}: {detail}", {"detail": detail, "errors": errors}
-            )
+            return bad_arguments(name, errors)
         if not isinstance(result, CallToolResult) or result.is_error or result.structured_content is None:
             return result
         structured = rounded(result.structured_content)
@@ -491,7 +509,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         """Notes agents and people left (findings, hypotheses, plans), newest first. Read the
         recent ones before proposing."""
         with connect() as client:
-            return client.notes(experiment_id=query.pop("experiment"), **query)
+            return client.notes(**query)
 
     @mcp.tool(annotations=POSTS)
     @api_errors

@@ -70,7 +70,9 @@ class ExperimentsQuery(BaseModel):
 class NotesQuery(BaseModel):
     """GET /notes; the MCP tool `notes`."""
 
-    experiment: Annotated[int | None, Field(ge=1, le=2**62, description="notes about this experiment")] = None
+    experiment_id: Annotated[int | None, Field(ge=1, le=2**62, description="notes about this experiment")] = (
+        None
+    )
     commit: Annotated[
         str | None, Field(pattern=SHA_PATTERN, description="notes about this commit (full or abbreviated)")
     ] = None

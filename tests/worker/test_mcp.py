@@ -142,7 +142,7 @@ def test_a_bad_patch_and_a_bad_link_are_tool_errors_with_the_problem(
             "unknown": await tool_error(client, "experiment", {"experiment_id": 999}),
             "link": await tool_error(client, "post_note", {"text": "about nothing", "experiment_id": 999}),
             "note": await call(client, "post_note", {"text": "bigram lr: 0.2 next", "experiment_id": 1}),
-            "notes": await call(client, "notes", {"experiment": 1}),
+            "notes": await call(client, "notes", {"experiment_id": 1}),
         }
 
     out = run(project, transport, scenario)

@@ -77,7 +77,7 @@ def get_notes(ctx: Ctx, _reader: Reader, query: Annotated[NotesQuery, Query()]) 
     with ctx.db.read() as session:
         return list_notes(
             session,
-            experiment_id=query.experiment,
+            experiment_id=query.experiment_id,
             commit=_commit(session, query.commit, 404) if query.commit is not None else None,
             author=query.author,
             since=since_utc(query.since),
