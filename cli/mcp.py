@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from cli.connection import add_connection_args, connect
+from server.core.config import MCP_MAX_WAIT_S
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,6 +22,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and notes, each a call of the server's REST API with your agent token. Agents start it as "
         "a subprocess; it does not print anything else on standard output.",
     )
+    parser.add_argument(
+        "--max-wait",
+        type=float,
+        default=MCP_MAX_WAIT_S,
+        metavar="S",
+        help="the longest a tool call waits for decisions, under your client's read timeout "
+        f"(default {MCP_MAX_WAIT_S:g})",
+    )
     add_connection_args(parser)
     parser.set_defaults(func=run)
 
@@ -30,5 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
     connect(args, "mcp", token_required=True).close()  # the settings' errors now, before serving
 
-    build_mcp(lambda: connect(args, "mcp", token_required=True)).run("stdio")
+    if not 0 < args.max_wait <= 600:
+        raise SystemExit("autoresearch mcp: --max-wait must be more than 0 and at most 600 seconds")
+    build_mcp(lambda: connect(args, "mcp", token_required=True), max_wait_s=args.max_wait).run("stdio")
     return 0

@@ -76,6 +76,7 @@ def mount_mcp(app: FastAPI, ctx: AppContext) -> StreamableHTTPSessionManager:
     """Serve the MCP tools at /mcp; the caller runs the returned manager for the app's lifetime."""
     mcp = build_mcp(
         loopback,
+        max_wait_s=ctx.settings.mcp_max_wait_seconds,
         token_verifier=AgentTokens(ctx),
         # No OAuth here (tokens come from `autoresearch token create`): the SDK's settings need an
         # issuer, which is advertised nowhere without a resource_server_url.

@@ -26,11 +26,9 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import inspect
-import time
 from collections.abc import Callable
 from typing import Annotated, Any
 
-import anyio.from_thread
 import httpx
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
@@ -62,6 +60,7 @@ from client.states import FINAL_STATUSES, ExperimentStatus
 from server.api.params import ExperimentsQuery, KeepRatesQuery, NearMissesQuery, NotesQuery
 from server.mcp_answers import BRIEF_FIELDS, CURVE_POINTS, MCP_PAGE, compact_text, rounded
 from server.mcp_arguments import unknown_arguments
+from server.mcp_waits import MAX_WAIT_S, Notify, follow, next_step, notifier, pending
 
 # A client of the REST API for the call at hand (the caller's token; closed after the call).
 Connect = Callable[[], Client]
@@ -98,9 +97,6 @@ autoresearch://best/train.py. Loop: read the recent `notes` and `near_misses`, p
 ask `similar` (has this been tried?), `submit` it, watch it with `progress` and `wait` until it is
 decided, and leave a `post_note` with what you learned. A change is kept only when it beats the best by more
 than the run-to-run noise (`noise`)."""
-
-MAX_WAIT_S = 3600.0
-POLL_S = 2.0
 
 
 class ProgressReport(BaseModel):
@@ -141,17 +137,19 @@ class ExperimentList(BaseModel):
 
 
 class WaitReport(BaseModel):
-    """The experiments that are decided (or ended) and those still undecided when `wait` answered."""
+    """The experiments that are decided (or ended) and those still pending when `wait` answered."""
 
     decided: list[dict[str, Any]] = Field(description="each decided experiment's chosen fields")
-    undecided: dict[int, ExperimentStatus] = Field(description="experiment id: its status now")
+    pending: dict[int, ExperimentStatus] = Field(description="experiment id: its status now")
+    next_step: str = Field("", description="how to go on while some are pending")
 
 
 class ExperimentReport(BaseModel):
     """An experiment as an agent follows it: the API's view, its change and the end of its log."""
 
     experiment: ExperimentOut
-    decided: bool = Field(description="its status is final; otherwise call `experiment` again to wait more")
+    decided: bool = Field(description="its status is final")
+    next_step: str = Field("", description="how to go on while it is not decided")
     existing: bool = Field(False, description="the same train.py had been submitted: this is that experiment")
     diff: str = Field("", description="unified diff of train.py against its base")
     log_tail: str = Field("", description="the last lines of its latest run's log")
@@ -293,51 +291,23 @@ def tail(text: str, lines: int) -> str:
     return "\n".join(text.splitlines()[-lines:]) if lines > 0 else ""
 
 
-# Sends an MCP progress notification (share of the budget used, what is happening) from a tool's
-# thread; a no-op when the client asked for none.
-Notify = Callable[[float, str], None]
-
-
-def notifier(ctx: Context) -> Notify:
-    def notify(fraction: float, message: str) -> None:
-        anyio.from_thread.run(functools.partial(ctx.report_progress, fraction, 1.0, message))
-
-    return notify
-
-
-def tell_progress(client: Client, experiment: ExperimentOut, notify: Notify) -> None:
-    """The experiment's status, and its latest run's newest progress sample when it trains."""
-    where = f"experiment {experiment.id}: {experiment.status}"
-    if experiment.status != ExperimentStatus.RUNNING:
-        notify(0.0, where)
-        return
-    samples = client.progress(experiment.id)
-    if not samples.events:
-        notify(0.0, f"{where}, starting")
-        return
-    last = samples.events[-1]
-    loss = f", loss {last.loss:.4f}" if last.loss is not None else ""
-    notify(last.fraction, f"{where}, run {samples.run} {last.phase} step {last.step}{loss}")
-
-
 def report(
     client: Client,
     experiment: ExperimentOut,
     wait_s: float,
+    max_wait_s: float,
     log_lines: int,
     notify: Notify,
     submitted: Submitted | None = None,
 ) -> ExperimentReport:
-    """The experiment once final or after `wait_s` (telling its progress meanwhile), with its diff
-    and log tail (and, when it was just `submitted`, whether it existed and what it resembles)."""
-    deadline = time.monotonic() + wait_s
-    while experiment.status not in FINAL_STATUSES and time.monotonic() < deadline:
-        tell_progress(client, experiment, notify)
-        time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
-        experiment = client.experiment(experiment.id)
+    """The experiment once final or after `wait_s`, at most `max_wait_s` (telling its progress
+    meanwhile), with its diff and log tail (and, when it was just `submitted`, whether it existed
+    and what it resembles)."""
+    (experiment,) = follow(client, [experiment.id], min(wait_s, max_wait_s), notify, [experiment])
     return ExperimentReport(
         experiment=experiment,
         decided=experiment.status in FINAL_STATUSES,
+        next_step=next_step(pending([experiment]), max_wait_s),
         existing=submitted is not None and submitted.existing,
         diff=client.diff(experiment.id),
         log_tail=tail(client.log(experiment.id), log_lines),
@@ -363,14 +333,19 @@ class SimilarArgs(SimilarIn):
 RunNumber = Annotated[int, Field(ge=1, le=10_000, description="a run's number (default: the latest)")]
 WaitS = Annotated[
     float,
-    Field(ge=0, le=MAX_WAIT_S, description="seconds to wait for the decision before answering (0: at once)"),
+    Field(
+        ge=0,
+        le=3600,
+        description="seconds to wait for the decision; a call waits at most as its description says",
+    ),
 ]
 LogLines = Annotated[int, Field(ge=0, le=2000, description="lines of the log's end to return")]
 
 
-def build_mcp(connect: Connect, **options: Any) -> MCPServer:
-    """The MCP server with every tool; `connect` gives each call its API client; `options` go to
-    MCPServer (the HTTP transport's authentication)."""
+def build_mcp(connect: Connect, max_wait_s: float = MAX_WAIT_S, **options: Any) -> MCPServer:
+    """The MCP server with every tool; `connect` gives each call its API client; no call waits
+    longer than `max_wait_s` (server.mcp_waits); `options` go to MCPServer (the HTTP transport's
+    authentication)."""
     # WARNING: the SDK configures the root logger when none is set; the server keeps its own level.
     mcp = AutoresearchMCP(
         name="autoresearch",
@@ -380,7 +355,16 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         **options,
     )
 
-    @mcp.tool(annotations=READ_ONLY)
+    def tool(annotations: ToolAnnotations) -> Callable[[Callable[..., Any]], Any]:
+        """`mcp.tool`, described by the function's docstring on one line, with the cap on waits."""
+
+        def register(fn: Callable[..., Any]) -> Any:
+            text = " ".join((fn.__doc__ or "").split()).replace("MAX_WAIT", f"{max_wait_s:g} s")
+            return mcp.tool(annotations=annotations, description=text)(fn)
+
+        return register
+
+    @tool(READ_ONLY)
     @api_errors
     def best() -> BestOut:
         """The current best train.py and its val_bpb (the mean of its runs ± its standard error).
@@ -388,7 +372,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         with connect() as client:
             return client.best()
 
-    @mcp.tool(annotations=SUBMITS)
+    @tool(SUBMITS)
     @api_errors
     @takes_fields_of(SubmitIn)
     def submit(
@@ -398,15 +382,16 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         ([{old, new}], each `old` copied exactly from the base and occurring once; the most
         reliable form), a unified diff `patch` against `base` (default the best), or a whole
         `train_py`. Answers at once with the experiment (its
-        id, queued); with `wait_s`, first waits that long for the decision: kept (it beat the best
-        beyond the noise) or not, with effect ± noise and the reason. The same train.py submitted
-        again returns the existing experiment (`existing`). While it waits, it sends progress
-        notifications (status; phase, step, loss and share of the budget while a run trains)."""
+        id, queued); with `wait_s`, first waits that long for the decision, at most MAX_WAIT: kept
+        (it beat the best beyond the noise) or not, with effect ± noise and the reason. The same
+        train.py submitted again returns the existing experiment (`existing`). While it waits, it
+        sends progress notifications (status; phase, step, loss and share of the budget while a run
+        trains)."""
         with connect() as client:
             submitted = client.submit(**{k: v for k, v in change.items() if v is not None})
-            return report(client, submitted, wait_s, log_lines, notifier(ctx), submitted)
+            return report(client, submitted, wait_s, max_wait_s, log_lines, notifier(ctx), submitted)
 
-    @mcp.tool(annotations=READ_ONLY)
+    @tool(READ_ONLY)
     @api_errors
     def experiment(
         ctx: Context,
@@ -415,35 +400,34 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         log_lines: LogLines = 40,
     ) -> ExperimentReport:
         """One experiment: status, decision and its reason (effect ± noise, runs), result, its diff
-        and the end of its log; with `wait_s`, first wait that long for its decision (sending
-        progress notifications meanwhile)."""
+        and the end of its log; with `wait_s`, first wait that long for its decision, at most
+        MAX_WAIT (sending progress notifications meanwhile)."""
         with connect() as client:
-            return report(client, client.experiment(experiment_id), wait_s, log_lines, notifier(ctx))
+            experiment = client.experiment(experiment_id)
+            return report(client, experiment, wait_s, max_wait_s, log_lines, notifier(ctx))
 
-    @mcp.tool(annotations=READ_ONLY)
+    @tool(READ_ONLY)
     @api_errors
     def wait(
         ctx: Context,
         experiment_ids: Annotated[list[ExperimentId], Field(min_length=1, max_length=50)],
-        timeout_s: Annotated[float, Field(ge=0, le=MAX_WAIT_S, description="answer after this long at most")],
+        wait_s: WaitS = 3600,
         fields: Fields = None,
     ) -> WaitReport:
-        """Wait until any of `experiment_ids` is decided (or ended), for at most `timeout_s`; answers
-        the decided ones (their `fields`; `experiment` has all of one) and the status of the others.
-        Sends progress notifications of the first undecided one meanwhile."""
-        deadline = time.monotonic() + timeout_s
-        notify = notifier(ctx)
+        """Wait until one of `experiment_ids` that is pending is decided (or ended), or all are,
+        for at most `wait_s` and at most MAX_WAIT (call again to wait longer: `next_step`);
+        answers the decided ones (their `fields`; `experiment` has all of one) and the status of
+        the pending ones. Sends progress notifications of the first pending one meanwhile."""
         with connect() as client:
-            while True:
-                seen = [client.experiment(number) for number in dict.fromkeys(experiment_ids)]
-                decided = [e for e in seen if e.status in FINAL_STATUSES]
-                if decided or time.monotonic() >= deadline:
-                    undecided = {e.id: e.status for e in seen if e.status not in FINAL_STATUSES}
-                    return WaitReport(decided=[brief(e, fields) for e in decided], undecided=undecided)
-                tell_progress(client, seen[0], notify)
-                time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+            seen = follow(client, experiment_ids, min(wait_s, max_wait_s), notifier(ctx))
+        still = pending(seen)
+        return WaitReport(
+            decided=[brief(e, fields) for e in seen if e.id not in still],
+            pending=still,
+            next_step=next_step(still, max_wait_s),
+        )
 
-    @mcp.tool(annotations=READ_ONLY)
+    @tool(READ_ONLY)
     @api_errors
     def progress(
         experiment_id: ExperimentId,
@@ -466,7 +450,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
                 else best.model_copy(update={"events": spread(best.events, points)}),
             )
 
-    @mcp.tool(annotations=CANCELS)
+    @tool(CANCELS)
     @api_errors
     def cancel(experiment_id: ExperimentId) -> CancelOut:
         """Cancel an experiment of yours: queued, it never runs; running, its run is stopped and
@@ -474,7 +458,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         with connect() as client:
             return client.cancel(experiment_id)
 
-    @mcp.tool(annotations=READ_ONLY)
+    @tool(READ_ONLY)
     @api_errors
     @takes_fields_of(SearchArgs)
     def search(**query: Any) -> ExperimentList:
@@ -487,14 +471,14 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
             page = client.search(**query)
             return ExperimentList(items=[brief(e, fields) for e in page.items], next_cursor=page.next_cursor)
 
-    @mcp.tool(annotations=READ_ONLY)
+    @tool(READ_ONLY)
     @api_errors
     def leaderboard() -> LeaderboardOut:
         """The best, the noise, the lineage of kept changes, the best results and each agent's standing."""
         with connect() as client:
             return client.leaderboard()
 
-    @mcp.tool(annotations=READ_ONLY)
+    @tool(READ_ONLY)
     @api_errors
     def noise() -> NoiseListOut:
         """The decision rule's settings and the run-to-run noise of val_bpb per platform: an effect
@@ -502,7 +486,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         with connect() as client:
             return client.noise()
 
-    @mcp.tool(annotations=READ_ONLY)
+    @tool(READ_ONLY)
     @api_errors
     @takes_fields_of(paged(NotesQuery))
     def notes(**query: Any) -> NotePage:
@@ -511,7 +495,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         with connect() as client:
             return client.notes(**query)
 
-    @mcp.tool(annotations=POSTS)
+    @tool(POSTS)
     @api_errors
     @takes_fields_of(NoteIn)
     def post_note(**note: Any) -> NoteOut:
@@ -522,7 +506,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
 
     # Has this been tried: near misses and keep rates ------------------------------------------
 
-    @mcp.tool(annotations=READ_ONLY)
+    @tool(READ_ONLY)
     @api_errors
     @takes_fields_of(paged(NearMissesQuery))
     def near_misses(**query: Any) -> NearMissesOut:
@@ -533,7 +517,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
         with connect() as client:
             return client.near_misses(**query)
 
-    @mcp.tool(annotations=READ_ONLY)
+    @tool(READ_ONLY)
     @api_errors
     @takes_fields_of(paged(KeepRatesQuery))
     def keep_rates(**query: Any) -> KeepRatesOut:
@@ -545,7 +529,7 @@ def build_mcp(connect: Connect, **options: Any) -> MCPServer:
 
     # Has this been tried? ------------------------------------------------------------------
 
-    @mcp.tool(annotations=READ_ONLY)
+    @tool(READ_ONLY)
     @api_errors
     @takes_fields_of(SimilarArgs)
     def similar(**given: Any) -> SimilarOut:

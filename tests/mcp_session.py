@@ -30,14 +30,16 @@ async def mcp_client(
 
 @asynccontextmanager
 async def connect_mcp(
-    url: str, token: str, transport: str, read_timeout_s: float = 600
+    url: str, token: str, transport: str, read_timeout_s: float = 600, max_wait_s: float | None = None
 ) -> AsyncIterator[Client]:
-    """The SDK's client of the server at `url`: `autoresearch mcp` over stdio, or /mcp/ over HTTP,
-    giving up on any answer after `read_timeout_s`."""
+    """The SDK's client of the server at `url`: `autoresearch mcp` over stdio (`--max-wait`
+    `max_wait_s` when given), or /mcp/ over HTTP (the server's own cap), giving up on any answer
+    after `read_timeout_s`."""
     if transport == "stdio":
+        cap = [] if max_wait_s is None else ["--max-wait", str(max_wait_s)]
         params = StdioServerParameters(
             command=sys.executable,
-            args=["-m", "cli.main", "mcp"],
+            args=["-m", "cli.main", "mcp", *cap],
             env={SERVER_ENV: url, TOKEN_ENV: token},
             cwd=REPO_ROOT,
         )

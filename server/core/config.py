@@ -18,6 +18,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from client.states import Rule
 from server.judge import RuleSettings
 
+# The longest an MCP tool call waits for decisions: under a client's read timeout of 10 s (a common
+# one), with room for the answer (server/mcp_waits.py).
+MCP_MAX_WAIT_S = 8.0
+
 
 class ServerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", env_file=".env", extra="ignore")
@@ -61,6 +65,9 @@ class ServerSettings(BaseSettings):
     max_request_bytes: int = Field(25_000_000, ge=1024)
     max_progress_events: int = Field(512, ge=8)
     claim_max_wait_s: float = Field(30.0, ge=0.0)
+    mcp_max_wait_seconds: float = Field(
+        MCP_MAX_WAIT_S, gt=0.0, le=600.0, description="the longest an MCP tool call waits for decisions"
+    )
     lease_sweep_seconds: float = Field(5.0, gt=0.0)
     sqlite_busy_timeout_ms: int = Field(30_000, ge=0)
     sse_keepalive_seconds: float = Field(15.0, gt=0.0)

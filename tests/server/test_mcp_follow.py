@@ -43,7 +43,7 @@ def test_submit_answers_at_once_then_progress_wait_and_cancel_follow_it(
                 "submit",
                 {"description": "lr up again", "train_py": SOURCE.replace("0.01", "0.02", 1)},
             )
-            out["waited_queued"] = await call(client, "wait", {"experiment_ids": [first], "timeout_s": 0})
+            out["waited_queued"] = await call(client, "wait", {"experiment_ids": [first], "wait_s": 0})
 
             claim = await asyncio.to_thread(worker.claim)
             assert claim is not None and claim.experiment_id == first
@@ -70,7 +70,7 @@ def test_submit_answers_at_once_then_progress_wait_and_cancel_follow_it(
                 )
             )["experiment"]["id"]
             out["cancelled"] = await call(client, "cancel", {"experiment_id": second})
-            out["waited"] = await call(client, "wait", {"experiment_ids": [first, second], "timeout_s": 30})
+            out["waited"] = await call(client, "wait", {"experiment_ids": [first, second], "wait_s": 0})
             out["cancel_again"] = await call(client, "cancel", {"experiment_id": second})
             out["bad_edit"] = await tool_error(
                 client, "submit", {"description": "x", "edits": [{"old": "no such text", "new": "y"}]}
@@ -85,7 +85,12 @@ def test_submit_answers_at_once_then_progress_wait_and_cancel_follow_it(
     again = out["again"]  # the same train.py: the tool's text says so (test_mcp_schemas.py)
     assert again["existing"] is True and again["experiment"]["id"] == first
     assert out["submit_s"] < 10  # nothing waited for a decision (no worker has even claimed it)
-    assert out["waited_queued"] == {"decided": [], "undecided": {str(first): "queued"}}
+    assert out["waited_queued"] == {
+        "decided": [],
+        "pending": {str(first): "queued"},
+        "next_step": f"not decided yet: call `wait` with experiment_ids [{first}] to wait more "
+        "(each call waits at most 8 s)",
+    }
     progress = out["progress"]
     assert [e["loss"] for e in progress["experiment"]["events"]] == [4.2]
     assert progress["best"]["experiment_id"] == 1 and [e["loss"] for e in progress["best"]["events"]] == [
@@ -98,7 +103,7 @@ def test_submit_answers_at_once_then_progress_wait_and_cancel_follow_it(
     assert out["cancelled"]["experiment"]["status"] == "cancelled"
     waited = out["waited"]
     assert [e["id"] for e in waited["decided"]] == [second] and waited["decided"][0]["status"] == "cancelled"
-    assert waited["undecided"] == {str(first): "running"}
+    assert waited["pending"] == {str(first): "running"}
     assert out["cancel_again"] == out["cancelled"]  # twice is once (the tool's idempotent hint)
     text, _ = out["bad_edit"]  # the edit that names no place of train.py, in words
     assert text.startswith("edit-not-found (422): edit 1: `old` does not occur") and "'no such text'" in text

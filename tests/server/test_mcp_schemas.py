@@ -110,15 +110,15 @@ def test_submit_says_that_the_same_train_py_again_is_the_existing_experiment() -
 def test_arguments_that_fail_a_tools_schema_are_a_tool_error_in_words() -> None:
     """Not pydantic's raw text with its link (issue 29): which argument, and why."""
     server = build_mcp(lambda: None)  # type: ignore[arg-type, return-value]
-    result = asyncio.run(server.call_tool("wait", {"experiment_ids": [], "timeout_s": -1}))
+    result = asyncio.run(server.call_tool("wait", {"experiment_ids": [], "wait_s": -1}))
     assert isinstance(result, CallToolResult) and result.is_error
     (content,) = result.content
     assert isinstance(content, TextContent)
     assert content.text.startswith("bad-arguments: wait: experiment_ids: List should have at least 1 item")
-    assert "timeout_s: Input should be greater than or equal to 0" in content.text
+    assert "wait_s: Input should be greater than or equal to 0" in content.text
     assert "pydantic" not in content.text and "http" not in content.text
     assert result.structured_content is not None and result.structured_content["kind"] == "bad-arguments"
     assert result.structured_content["errors"][1] == {
-        "argument": "timeout_s",
+        "argument": "wait_s",
         "problem": "Input should be greater than or equal to 0",
     }

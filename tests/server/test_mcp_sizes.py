@@ -114,7 +114,7 @@ def test_every_tools_typical_answer_is_short(project: Any) -> None:
                 "search": ("search", {}),
                 "search (constant)": ("search", {"constant": "MATRIX_LR"}),
                 "experiment": ("experiment", {"experiment_id": ids[-1]}),
-                "wait": ("wait", {"experiment_ids": ids[-3:], "timeout_s": 0}),
+                "wait": ("wait", {"experiment_ids": ids[-3:], "wait_s": 0}),
                 "progress": ("progress", {"experiment_id": ids[-1]}),
                 "leaderboard": ("leaderboard", {}),
                 "noise": ("noise", {}),

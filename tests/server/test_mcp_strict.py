@@ -40,7 +40,8 @@ def test_an_unknown_argument_names_the_one_it_probably_meant() -> None:
     text, _ = refusal("search", {"state": "kept", "limit": 3})
     assert text == "bad-arguments: search: state: unknown argument; did you mean `status`?"
     text, _ = refusal("wait", {"experiment_ids": [1], "timeout_s": 30, "feilds": ["id"]})
-    assert text == "bad-arguments: wait: feilds: unknown argument; did you mean `fields`?"
+    assert "timeout_s: unknown argument; did you mean `wait_s`?" in text
+    assert "feilds: unknown argument; did you mean `fields`?" in text
     text, _ = refusal("progress", {"experiment": 1})
     assert text == "bad-arguments: progress: experiment: unknown argument; did you mean `experiment_id`?"
     text, _ = refusal("best", {"verbose": True})  # nothing alike: what it takes instead
@@ -53,6 +54,7 @@ def test_an_unknown_argument_names_the_one_it_probably_meant() -> None:
 def test_an_experiment_is_experiment_id_in_every_tool() -> None:
     names = {name for tool in TOOLS.values() for name in tool.input_schema.get("properties", {})}
     assert {n for n in names if "experiment" in n} == {"experiment_id", "experiment_ids"}
+    assert {n for n in names if "wait" in n or "timeout" in n} == {"wait_s"}
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

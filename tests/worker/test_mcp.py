@@ -82,7 +82,7 @@ def test_an_agent_lists_tools_submits_and_follows_a_change_to_its_decision(
         experiment_id = submitted["experiment"]["id"]
         # As an agent with a 10 s read timeout would: short waits until the decision comes.
         for _ in range(60):
-            waited = await call(client, "wait", {"experiment_ids": [experiment_id], "timeout_s": 5})
+            waited = await call(client, "wait", {"experiment_ids": [experiment_id], "wait_s": 5})
             if waited["decided"]:
                 break
         decided = await call(client, "experiment", {"experiment_id": experiment_id})
