@@ -8,6 +8,12 @@ in small pages (MCP_PAGE, with the API's cursor), experiments in lists with a fe
 asked for others (BRIEF_FIELDS), and loss curves thinned to a few points (client.spread);
 docs/agents.md has each tool's typical size.
 
+The list of tools is read by every agent at the start of every session, so it is short too
+(`listed_input`): input schemas without pydantic's titles, an optional argument as what it takes
+(not "it or null, default null"), and no output schemas, which repeated the API's response models
+(docs/api.md) at three times the size of everything else; an answer's fields are named in words
+in the tools' descriptions and in docs/agents.md.
+
 Why 5 significant digits: a relative error under 5e-5, below the run-to-run noise of val_bpb
 (relative 1e-4 or more on every preset measured, docs/benchmarks.md), and of every other figure
 an answer carries (losses, throughput, seconds), so no digit a decision could turn on is lost.
@@ -59,3 +65,28 @@ def without_empty(value: Any) -> Any:
 def compact_text(value: Any) -> str:
     """The answer's text: `value` (already rounded) without empty fields, as JSON without spaces."""
     return json.dumps(without_empty(value), separators=(",", ":"), ensure_ascii=False)
+
+
+def listed_input(schema: dict[str, Any]) -> dict[str, Any]:
+    """A tool's input schema as listed: closed to arguments it does not take (which a call is
+    refused for: server.mcp_arguments), without the `title` pydantic gives every field, and an
+    optional argument as what it takes: it is left out, not sent as null."""
+    return {**plainer(schema), "additionalProperties": False}
+
+
+_NULL = {"type": "null"}
+
+
+def plainer(value: Any) -> Any:
+    """JSON Schema `value` without `title` keywords (a property named title stays), and with
+    `{anyOf: [X, null], default: null}` as X."""
+    if isinstance(value, list):
+        return [plainer(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: plainer(v) for k, v in value.items() if not (k == "title" and isinstance(v, str))}
+    choices = out.get("anyOf")
+    if "default" in out and out["default"] is None and choices and len(choices) == 2 and _NULL in choices:
+        (taken,) = (choice for choice in choices if choice != _NULL)
+        out = {**{k: v for k, v in out.items() if k not in ("anyOf", "default")}, **taken}
+    return out

@@ -29,10 +29,11 @@ import inspect
 from collections.abc import Callable
 from typing import Annotated, Any
 
+import anyio.to_thread
 import httpx
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
-from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, InputRequiredResult, TextContent, Tool, ToolAnnotations
 from pydantic import AfterValidator, BaseModel, Field, ValidationError, WithJsonSchema, create_model
 from pydantic.fields import FieldInfo
 
@@ -58,7 +59,7 @@ from client.schemas import (
 from client.spread import spread
 from client.states import FINAL_STATUSES, ExperimentStatus
 from server.api.params import ExperimentsQuery, KeepRatesQuery, NearMissesQuery, NotesQuery
-from server.mcp_answers import BRIEF_FIELDS, CURVE_POINTS, MCP_PAGE, compact_text, rounded
+from server.mcp_answers import BRIEF_FIELDS, CURVE_POINTS, MCP_PAGE, compact_text, listed_input, rounded
 from server.mcp_arguments import unknown_arguments
 from server.mcp_waits import MAX_WAIT_S, Notify, follow, next_step, notifier, pending
 
@@ -88,15 +89,26 @@ CANCELS = ToolAnnotations(
 )
 
 RESEARCH_LOOP = """\
-You are one of the agents improving train.py on this server. The rules, from program.md:
+You are one of the agents improving train.py on this server. Read the rules first: the resource
+autoresearch://rules (program.md: the train.py contract, the time budget, what the sandbox allows,
+how a change is decided).
 
-{rules}
+The best so far: {best}; its train.py is the resource autoresearch://best/train.py.
 
-The best so far: val_bpb {val_bpb} ({experiment}); its train.py is the resource
-autoresearch://best/train.py. Loop: read the recent `notes` and `near_misses`, pick one change,
-ask `similar` (has this been tried?), `submit` it, watch it with `progress` and `wait` until it is
-decided, and leave a `post_note` with what you learned. A change is kept only when it beats the best by more
-than the run-to-run noise (`noise`)."""
+Loop: read the recent `notes` and `near_misses`, pick one change, ask `similar` (has this been
+tried?), `submit` it, watch it with `progress` and `wait` until it is decided (each call answers
+within {max_wait:g} s: call again while it is pending), and leave a `post_note` with what you learned. A
+change is kept only when it beats the best by more than the run-to-run noise (`noise`).
+
+The tools: {tools}."""
+
+
+def best_in_words(best: BestOut) -> str:
+    """`val_bpb 2.4469 ± 0.0012 (5 runs, experiment 1)`, numbers rounded as answers are."""
+    if best.val_bpb is None:
+        return f"not measured yet (experiment {best.experiment_id})"
+    se = f" ± {rounded(best.se)}" if best.se is not None else ""
+    return f"val_bpb {rounded(best.val_bpb)}{se} ({best.runs} runs, experiment {best.experiment_id})"
 
 
 class ProgressReport(BaseModel):
@@ -208,6 +220,13 @@ class AutoresearchMCP(MCPServer):
     link; and every answer short (server.mcp_answers: compact text, rounded numbers)."""
 
     _arguments: dict[str, frozenset[str]] | None = None
+
+    async def list_tools(self) -> list[Tool]:
+        """The tools as an agent reads them: short (server.mcp_answers, `listed_input`)."""
+        return [
+            tool.model_copy(update={"input_schema": listed_input(tool.input_schema), "output_schema": None})
+            for tool in await super().list_tools()
+        ]
 
     async def arguments_of(self, tool: str) -> frozenset[str] | None:
         """The arguments `tool` takes (None: no such tool)."""
@@ -366,11 +385,15 @@ def build_mcp(connect: Connect, max_wait_s: float = MAX_WAIT_S, **options: Any) 
 
     @tool(READ_ONLY)
     @api_errors
-    def best() -> BestOut:
-        """The current best train.py and its val_bpb (the mean of its runs ± its standard error).
-        Start every change from this train.py."""
+    def best(
+        train_py: Annotated[bool, Field(description="with the whole train.py (default: without)")] = False,
+    ) -> BestOut:
+        """The current best: its val_bpb (the mean of its runs ± its standard error), runs, commit and
+        experiment; its train.py when asked (`train_py`), or as the resource
+        autoresearch://best/train.py. Start every change from that train.py."""
         with connect() as client:
-            return client.best()
+            found = client.best()
+        return found if train_py else found.model_copy(update={"train_py": ""})
 
     @tool(SUBMITS)
     @api_errors
@@ -595,15 +618,14 @@ def build_mcp(connect: Connect, max_wait_s: float = MAX_WAIT_S, **options: Any) 
 
     @mcp.prompt(
         name="research_loop",
-        description="Start a research loop: the rules, the state of the project, and the loop to follow.",
+        description="Start a research loop: where the rules are, the best so far, and the loop to follow.",
     )
-    def research_loop() -> str:
-        def state(client: Client) -> str:
-            best, rules = client.best(), client.program_md()
-            return RESEARCH_LOOP.format(
-                rules=rules, val_bpb=best.val_bpb, experiment=best.experiment_id or "the baseline"
-            )
+    async def research_loop() -> str:
+        tools = ", ".join(f"`{t.name}`" for t in await mcp.list_tools())
 
-        return read_text(connect, state)
+        def state(client: Client) -> str:
+            return RESEARCH_LOOP.format(best=best_in_words(client.best()), max_wait=max_wait_s, tools=tools)
+
+        return await anyio.to_thread.run_sync(read_text, connect, state)
 
     return mcp

@@ -1,7 +1,7 @@
 """What an agent that knows the server only through MCP reads: the rules (program.md), the best
 train.py, any experiment's train.py and diff, results.tsv as resources, and a prompt that starts a
-research loop with the rules and the project's state; over both transports (stdio and HTTP), each
-answering what the REST API answers."""
+research loop, pointing to the rules and stating the project's best; over both transports (stdio
+and HTTP), each answering what the REST API answers."""
 
 from __future__ import annotations
 
@@ -13,20 +13,24 @@ from mcp.shared.exceptions import MCPError
 
 from client import Client
 from server.main import create_app
+from server.mcp_answers import rounded
 from tests.mcp_session import TRANSPORTS, connect_mcp
-from tests.server.conftest import Live, init_with_small_baseline, make_settings, serve
+from tests.server.conftest import Live, init_with_small_baseline, make_settings, serve, sim_worker
 from tests.server.history_play import SOURCE
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A live server with a baseline and one submitted change (nothing runs them)."""
+    """A live server with a baseline measured twice and one submitted change (nothing runs it)."""
     folder = tmp_path_factory.mktemp("mcp-resources")
-    settings = make_settings(folder)
+    settings = make_settings(folder, decision_rule="noise_aware", noise_runs=2)
     init_with_small_baseline(settings, folder, SOURCE)
     app = create_app(settings)
     with serve(app) as url:
         live = Live(url, app, settings)
+        worker = sim_worker(live)
+        worker.run_next(2.4468893301485077)  # as agents read it in the prompt before (issue 51)
+        worker.run_next(2.4471234567890123)
         token = live.token("agent", "reader")
         with Client(url, token) as agent:
             changed = agent.submit("lr up", train_py=SOURCE.replace("0.01", "0.02", 1))
@@ -62,7 +66,7 @@ def test_resources_and_the_prompt_answer_what_the_api_answers(project: Any, tran
                 except MCPError as error:
                     out[uri] = str(error)
             prompt = await client.get_prompt("research_loop", {})
-            out["prompt"] = prompt.messages[0].content.text
+            out["prompt"] = " ".join(prompt.messages[0].content.text.split())
             return out
 
     out = asyncio.run(scenario())
@@ -85,4 +89,8 @@ def test_resources_and_the_prompt_answer_what_the_api_answers(project: Any, tran
     assert "unknown-experiment (404)" in out["autoresearch://experiments/999999/train.py"]
     assert "bad-experiment-id" in out["autoresearch://experiments/x/diff"]
     assert out["prompts"] == ["research_loop"]
-    assert program_md in out["prompt"] and f"val_bpb {best.val_bpb}" in out["prompt"]
+    # The prompt points to the rules; the best in words, rounded as every answer's numbers are.
+    assert "the resource autoresearch://rules" in out["prompt"] and program_md not in out["prompt"]
+    assert best.val_bpb is not None and best.se is not None
+    said = f"val_bpb {rounded(best.val_bpb)} ± {rounded(best.se)} ({best.runs} runs, experiment 1)"
+    assert said in out["prompt"] and len(str(rounded(best.val_bpb))) <= len("2.4469"), out["prompt"]

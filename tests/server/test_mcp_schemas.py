@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import json
 from typing import Any
 
 import pytest
+from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel
 
@@ -46,8 +48,10 @@ def resolved(schema: Any, definitions: dict[str, Any]) -> Any:
 
 
 def tool_inputs() -> dict[str, tuple[dict[str, Any], list[str]]]:
-    """Each tool's input properties (references resolved) and required names, as the SDK lists them."""
-    tools = asyncio.run(build_mcp(lambda: None).list_tools())  # type: ignore[arg-type, return-value]
+    """Each tool's input properties (references resolved) and required names, as the SDK makes them
+    (before they are listed shorter: test_listed_tools_are_short)."""
+    server = build_mcp(lambda: None)  # type: ignore[arg-type, return-value]
+    tools = asyncio.run(MCPServer.list_tools(server))
     inputs = {}
     for tool in tools:
         schema = tool.input_schema
@@ -104,7 +108,18 @@ def test_submit_says_that_the_same_train_py_again_is_the_existing_experiment() -
     tools = {tool.name: tool for tool in asyncio.run(build_mcp(lambda: None).list_tools())}  # type: ignore[arg-type]
     text = " ".join((tools["submit"].description or "").split())
     assert "The same train.py submitted again returns the existing experiment (`existing`)" in text
-    assert "existing" in tools["submit"].output_schema["properties"]
+
+
+def test_listed_tools_are_short_and_closed() -> None:
+    """What every agent reads first (issue 51): no output schemas, no titles, an optional argument
+    as what it takes, and no argument beyond those listed (a call with another is refused)."""
+    tools = asyncio.run(build_mcp(lambda: None).list_tools())  # type: ignore[arg-type]
+    for tool in tools:
+        text = json.dumps(tool.input_schema)
+        assert tool.output_schema is None and '"title"' not in text and '"null"' not in text, tool.name
+        assert tool.input_schema["additionalProperties"] is False
+    search = next(tool for tool in tools if tool.name == "search").input_schema["properties"]
+    assert search["agent"] == {"description": "an agent's name", "maxLength": 100, "type": "string"}
 
 
 def test_arguments_that_fail_a_tools_schema_are_a_tool_error_in_words() -> None:

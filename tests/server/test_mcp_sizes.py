@@ -1,9 +1,11 @@
 """How much an agent reads: every MCP tool's typical answer, as the text the SDK's client gets,
 on a project of 50 experiments of the real baseline train.py (three agents changing its knobs,
 judged by the noise-aware rule from a simulated worker's results, with realistic logs and
-progress), at most ANSWER_LIMIT characters, except `best`, whose answer is a train.py. The sizes
-are printed (pytest -s) for docs/agents.md. Lists come in pages with a cursor, with the fields
-asked for; loss curves thinned to a few points unless more are asked for."""
+progress), at most ANSWER_LIMIT characters; `best` (without its train.py unless asked) at most
+BEST_LIMIT. What every agent reads at the start, the list of tools and the research_loop prompt,
+at most TOOLS_LIMIT and PROMPT_LIMIT (issue 51). The sizes are printed (pytest -s) for
+docs/agents.md. Lists come in pages with a cursor, with the fields asked for; loss curves thinned
+to a few points unless more are asked for."""
 
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ from tests.mcp_session import call, connect_mcp
 from tests.server.conftest import Live, init_with_small_baseline, make_settings, serve, sim_worker
 
 ANSWER_LIMIT = 8_000
+BEST_LIMIT = 2_000
+TOOLS_LIMIT = 16_000  # tools/list: every tool's name, description, input schema and annotations
+PROMPT_LIMIT = 4_000
 EXPERIMENTS = 50
 BASELINE = (Path(harness.__file__).parent / "baseline" / "train.py").read_text()
 # Knob lines of the baseline an agent changes, and values to try (each a separate experiment).
@@ -132,12 +137,24 @@ def test_every_tools_typical_answer_is_short(project: Any) -> None:
                 "cancel": ("cancel", {"experiment_id": ids[-1] + 1}),
                 "post_note": ("post_note", {"text": "matrix lr 0.041 queued", "experiment_id": ids[-1]}),
             }
-            return {name: len(await text_of(client, tool, args)) for name, (tool, args) in calls.items()}
+            sizes = {name: len(await text_of(client, tool, args)) for name, (tool, args) in calls.items()}
+            listed = await client.list_tools()
+            sizes["tools/list"] = len(listed.model_dump_json(by_alias=True, exclude_none=True))
+            prompt = await client.get_prompt("research_loop", {})
+            sizes["research_loop"] = len(prompt.messages[0].content.text)  # type: ignore[union-attr]
+            sizes["best (train_py)"] = len(await text_of(client, "best", {"train_py": True}))
+            return sizes
 
     sizes = asyncio.run(scenario())
     print("\n" + json.dumps(sizes, indent=1))
-    over = {name: size for name, size in sizes.items() if size > ANSWER_LIMIT and name != "best"}
+    limits = {"best": BEST_LIMIT, "tools/list": TOOLS_LIMIT, "research_loop": PROMPT_LIMIT}
+    over = {
+        name: size
+        for name, size in sizes.items()
+        if name != "best (train_py)" and size > limits.get(name, ANSWER_LIMIT)
+    }
     assert not over, over
+    assert sizes["best (train_py)"] > len(BASELINE)  # asked for, the whole train.py comes
 
 
 def test_lists_page_with_a_cursor_and_answer_the_fields_asked_for(project: Any) -> None:

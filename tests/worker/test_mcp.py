@@ -68,7 +68,7 @@ def test_an_agent_lists_tools_submits_and_follows_a_change_to_its_decision(
         with project.agent() as agent:
             best_by_rest = agent.best().train_py
             baseline = agent.experiment(1).commit  # the base, kept or not by the other transport
-        best = await call(client, "best", {})
+        best = await call(client, "best", {"train_py": True})
         submitted = await call(
             client,
             "submit",
@@ -105,7 +105,6 @@ def test_an_agent_lists_tools_submits_and_follows_a_change_to_its_decision(
     description = submit_schema["properties"]["description"]
     assert description["maxLength"] == 500 and description["minLength"] == 1
     assert "unified diff" in submit_schema["properties"]["patch"]["description"]
-    assert out["tools"]["best"].output_schema["properties"]["train_py"]["type"] == "string"
     # The baseline, or the change itself when the other transport's run kept it.
     assert out["best"]["train_py"] == out["best_by_rest"] in (bigram(0.05), bigram(0.2))
     assert out["best"]["commit"]
