@@ -10,7 +10,8 @@ ResultStatus = Literal["ok", "crash", "timeout", "over_budget", "invalid"]
 
 # Error classes, so that agents can learn from failures without parsing logs.
 ErrorClass = Literal[
-    "syntax_error",  # train.py does not parse or fails at import
+    "syntax_error",  # train.py does not parse or fails at import (other than import_error)
+    "import_error",  # importing train.py raised ImportError: a module or name it imports is missing
     "build_model_error",  # exception in build_model
     "train_error",  # exception in train
     "out_of_memory",  # CUDA or host OOM (incl. the sandbox memory limit)

@@ -125,6 +125,7 @@ class JudgedRun:
     val_bpb: float | None
     device: str
     harness_id: str
+    cause: str | None = None  # a failed run's cause in one line (server/failures.py)
 
 
 @dataclass(frozen=True)
@@ -289,7 +290,8 @@ def _not_valid(snapshot: Snapshot) -> Verdict | None:
     run = snapshot.run
     if run.status == "ok" and run.val_bpb is not None:
         return None
-    what = f"{run.status} ({run.error_class})" if run.error_class else run.status
+    said = ", ".join(part for part in (run.error_class, run.cause) if part)
+    what = f"{run.status} ({said})" if said else run.status
     which = f"run {run.number}" if run.number > 1 else "run"
     return Verdict(Action.REVERT, f"{which} ended {what}: only ok results with a val_bpb can be kept")
 

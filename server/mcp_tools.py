@@ -59,6 +59,7 @@ from client.schemas import (
 from client.spread import spread
 from client.states import FINAL_STATUSES, ExperimentStatus
 from server.api.params import ExperimentsQuery, KeepRatesQuery, NearMissesQuery, NotesQuery
+from server.failures import shown_once
 from server.mcp_answers import BRIEF_FIELDS, CURVE_POINTS, MCP_PAGE, compact_text, listed_input, rounded
 from server.mcp_arguments import unknown_arguments
 from server.mcp_waits import MAX_WAIT_S, Notify, follow, next_step, notifier, pending
@@ -321,15 +322,20 @@ def report(
 ) -> ExperimentReport:
     """The experiment once final or after `wait_s`, at most `max_wait_s` (telling its progress
     meanwhile), with its diff and log tail (and, when it was just `submitted`, whether it existed
-    and what it resembles)."""
+    and what it resembles). A crash's traceback is shown once: in the log tail when it holds it."""
     (experiment,) = follow(client, [experiment.id], min(wait_s, max_wait_s), notify, [experiment])
+    log_tail = tail(client.log(experiment.id), log_lines)
+    if experiment.result is not None and experiment.result.error_message:
+        message = shown_once(experiment.result.error_message, log_tail)
+        result = experiment.result.model_copy(update={"error_message": message})
+        experiment = experiment.model_copy(update={"result": result})
     return ExperimentReport(
         experiment=experiment,
         decided=experiment.status in FINAL_STATUSES,
         next_step=next_step(pending([experiment]), max_wait_s),
         existing=submitted is not None and submitted.existing,
         diff=client.diff(experiment.id),
-        log_tail=tail(client.log(experiment.id), log_lines),
+        log_tail=log_tail,
         similar=[] if submitted is None else submitted.similar,
     )
 

@@ -19,6 +19,8 @@ ERROR_CLASS_BY_WHERE = {
     "save": "train_error",
     "harness": "sandbox_error",
 }
+# Exceptions (by the name the entry reports them under) that make an import failure `import_error`.
+IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError")
 WHERE_TEXT = {
     "import": "importing train.py failed",
     "build_model": "build_model(ctx) raised",
@@ -84,6 +86,8 @@ def train_failure(outcome: TrainOutcome, settings: HarnessSettings) -> Ending | 
     if error:
         where = error.get("where", "")
         error_class = ERROR_CLASS_BY_WHERE.get(where, "train_error")
+        if where == "import" and error.get("message", "").split(":", 1)[0] in IMPORT_ERRORS:
+            error_class = "import_error"
         return "crash", error_class, f"{WHERE_TEXT.get(where, 'training failed')}:\n{detail}".rstrip()
     code = outcome.returncode
     if code is not None and (code < 0 or code > 128):

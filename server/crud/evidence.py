@@ -12,6 +12,7 @@ from client.states import DECIDED_STATUS, Rule
 from harness.result import RunResult
 from server.crud import noise as noise_crud
 from server.crud.project import ProjectState
+from server.failures import cause
 from server.judge import (
     Evidence,
     JudgedRun,
@@ -85,6 +86,7 @@ def snapshot(
             val_bpb=result.val_bpb,
             device=result.device,
             harness_id=result.harness_id,
+            cause=cause(result.error_message),
         ),
         platform=project.platform,
         harness_id=project.harness_id,

@@ -53,6 +53,16 @@ def test_syntax_error_is_reported_with_its_line(run_candidate, tmp_path: Path) -
     assert "SyntaxError" in result.error_message and "line 3" in result.error_message
 
 
+def test_a_missing_module_is_an_import_error_that_names_it(run_candidate, tmp_path: Path) -> None:
+    """Not a syntax error: the cause an agent can act on is the module its environment lacks."""
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\nimport flash_attn_not_here\n\ndef build_model(ctx): ...\n")
+    result = run_candidate(broken, time_budget=1.0)
+    assert (result.status, result.error_class) == ("crash", "import_error"), result.log_tail
+    assert result.error_message.startswith("importing train.py failed:\nTraceback")
+    assert result.error_message.endswith("ModuleNotFoundError: No module named 'flash_attn_not_here'")
+
+
 def test_unbounded_allocation_fails_cleanly_at_the_memory_limit(run_candidate, tmp_path: Path) -> None:
     result = run_candidate(
         compose(tmp_path, "hostile/allocates_unbounded.py"), time_budget=1.0, memory_limit_gb=1.5

@@ -35,7 +35,8 @@ def test_an_integrity_class_holds_the_agent_until_an_admin_clears_it(
     answer = worker.run_next(None, status="invalid", error_class=error_class, error_message=evidence)
     assert answer.experiment_id == caught and answer.decision == "revert"
     reason = mallory.experiment(caught).reason
-    assert f"ended invalid ({error_class})" in reason and "integrity event" in reason and "held" in reason
+    assert f"ended invalid ({error_class}, {evidence})" in reason and "integrity event" in reason
+    assert "held" in reason
     (event,) = mallory.integrity_events().items
     assert (event.agent, event.experiment_id, event.run, event.error_class) == (
         "mallory",

@@ -27,6 +27,7 @@ from server.crud import experiments as crud
 from server.crud.experiments import Touched
 from server.crud.leases import progress_of
 from server.crud.similar import similar_to_experiment
+from server.failures import log_with_message
 from server.flows import cancel
 from server.flows.submit import submit
 from server.models import Experiment, Result, Run
@@ -149,7 +150,8 @@ def get_log(
     ctx: Ctx, _reader: Reader, experiment_id: ExperimentId, run: RunNumber = None
 ) -> PlainTextResponse:
     """The end of a run's output (as the harness captured it; default: the latest run with a
-    result); empty until a result arrives."""
+    result), then the harness's verdict and message (its traceback once); empty until a result
+    arrives."""
     with ctx.db.read() as session:
         experiment = session.get(Experiment, experiment_id)
         if experiment is None:
@@ -160,12 +162,11 @@ def get_log(
         if run is not None:
             statement = statement.where(Run.number == run)
         result = session.scalars(statement.order_by(Run.number.desc()).limit(1)).first()
-    text = ""
-    if result is not None:
-        text = result.log_tail
-        if result.error_message:
-            text += f"\n[{result.status}: {result.error_class}] {result.error_message}\n"
-    return PlainTextResponse(text)
+    if result is None:
+        return PlainTextResponse("")
+    return PlainTextResponse(
+        log_with_message(result.log_tail, result.status, result.error_class, result.error_message)
+    )
 
 
 @router.get("/{experiment_id}/progress", responses=_ERRORS)
