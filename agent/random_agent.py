@@ -21,7 +21,7 @@ from agent.mutation import mutate_constants
 from client import ApiError, Client
 from client.api import Submitted
 from client.schemas import BestOut, ExperimentOut, SimilarExperiment
-from client.states import FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus
+from client.states import FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus, SimilarityKind
 
 HYPOTHESIS = "random-search control: one or two hyperparameter constants moved at random"
 # Draws per submission before giving up on finding an untried change (and submitting the last
@@ -43,9 +43,17 @@ class Tally:
 
 
 def tried_by(similar: list[SimilarExperiment]) -> SimilarExperiment | None:
-    """The most alike of these similar experiments that was measured or is being measured (not
-    cancelled or lost with its workers), or None."""
-    return next((s for s in similar if s.status not in RETRYABLE_STATUSES), None)
+    """The most alike of these similar experiments that made this change or nearly (one that only
+    moved the same constants the same way, further or not as far, is another draw) and was
+    measured or is being measured (not cancelled or lost with its workers), or None."""
+    return next(
+        (
+            s
+            for s in similar
+            if s.kind != SimilarityKind.SAME_DIRECTION and s.status not in RETRYABLE_STATUSES
+        ),
+        None,
+    )
 
 
 def _draw(

@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Before submitting FILE (a patch of train.py or an edited train.py; - reads stdin), "
         "or for an existing experiment (-e ID): the experiments whose change is the same or nearly the "
         "same (the same train.py, the same lines changed, the same diff on another base, the same "
-        "constants set to nearby values, mostly the same code), most alike first, with their outcomes. "
+        "constants set to nearby values or moved the same way, mostly the same code), most alike "
+        "first, with their outcomes. "
         "Nothing is submitted.",
     )
     parser.add_argument("file", metavar="FILE", nargs="?", help="a patch of train.py or a train.py")

@@ -5,7 +5,9 @@ set inside such an assignment, named by their path:
 - an entry of a dict literal: `DEVICE_SETTINGS["cuda"]` (an int key: `LAYERS[0]`);
 - a keyword argument of a call: `DEVICE_SETTINGS["cuda"].width` for
   `DEVICE_SETTINGS = {"cuda": DeviceSettings(width=512, ...)}`, `OPTIMIZER.lr` for
-  `OPTIMIZER = Adam(lr=3e-4)`; nested as deep as the literal goes.
+  `OPTIMIZER = Adam(lr=3e-4)`;
+- an element of a tuple or list literal: `ADAM_BETAS[1]` for `ADAM_BETAS = (0.8, 0.95)`;
+nested as deep as the literal goes.
 A knob set per device is one knob per device.
 
 Shared by the random agent (which rewrites their values, agent/mutation.py) and the server (which
@@ -116,7 +118,7 @@ def entry_step(key: str | int) -> str:
     return f"[{json.dumps(key)}]"
 
 
-_LAST_STEP = re.compile(r"\.(?P<arg>\w+)\Z|\[(?P<key>.+)\]\Z")
+_LAST_STEP = re.compile(r'\.(?P<arg>\w+)\Z|\[(?P<key>"(?:[^"\\]|\\.)*"|-?[0-9]+)\]\Z')
 # The device types a knob's path can select (`DEVICE_SETTINGS["cuda"].width`): train.py picks
 # its settings by `ctx.device.type`, so only the knobs of the platform's own device change its runs.
 DEVICE_TYPES = ("cpu", "cuda", "mps")
@@ -146,23 +148,29 @@ def _last_step(name: str) -> tuple[str, str] | None:
 
 def assignment_pattern(names: Iterable[str]) -> re.Pattern[str] | None:
     """A line that sets one of these constants: `NAME = ...` or `NAME: type = ...` at its start; for
-    a knob, its keyword argument (`width=...`) or dict entry (`"cpu": ...`) anywhere in it. None
-    for no names."""
-    patterns = []
-    for name in names:
-        match _last_step(name):
-            case None:
-                patterns.append(rf"^{re.escape(name)} ?(?::[^=]*)?=(?!=)")
-            case ("arg", arg):
-                patterns.append(rf"\b{re.escape(arg)} ?=(?!=)")
-            case (_, key):
-                patterns.append(rf"{re.escape(key)} ?:")
+    a knob, its keyword argument (`width=...`) or dict entry (`"cpu": ...`) anywhere in it, and
+    for an element (`ADAM_BETAS[1]`) also the line that sets its tuple or list. None for no names."""
+    patterns = [pattern for name in names for pattern in _setting(name)]
     return re.compile("|".join(patterns)) if patterns else None
+
+
+def _setting(name: str) -> list[str]:
+    """The patterns of `assignment_pattern` for one constant or knob."""
+    match _last_step(name):
+        case None:
+            return [rf"^{re.escape(name)} ?(?::[^=]*)?=(?!=)"]
+        case ("arg", arg):
+            return [rf"\b{re.escape(arg)} ?=(?!=)"]
+        case (_, key) if key.isdigit():  # an int key, or an element set where its sequence is
+            return [rf"{re.escape(key)} ?:", *_setting(name[: -len(key) - 2])]
+        case (_, key):
+            return [rf"{re.escape(key)} ?:"]
 
 
 def _knobs(name: str, node: ast.expr) -> Iterator[tuple[str, ast.expr]]:
     """(path, expression) of everything set under `name`: the expression itself, or, for a dict
-    literal, its entries with string or int keys, and for a call its keyword arguments, nested."""
+    literal, its entries with string or int keys, for a call its keyword arguments, and for a
+    tuple or list its elements, nested."""
     if isinstance(node, ast.Dict):
         for key, value in zip(node.keys, node.values, strict=True):
             if (
@@ -175,6 +183,9 @@ def _knobs(name: str, node: ast.expr) -> Iterator[tuple[str, ast.expr]]:
         for keyword in node.keywords:
             if keyword.arg is not None:  # not **kwargs
                 yield from _knobs(name + argument_step(keyword.arg), keyword.value)
+    elif isinstance(node, ast.Tuple | ast.List):
+        for index, element in enumerate(node.elts):
+            yield from _knobs(name + entry_step(index), element)
     else:
         yield name, node
 

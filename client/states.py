@@ -100,6 +100,7 @@ class SimilarityKind(StrEnum):
     SAME_CHANGE = "same_change"
     SAME_CHANGE_OTHER_BASE = "same_change_other_base"
     NEARBY_CONSTANTS = "nearby_constants"
+    SAME_DIRECTION = "same_direction"  # the same constants moved the same way, further or not as far
     CONTAINED = "contained"  # its whole change is part of this one (this one combines it with more)
     OVERLAPPING_CODE = "overlapping_code"
 

@@ -13,6 +13,10 @@ similar in one of these ways, tried in this order:
 - `same_change_other_base`: the same lines removed and added, on another base.
 - `nearby_constants`: the same constants set (the same names; none that the other did not set),
   each to a nearby value (`value_distance` at most NEARBY), and the same code lines.
+- `same_direction`: the same constants set and the same code lines, each constant moved the same
+  way (up or down from its value before) but not all to nearby values: this one pushes them
+  further, or not as far (`detail` says which). What an earlier try in that direction did is
+  evidence for this one.
 - `contained`: every change the earlier one made is part of the new one, which makes more: each
   constant it set is set to the same value, and each of its changed code lines (as multisets) is
   among the new one's. The new change combines it with others (e.g. two near misses).
@@ -22,7 +26,8 @@ similar in one of these ways, tried in this order:
 
 Changes of different constants, or of the same constant to far values, are not similar. The
 distance of a match (0 for the same change) is the largest value distance of its constants for
-`nearby_constants`, 1 - its share of the new change's constants and code lines for `contained`,
+`nearby_constants` and `same_direction`, 1 - its share of the new change's constants and code
+lines for `contained`,
 and 1 - Jaccard for `overlapping_code`. `rank` orders matches by kind (in
 the order above), then distance, then newest first.
 """
@@ -119,7 +124,8 @@ class IndexKeys:
     condition of one kind of match, so that index lookups narrow the candidates the rule runs on."""
 
     lines: str  # same_change, same_change_other_base: the same removed and added lines
-    shape: str | None  # nearby_constants: the same constants set and code lines (None: sets none)
+    # nearby_constants, same_direction: the same constants set and code lines (None: sets none)
+    shape: str | None
     code_lines: int  # how many of its changed lines are code (ChangeSummary.code)
     line_keys: frozenset[str]  # contained, overlapping_code: at least one code line in common
 
@@ -161,6 +167,9 @@ def compare(new: Change, old: Change) -> Similarity | None:
         nearby = _nearby_constants(a.constants, b.constants)
         if nearby is not None:
             return nearby
+        same_way = _same_direction(a.constants, b.constants)
+        if same_way is not None:
+            return same_way
     contained = _contained(a, b, code_a, code_b)
     if contained is not None:
         return contained
@@ -211,6 +220,34 @@ def _nearby_constants(new: tuple[ConstantChange, ...], old: tuple[ConstantChange
         f"{change.name} {_shown(theirs[change.name])} (here {_shown(change.new)})" for change in new
     )
     return Similarity(SimilarityKind.NEARBY_CONSTANTS, max(distances), detail)
+
+
+def _way(change: ConstantChange) -> int:
+    """+1 up, -1 down, 0 for a constant added or removed."""
+    if change.old is None or change.new is None:
+        return 0
+    return (change.new > change.old) - (change.new < change.old)
+
+
+def _same_direction(new: tuple[ConstantChange, ...], old: tuple[ConstantChange, ...]) -> Similarity | None:
+    """`same_direction` when `old` moved the same constants as `new`, each up or each down alike."""
+    theirs = {change.name: change for change in old}
+    if set(theirs) != {change.name for change in new}:
+        return None
+    pairs = [(change, theirs[change.name]) for change in new]
+    if any(_way(here) == 0 or _way(here) != _way(there) for here, there in pairs):
+        return None
+    distances = [value_distance(here.new, there.new) for here, there in pairs]
+    if not all(math.isfinite(distance) for distance in distances):
+        return None
+    further = all((here.new - there.new) * _way(here) > 0 for here, there in pairs)  # type: ignore[operator]
+    words = "pushed further" if further else "moved the same way"
+    moves = ", ".join(
+        f"{here.name} {_shown(there.old)} -> {_shown(there.new)} "
+        f"(here {_shown(here.old)} -> {_shown(here.new)})"
+        for here, there in pairs
+    )
+    return Similarity(SimilarityKind.SAME_DIRECTION, max(distances), f"{words}: {moves}")
 
 
 def _shown(value: float | None) -> str:

@@ -9,7 +9,8 @@ the rule (server/similarity.py) then runs on those alone:
 - the same content hash (`identical`);
 - the same removed and added lines (`lines_sha`: same_change, same_change_other_base);
 - the same constants set and the same code lines (`shape_sha`), with the first constant's new
-  value within `nearby_range` (experiment_constants' value index: nearby_constants);
+  value within `nearby_range` (experiment_constants' value index: nearby_constants), or among the
+  newest MAX_SAME_SHAPE of that shape (same_direction: a direction is not indexed);
 - a constant set to the same value (contained: all of them), or a code line in common
   (experiment_code_lines: overlapping_code needs most of them in common, contained all of its).
 """
@@ -47,6 +48,9 @@ MAX_SIMILAR = 20  # the most alike first; more is rarely read
 # A change contained in one that sets more constants than this is found through its first ones
 # only (or its code lines): the OR of one term per constant stays a bounded statement.
 MAX_CONSTANTS_ASKED = 64
+# The changes of the same shape (constants and code) a question reads for `same_direction`, the
+# newest first: a bounded read, where a sweep of one constant may have hundreds of that shape.
+MAX_SAME_SHAPE = 50
 
 
 def store_change(session: Session, experiment_id: int, summary: ChangeSummary) -> None:
@@ -120,6 +124,11 @@ def _candidates(session: Session, change: Change, exclude: set[int], before_id: 
         conditions.append(
             (ExperimentChange.shape_sha == keys.shape) & ExperimentChange.experiment_id.in_(setting)
         )
+        newest = select(ExperimentChange.experiment_id).where(ExperimentChange.shape_sha == keys.shape)
+        if before_id is not None:
+            newest = newest.where(ExperimentChange.experiment_id < before_id)
+        newest = newest.order_by(ExperimentChange.experiment_id.desc()).limit(MAX_SAME_SHAPE)
+        conditions.append(ExperimentChange.experiment_id.in_(newest))
     if summary.parsed and summary.constants:  # contained: a constant set to the same value
         same_value = [
             (ExperimentConstant.name == c.name)

@@ -73,8 +73,10 @@ def train_sources(draw: st.DrawFn) -> str:
     return '"""A train.py with é in its docstring."""\n' + newline.join(body) + newline
 
 
-def _value(node: ast.expr) -> int | float:
-    return eval(compile(ast.Expression(node), "<constant>", "eval"))  # constant arithmetic only
+def _values(node: ast.expr) -> list[int | float]:
+    """The numbers an assignment sets: one, or a tuple's elements (each a knob of its own)."""
+    value = eval(compile(ast.Expression(node), "<constant>", "eval"))  # constant arithmetic only
+    return list(value) if isinstance(value, tuple) else [value]
 
 
 def _assigned(stmt: ast.stmt) -> tuple[str, ast.expr] | None:
@@ -106,16 +108,17 @@ def test_mutation_changes_only_top_level_upper_case_constants(source: str, seed:
         name, old_node = old_assigned
         new_name, new_node = new_assigned
         assert name == new_name and name.isupper(), "only UPPER_CASE constants may change"
-        old_value, new_value = _value(old_node), _value(new_node)
-        assert new_value != old_value
-        assert type(new_value) is type(old_value), "ints stay ints and floats stay floats"
-        assert (new_value > 0) == (old_value > 0), "the sign is kept"
-        if isinstance(old_value, int) and _is_power_of_two(old_value):
-            assert _is_power_of_two(new_value), "powers of two stay powers of two"
-            assert new_value in (old_value * 2, old_value // 2), "and move one step"
-        if isinstance(old_value, float) and 0 < old_value < 1:
-            assert 0 < new_value < 1, "fractions stay fractions"
-        changed.append(name)
+        moved = [(a, b) for a, b in zip(_values(old_node), _values(new_node), strict=True) if a != b]
+        assert moved
+        for old_value, new_value in moved:
+            assert type(new_value) is type(old_value), "ints stay ints and floats stay floats"
+            assert (new_value > 0) == (old_value > 0), "the sign is kept"
+            if isinstance(old_value, int) and _is_power_of_two(old_value):
+                assert _is_power_of_two(new_value), "powers of two stay powers of two"
+                assert new_value in (old_value * 2, old_value // 2), "and move one step"
+            if isinstance(old_value, float) and 0 < old_value < 1:
+                assert 0 < new_value < 1, "fractions stay fractions"
+            changed.append(name)
         assert name in description
     assert 1 <= len(changed) <= 2, "something changes, one or two constants at a time"
 

@@ -49,7 +49,9 @@ def test_knobs_are_named_by_their_path_and_each_device_is_its_own() -> None:
         'SETTINGS["cpu"]["depth"]': (2, "2", False),
         'SETTINGS["cpu"]["sizes"][0]': (1024, "4 * 256", False),
         "OPTIMIZER.lr": (3e-4, "3e-4", False),
-    }  # no booleans, strings, tuples, **kwargs or lower-case names
+        "OPTIMIZER.betas[0]": (0.9, "0.9", False),  # each number of a tuple is a knob
+        "OPTIMIZER.betas[1]": (0.95, "0.95", False),
+    }  # no booleans, strings, **kwargs or lower-case names
     wider = BASELINE.replace("depth=2, width=128", "depth=2, width=192")
     assert summarize(BASELINE, wider).constants == (ConstantChange('DEVICE_SETTINGS["cpu"].width', 128, 192),)
     both = wider.replace("depth=8, width=512", "depth=8, width=768")

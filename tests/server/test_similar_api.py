@@ -38,7 +38,7 @@ def test_the_submit_answer_and_both_endpoints_find_nearby_values_with_their_outc
     first = agent.submit("lr 0.02", train_py=_lr("0.02"))
     assert first.similar == []
     worker.run_next(1.1)  # measured and reverted (greedy rule)
-    far = agent.submit("lr 0.05", train_py=_lr("0.05"))
+    far = agent.submit("lr 0.005", train_py=_lr("0.005"))  # down, where 0.02 went up
     assert far.similar == []
     near = agent.submit("lr 0.021", patch=make_patch(BASELINE, _lr("0.021")))
     (found,) = near.similar
@@ -59,7 +59,10 @@ def test_the_submit_answer_and_both_endpoints_find_nearby_values_with_their_outc
     assert _kinds(asked.similar) == [(near.id, "nearby_constants"), (first.id, "nearby_constants")]
     same = agent.similar(patch=make_patch(BASELINE, _lr("0.021"))).similar
     assert _kinds(same) == [(near.id, "identical"), (first.id, "nearby_constants")]
-    assert agent.similar(train_py=_lr("0.2")).similar == []
+    further = agent.similar(train_py=_lr("0.2")).similar  # far, and up as both went
+    assert _kinds(further) == [(near.id, "same_direction"), (first.id, "same_direction")]
+    assert further[1].detail == "pushed further: LEARNING_RATE 0.01 -> 0.02 (here 0.01 -> 0.2)"
+    assert agent.similar(train_py=_lr("0.0001")).similar[0].kind == "same_direction"  # as far did
     assert _count(live) == before
 
 

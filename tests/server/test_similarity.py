@@ -58,9 +58,10 @@ def _single_mutations(count: int, seed: int) -> list[tuple[str, str, float]]:
     return found
 
 
-def test_real_mutations_are_similar_exactly_when_they_set_the_same_constant_to_a_nearby_value() -> None:
+def test_real_mutations_are_similar_exactly_when_they_set_the_same_constant_nearby_or_the_same_way() -> None:
     mutations = [(_change(BASELINE, new), new, name, value) for new, name, value in _single_mutations(80, 7)]
-    verdicts = {"nearby": 0, "far": 0, "other constant": 0}
+    before = {c.name: c.value for c in find_constants(BASELINE)}
+    verdicts = {"nearby": 0, "same way": 0, "opposite ways": 0, "other constant": 0}
     for i, (change_a, new_a, name_a, value_a) in enumerate(mutations):
         for change_b, new_b, name_b, value_b in mutations[i + 1 :]:
             if new_a == new_b:
@@ -73,9 +74,16 @@ def test_real_mutations_are_similar_exactly_when_they_set_the_same_constant_to_a
                 assert similarity is not None and similarity.kind == SimilarityKind.NEARBY_CONSTANTS
                 assert similarity.distance == value_distance(value_a, value_b)
                 verdicts["nearby"] += 1
+            elif (value_a > before[name_a]) == (value_b > before[name_a]):
+                further = abs(value_a - before[name_a]) > abs(value_b - before[name_a])
+                assert similarity is not None and similarity.kind == SimilarityKind.SAME_DIRECTION
+                assert similarity.distance == value_distance(value_a, value_b)
+                words = "pushed further" if further else "moved the same way"
+                assert similarity.detail.startswith(f"{words}: {name_a} "), similarity
+                verdicts["same way"] += 1
             else:
                 assert similarity is None, (name_a, value_a, value_b)
-                verdicts["far"] += 1
+                verdicts["opposite ways"] += 1
     assert min(verdicts.values()) >= 5, verdicts  # the draw exercised every case
 
 
@@ -86,8 +94,16 @@ def test_a_nearby_value_of_a_real_mutation_is_found_and_a_far_one_is_not() -> No
             SimilarityKind.NEARBY_CONSTANTS, value_distance(0.052, 0.05), "MATRIX_LR 0.05 (here 0.052)"
         )
     )
-    assert compare(_change(BASELINE, _set(BASELINE, "MATRIX_LR", "0.08")), _change(BASELINE, tried)) is None
-    # Powers of two: the next one is a doubling away, never nearby.
+    assert compare(_change(BASELINE, _set(BASELINE, "MATRIX_LR", "0.02")), _change(BASELINE, tried)) is None
+    # Far, but the same way from 0.04: what that try measured is evidence for this one.
+    assert compare(_change(BASELINE, _set(BASELINE, "MATRIX_LR", "0.08")), _change(BASELINE, tried)) == (
+        Similarity(
+            SimilarityKind.SAME_DIRECTION,
+            value_distance(0.08, 0.05),
+            "pushed further: MATRIX_LR 0.04 -> 0.05 (here 0.04 -> 0.08)",
+        )
+    )
+    # Powers of two: the next one is a doubling away, never nearby (and these went opposite ways).
     assert (
         compare(
             _change(BASELINE, _set(BASELINE, "MLP_RATIO", "8")),
@@ -152,9 +168,10 @@ def test_rank_puts_the_most_alike_first_then_the_nearest_then_the_newest() -> No
         (3, Change(new.summary, BASE_B)),
         (4, _change(BASELINE, _set(BASELINE, "MATRIX_LR", "0.051"))),
         (5, _change(BASELINE, _set(BASELINE, "EMBEDDING_LR", "0.61"))),
-        (6, _change(BASELINE, _set(BASELINE, "MATRIX_LR", "0.5"))),
+        (6, _change(BASELINE, _set(BASELINE, "MATRIX_LR", "0.5"))),  # far, but up from 0.04 too
+        (7, _change(BASELINE, _set(BASELINE, "MATRIX_LR", "0.01"))),  # far, and down
     ]
-    assert [match.experiment_id for match in rank(new, earlier)] == [3, 4, 2, 1]
+    assert [match.experiment_id for match in rank(new, earlier)] == [3, 4, 2, 1, 6]
 
 
 # Properties over any pair of values and any pair of changes.
