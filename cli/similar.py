@@ -45,8 +45,10 @@ def run(args: argparse.Namespace) -> int:
             answer = client.similar(base=args.base, **change)
     if args.json:
         print(views.as_json(answer))
+    elif not answer.similar and args.experiment is not None:
+        print(f"no other experiment made the change of experiment {args.experiment} or a similar one")
     elif not answer.similar:
-        print("not tried: no experiment made this change or a nearly identical one")
+        print("not tried: no experiment made this change or a similar one")
     else:
         print(f"{len(answer.similar)} similar experiment(s), most alike first:")
         print("\n".join(views.similar(answer.similar)))

@@ -58,7 +58,7 @@ def outcome(experiment: ExperimentOut) -> str:
         detail = result.status + (f": {result.error_class}" if result.error_class else "")
         return f"{experiment.status} ({detail})"
     if experiment.status == ExperimentStatus.QUEUED and experiment.queue_position is not None:
-        return f"queued (#{experiment.queue_position + 1} in line)"
+        return f"queued ({experiment.queue_position} ahead of it)"
     return str(experiment.status)
 
 

@@ -143,7 +143,9 @@ class RunOut(BaseModel):
     state: RunState
     seed: int | None = Field(description="ctx.seed of the run (null: run before per-run seeds)")
     attempts: int
-    queue_position: int | None = Field(None, description="0 = next to run; only while queued")
+    queue_position: int | None = Field(
+        None, description="runs ahead of it in the queue (0: next to run); only while queued"
+    )
     started_at: datetime | None
     finished_at: datetime | None
     result_status: ResultStatus | None
@@ -188,7 +190,9 @@ class ExperimentOut(BaseModel):
     commit: str
     attempts: int = Field(description="attempts of its latest run (a lost worker counts one)")
     cancel_requested: bool
-    queue_position: int | None = Field(None, description="0 = next to run; only while its run is queued")
+    queue_position: int | None = Field(
+        None, description="runs ahead of its run in the queue (0: next to run); only while it is queued"
+    )
     created_at: datetime
     queued_at: datetime
     started_at: datetime | None

@@ -1,7 +1,8 @@
 """results.tsv, the autoresearch log format: export, and import as history.
 
 autoresearch's columns: commit (7 hex digits), val_bpb (6 decimals, 0.000000 for crashes),
-memory_gb (1 decimal), status (keep | discard | crash), description. The export adds each
+memory_gb (1 decimal), status (keep | discard | crash: autoresearch's words, from ours through
+TSV_STATUS alone), description. The export adds each
 decision's numbers after them: runs (the experiment's valid runs), effect (its mean minus the
 mean it was compared with), effect_se, best_runs (the runs of what it was compared with),
 p_value and reason (the decision in words, on one line); empty where there are none (imported
@@ -29,14 +30,20 @@ DECISION_COLUMNS = ("runs", "effect", "effect_se", "best_runs", "p_value", "reas
 _NUMERIC_DECISION_COLUMNS = DECISION_COLUMNS[:-1]
 HEADER = "\t".join(COLUMNS)  # autoresearch's own
 HEADER_WITH_DECISIONS = "\t".join(COLUMNS + DECISION_COLUMNS)  # what the export writes
-TSV_STATUSES = ("keep", "discard", "crash")
+# autoresearch's word for each decided status (client.states), for an experiment with a valid
+# result: kept is `keep`; measured and not kept is `discard` (a rebased or stale change went on,
+# or ended, elsewhere); one without a valid result is CRASH, whatever its status. The only place
+# the two vocabularies meet (docs/api.md, "results.tsv").
+TSV_STATUS = {
+    ExperimentStatus.KEPT: "keep",
+    ExperimentStatus.REVERTED: "discard",
+    ExperimentStatus.REBASED: "discard",
+    ExperimentStatus.STALE: "discard",
+}
+CRASH = "crash"
+TSV_STATUSES = (*dict.fromkeys(TSV_STATUS.values()), CRASH)
 _COMMIT = re.compile(r"^[0-9a-f]{4,40}$")
-_DECIDED = (
-    ExperimentStatus.KEPT,
-    ExperimentStatus.REVERTED,
-    ExperimentStatus.REBASED,
-    ExperimentStatus.STALE,
-)
+_DECIDED = tuple(TSV_STATUS)
 
 
 class TsvError(ValueError):
@@ -107,7 +114,7 @@ def export_rows(session: Session) -> Iterator[TsvRow]:
             commit=experiment.commit_sha[:7],
             val_bpb=experiment.val_bpb if ok else 0.0,
             memory_gb=(peak_memory_mb or 0.0) / 1024 if ok else 0.0,
-            status="keep" if experiment.status == ExperimentStatus.KEPT else "discard" if ok else "crash",
+            status=TSV_STATUS[experiment.status] if ok else CRASH,
             description=_one_line(experiment.description),
             runs=experiment.valid_runs,
             effect=experiment.effect if ok else None,

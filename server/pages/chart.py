@@ -2,7 +2,7 @@
 
 This is the chart autoresearch draws after a night of experiments: x is the order in which
 experiments finished, y is val_bpb (lower is better; an experiment's mean over its runs);
-discarded results are grey dots, kept ones are highlighted and labelled, and the best so far is a
+reverted results are grey dots, kept ones are highlighted and labelled, and the best so far is a
 step line at each best's mean, in a band of plus or minus one standard error of that mean (the
 noise estimate over the square root of its runs). Experiments that ended without a score
 (crashes, infrastructure failures) sit as red dots in a lane above the plot.
@@ -58,7 +58,7 @@ class Tick:
 @dataclass(frozen=True)
 class Chart:
     count: int  # points drawn: every finished experiment
-    discarded_path: str
+    reverted_path: str
     failed_path: str
     kept: list[KeptMark]
     best_path: str
@@ -168,7 +168,7 @@ def build_chart(points: Sequence[Finished], sigma: float | None = None) -> Chart
     reference = next((p.val_bpb for p in points if p.kept and p.val_bpb is not None), None)
     low, high = y_range(scores, reference)
     scale = (plot_bottom - plot_top) / (high - low)
-    discarded: list[str] = []
+    reverted: list[str] = []
     kept: list[KeptMark] = []
     best_steps: list[str] = []
     band: list[tuple[float, float, float] | None] = []  # per best: (its x, top y, bottom y) or None
@@ -183,7 +183,7 @@ def build_chart(points: Sequence[Finished], sigma: float | None = None) -> Chart
             y = plot_bottom - (score - low) * scale
         if not is_kept:
             # Whole units are finer than a dot: 906 of them span the plot, a dot is 3 to 6 wide.
-            discarded.append(f"M{round(x)} {round(y)}h0")
+            reverted.append(f"M{round(x)} {round(y)}h0")
             continue
         kept.append(KeptMark(id_, x, y, score, description))
         # The best holds until the next keep: a horizontal run, then a drop to the new best.
@@ -201,7 +201,7 @@ def build_chart(points: Sequence[Finished], sigma: float | None = None) -> Chart
     )
     return Chart(
         count=count,
-        discarded_path="".join(discarded),
+        reverted_path="".join(reverted),
         failed_path="".join(failed),
         kept=_labelled(kept),
         best_path="".join(best_steps),

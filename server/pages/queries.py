@@ -45,7 +45,7 @@ class Summary:
     baseline_val_bpb: float | None
     baseline_experiment_id: int | None
     kept: int
-    discarded: int  # measured, not kept (reverted, rebased or stale)
+    reverted: int  # measured, not kept (reverted, rebased or stale)
     crashed: int  # ended without a score: the run failed, or the infrastructure did
     running: int
     queued: int
@@ -108,7 +108,7 @@ def summary(session: Session, totals: dict[str, tuple[int, int]], crashed_runs: 
         baseline_val_bpb=baseline.val_bpb if baseline else None,
         baseline_experiment_id=baseline.id if baseline else None,
         kept=total(ExperimentStatus.KEPT),
-        discarded=total(ExperimentStatus.REVERTED, ExperimentStatus.REBASED, ExperimentStatus.STALE)
+        reverted=total(ExperimentStatus.REVERTED, ExperimentStatus.REBASED, ExperimentStatus.STALE)
         - crashed_runs,
         crashed=crashed_runs + total(ExperimentStatus.INFRA_FAILED),
         running=total(ExperimentStatus.RUNNING),

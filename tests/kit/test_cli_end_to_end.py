@@ -362,8 +362,15 @@ def test_similar_before_submitting_and_for_an_experiment_and_what_submit_prints(
     assert [s["experiment_id"] for s in json.loads(as_json.out)["similar"]] == [tried.id]
     empty = cli("similar", "-", stdin="", server=project.url)
     assert empty.returncode == 1 and "autoresearch similar: standard input is empty" in empty.stderr
-    untried = in_process(capsys, "similar", str(write(tmp_path / "far.py", bigram(0.95))), server=project.url)
-    assert untried.out == "not tried: no experiment made this change or a nearly identical one\n"
+    # A change of code no other made (every learning rate here was moved one way or the other).
+    new_code = bigram(0.95).replace("\nimport time\n", "\nimport time  # for the clock\n")
+    untried = in_process(capsys, "similar", str(write(tmp_path / "far.py", new_code)), server=project.url)
+    assert untried.out == "not tried: no experiment made this change or a similar one\n"
+    with project.agent() as agent:
+        alone = agent.submit("lr 0.95, commented", train_py=new_code).id
+        agent.cancel(alone)  # asked about, not run
+    of_alone = in_process(capsys, "similar", "-e", str(alone), server=project.url)
+    assert of_alone.out == f"no other experiment made the change of experiment {alone} or a similar one\n"
 
     submitted = cli("submit", str(nearby), "-m", "lr 0.61", server=project.url, token=project.agent_token)
     assert submitted.returncode == 0, submitted.stderr

@@ -48,7 +48,7 @@ PLOTTED = ("kept", "reverted", "rebased", "stale", "infra_failed")
 CHART_MARKS = """() => {
   const svg = document.querySelector('#progress-chart svg');
   const dots = (selector) => (svg.querySelector(selector).getAttribute('d').match(/M/g) || []).length;
-  return {discarded: dots('path.pts.discarded'), failed: dots('path.pts.failed'),
+  return {reverted: dots('path.pts.reverted'), failed: dots('path.pts.failed'),
           kept: svg.querySelectorAll('g.kept circle').length,
           labels: [...svg.querySelectorAll('g.kept text.label')].map((t) => t.textContent)};
 }"""
@@ -99,7 +99,7 @@ def test_chart_has_a_point_for_every_finished_experiment(
     finished = [e for e in experiments if e["status"] in PLOTTED]
     kept = [e for e in finished if e["status"] == "kept"]
     assert len(finished) >= len(NIGHT) + 1
-    assert marks["discarded"] + marks["failed"] + marks["kept"] == len(finished)
+    assert marks["reverted"] + marks["failed"] + marks["kept"] == len(finished)
     assert marks["kept"] == len(kept)
     assert marks["failed"] == sum(e["val_bpb"] is None for e in finished)
     # Kept experiments are labelled with their descriptions (here none are too close to label).
@@ -114,7 +114,7 @@ def test_a_new_result_appears_without_reloading(page: Page, night: Night, save_s
     wait_until_live(page)
     page.evaluate("window.loadedOnce = true")  # gone if the page reloads
     before = chart_marks(page)
-    points_before = before["discarded"] + before["failed"] + before["kept"]
+    points_before = before["reverted"] + before["failed"] + before["kept"]
 
     new_id = night.research.submit("muon ns steps 4 with nesterov", agent="carol")
     row = page.locator(f'#experiments-table tr[data-id="{new_id}"]')
@@ -127,7 +127,7 @@ def test_a_new_result_appears_without_reloading(page: Page, night: Night, save_s
     expect(page.locator('[data-stat="best"]')).to_have_text("0.970200")
     page.wait_for_function(f"() => ({CHART_MARKS})().kept === {before['kept'] + 1}", timeout=10_000)
     after = chart_marks(page)
-    assert after["discarded"] + after["failed"] + after["kept"] == points_before + 1
+    assert after["reverted"] + after["failed"] + after["kept"] == points_before + 1
     assert after["labels"][-1] == "muon ns steps 4 with nesterov"
     assert page.evaluate("window.loadedOnce") is True
     save_screenshot(page, "leaderboard-live-update")

@@ -47,9 +47,9 @@ def in_plot(chart: Chart, x: float, y: float) -> bool:
 @given(finished_lists)
 def test_every_finished_experiment_is_one_mark(points: list[Finished]) -> None:
     chart = build_chart(points)
-    discarded, failed = dots(chart.discarded_path), dots(chart.failed_path)
+    reverted, failed = dots(chart.reverted_path), dots(chart.failed_path)
     assert chart.count == len(points)
-    assert len(discarded) + len(failed) + len(chart.kept) == len(points)
+    assert len(reverted) + len(failed) + len(chart.kept) == len(points)
     assert len(failed) == sum(p.val_bpb is None for p in points)
     assert [k.id for k in chart.kept] == [p.id for p in points if p.kept]
 
@@ -57,13 +57,13 @@ def test_every_finished_experiment_is_one_mark(points: list[Finished]) -> None:
 @given(finished_lists)
 def test_marks_lie_in_the_plot_in_order_of_completion(points: list[Finished]) -> None:
     chart = build_chart(points)
-    for x, y in dots(chart.discarded_path) + [(k.x, k.y) for k in chart.kept]:
+    for x, y in dots(chart.reverted_path) + [(k.x, k.y) for k in chart.kept]:
         assert in_plot(chart, x, y)
     for x, y in dots(chart.failed_path):
         assert chart.left <= x <= chart.right and y == FAILED_LANE_Y
     # x follows the order of completion: the marks of all kinds, merged, are strictly increasing.
     xs = sorted(
-        [x for x, _ in dots(chart.discarded_path) + dots(chart.failed_path)]
+        [x for x, _ in dots(chart.reverted_path) + dots(chart.failed_path)]
         + [round(k.x, 1) for k in chart.kept]
     )
     assert all(b > a for a, b in itertools.pairwise(xs))
@@ -113,7 +113,7 @@ def test_a_diverged_run_does_not_squash_the_others() -> None:
 
 def test_no_finished_experiments_is_an_empty_chart() -> None:
     chart = build_chart([])
-    assert (chart.count, chart.discarded_path, chart.failed_path, chart.kept) == (0, "", "", [])
+    assert (chart.count, chart.reverted_path, chart.failed_path, chart.kept) == (0, "", "", [])
 
 
 @given(st.floats(min_value=1e-6, max_value=1e6), st.integers(min_value=1, max_value=20))
