@@ -19,19 +19,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", help="address to listen on (default: $HOST, else 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default: $PORT, else 8000)")
     parser.add_argument(
+        "--fd", type=int, help="serve on this listening socket, inherited (instead of --host and --port)"
+    )
+    parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="default info"
     )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
     from pydantic import ValidationError
 
     from server.core.config import settings_error
     from server.harness_pin import ProjectMismatch
     from server.main import StartupError, create_app
-    from server.serving import uvicorn_config
+    from server.serving import Server, uvicorn_config
 
     overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
     try:
@@ -47,5 +49,5 @@ def run(args: argparse.Namespace) -> int:
     except (StartupError, ProjectMismatch) as exc:
         print(f"autoresearch serve: {exc}", file=sys.stderr)
         return 2
-    uvicorn.Server(uvicorn_config(app, settings.host, settings.port, log_level=args.log_level)).run()
+    Server(uvicorn_config(app, settings.host, settings.port, args.fd, log_level=args.log_level)).run()
     return 0

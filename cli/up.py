@@ -2,6 +2,9 @@
 
 This is what `make run` calls. Everything it does is idempotent: a second `up` reuses the
 prepared data, the research repo, the database and the local tokens of the first.
+
+It takes its port before anything else (the server inherits the listening socket), so a port that
+another server holds is said at once, and its workers never talk to that other server.
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -32,7 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "research repo and queue the baseline (once), create a local agent and worker token (once, "
         "kept in DATA_DIR/local-tokens.json), then run the server and N CPU or GPU workers until "
         "Ctrl-C, SIGTERM or SIGHUP: the workers finish their current experiments, then everything "
-        "stops; a second one stops at once (the running experiments are given back).",
+        "stops; a second one stops at once (the running experiments are given back). The port is "
+        "taken first: one another server holds is refused before anything starts.",
     )
     parser.add_argument("--preset", default=None, help="harness preset: cpu (default), test or h100")
     parser.add_argument("--data-dir", type=Path, help="data folder (default: $DATA_DIR, else data)")
@@ -50,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.workers < 0:
         raise SystemExit("autoresearch up: --workers must be 0 or more")
+    listener = _listen(args.host, args.port)
     if args.workers > 0:  # before anything starts: workers run every train.py in bubblewrap
         ensure_system_packages("run", "autoresearch up")
     harness_overrides = {"data_dir": args.data_dir} if args.data_dir else {}
@@ -77,10 +84,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         # Own sessions: Ctrl-C reaches only `up`, which then stops the children in order.
         server = subprocess.Popen(
-            [_exe(), "serve", "--host", args.host, "--port", str(args.port), "--log-level", "warning"],
+            [_exe(), "serve", "--fd", str(listener.fileno()), "--log-level", "warning"],
             env=env,
             start_new_session=True,
+            pass_fds=[listener.fileno()],
         )
+        listener.close()  # the server holds its own copy
         children.append(server)
         _wait_healthy(url, server)
         worker_env = {**env, "AUTORESEARCH_WORKER_TOKEN": tokens["worker"]}
@@ -95,8 +104,39 @@ def run(args: argparse.Namespace) -> int:
         with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
             print("\n[up] stopping workers and server ...", flush=True)
     finally:
-        _stop(children)
+        listener.close()
+        _stop(children, lambda: _busy(url, tokens["agent"]))
     return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, or the reason there is none and how to pick another port."""
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+        listener.listen(2048)
+    except OSError as exc:
+        listener.close()
+        raise SystemExit(
+            f"autoresearch up: cannot listen on {host}:{port} ({exc.strerror}); another server may "
+            f"be using it: stop that one, or pick another port with --port (e.g. --port {port + 1})"
+        ) from exc
+    return listener
+
+
+def _busy(url: str, token: str) -> bool:
+    """Whether the server has an experiment running or queued (or cannot say)."""
+    headers = {"Authorization": f"Bearer {token}"}
+    try:
+        for status in ("running", "queued"):
+            query = {"status": status, "limit": 1}
+            answer = httpx.get(f"{url}/api/v1/experiments", params=query, headers=headers, timeout=2.0)
+            if answer.status_code != 200 or answer.json()["items"]:
+                return True
+    except (httpx.HTTPError, ValueError, KeyError):
+        return True
+    return False
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -179,10 +219,12 @@ def _wait_any(children: list[subprocess.Popen]) -> None:
             print(f"[up] {' '.join(map(str, command[1:3]))} exited with code {child.returncode}; stopping")
 
 
-def _stop(children: list[subprocess.Popen]) -> None:
+def _stop(children: list[subprocess.Popen], busy: Callable[[], bool]) -> None:
     """Workers first, then the server. A worker's first SIGTERM lets it finish the experiment it
     runs and deliver the result; another stop signal to `up` (a second Ctrl-C) passes a second
-    SIGTERM on, which cancels the run and gives its lease back (worker/signals.py)."""
+    SIGTERM on, which cancels the run and gives its lease back (worker/signals.py). When nothing
+    is `busy` (running or queued), there is nothing to finish: the server stops with the workers,
+    which then stop within their claim's long poll."""
     if not children:
         return
     workers, server = children[1:], children[0]
@@ -194,10 +236,11 @@ def _stop(children: list[subprocess.Popen]) -> None:
 
     for stop_signal in STOP_SIGNALS:
         signal.signal(stop_signal, stop_now)
-    if any(worker.poll() is None for worker in workers):
+    idle = not busy()
+    if not idle and any(worker.poll() is None for worker in workers):
         with contextlib.suppress(OSError):
             print("[up] the workers finish their current experiments first (again: stop now)", flush=True)
-    _terminate(workers)
+    _terminate(children if idle else workers)
     for worker in workers:
         worker.wait()  # a run ends within its budget and scoring; a second signal ends it sooner
     for stop_signal in STOP_SIGNALS:  # from here on nothing may abandon the server's stop

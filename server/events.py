@@ -56,6 +56,7 @@ class Broadcaster:
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _last_id: int = 0
+    _closed: bool = False  # the server stops (`close`)
     # Long-polling claims, oldest first. Each "queued" event wakes one of them (one new
     # experiment, one worker), not all: waking every idle worker makes them all queue for the
     # database's write lock for nothing. Ordered by key: a thousand wait at once, and each is
@@ -152,6 +153,16 @@ class Broadcaster:
             if not self._per_client[subscriber.client]:
                 del self._per_client[subscriber.client]
 
+    def close(self) -> None:
+        """The server stops: end every event stream (each client reconnects with Last-Event-ID once
+        a server is back) and every long-poll claim, now and from now on (each answers that
+        nothing came: its worker asks again). Must be called in the loop."""
+        self._closed = True
+        for subscriber in list(self._subscribers):
+            self._drop(subscriber)
+        for waiter in list(self._claim_waiters):
+            _time_out(waiter)
+
     @property
     def subscriber_count(self) -> int:
         return len(self._subscribers)
@@ -160,6 +171,8 @@ class Broadcaster:
         """True when woken for queued work (`wake_claims`), False after `timeout` seconds.
 
         One timer for the whole wait, not one a second: a thousand claims wait at once."""
+        if self._closed:
+            return False
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[bool] = loop.create_future()
         self._claim_waiters[waiter] = None

@@ -25,19 +25,22 @@ from tests.fixtures_data import test_data  # noqa: F401  (session fixture)
 pytestmark = pytest.mark.heavy
 
 
+_UP = [sys.executable, "-m", "cli.main", "up", "--preset", "test"]
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def _start_up(data_dir: Path, port: int) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "cli.main", "up", "--preset", "test", "--data-dir", str(data_dir)]
-    cmd += ["--port", str(port), "--workers", "1"]
+def _start_up(data_dir: Path, port: int, **env: str) -> subprocess.Popen[str]:
+    cmd = [*_UP, "--data-dir", str(data_dir), "--port", str(port), "--workers", "1"]
     # Its own session, so that the SIGINT below reaches `up` alone, as a terminal's Ctrl-C would.
     return subprocess.Popen(
         cmd,
         cwd=REPO_ROOT,
+        env={**os.environ, **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -134,3 +137,52 @@ def test_up_runs_the_baseline_and_each_stop_signal_works_as_ctrl_c(
     assert all(run["number"] > 1 for run in running["runs"] if run["state"] == "running")  # a repeat
     assert json.loads((data_dir / "local-tokens.json").read_text()) == tokens
     assert not os.path.exists(data_dir / "local-tokens.tmp")
+
+
+def test_up_refuses_a_port_another_server_holds_before_it_prints_or_starts_anything(tmp_path: Path) -> None:
+    """With the port held, `up` printed "running at" and started a worker that talked to the other
+    server (issue 51): now it says so first, and how to pick another port."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        refused = subprocess.run(
+            [*_UP, "--data-dir", str(tmp_path / "data"), "--port", str(port)],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr == (
+        f"autoresearch up: cannot listen on 127.0.0.1:{port} (Address already in use); another server "
+        f"may be using it: stop that one, or pick another port with --port (e.g. --port {port + 1})\n"
+    )
+    assert not (tmp_path / "data").exists()  # nothing prepared, initialised or started
+
+
+def test_an_idle_up_stops_within_5_s_of_sigterm_with_an_event_stream_open(
+    tmp_path: Path,
+    test_data: tuple[HarnessSettings, PreparedPaths],  # noqa: F811
+) -> None:
+    """An idle `up` took 21-37 s to stop (issue 51): the server waited for the event streams
+    browsers and agents keep open, and the worker for its claim's long poll. Decided by the greedy
+    rule, the baseline's one run leaves it idle; a client follows GET /events meanwhile."""
+    data_dir = _data_dir(tmp_path, test_data[1])
+    port = _free_port()
+    api = f"http://127.0.0.1:{port}/api/v1"
+    proc = _start_up(data_dir, port, DECISION_RULE="greedy")
+    try:
+        _wait_for(f"{api}/experiments/1", proc, lambda e: e["status"] == "kept", 240)
+        with httpx.stream("GET", f"{api}/events", timeout=10.0) as events:
+            assert events.status_code == 200
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+            stopped_in = time.monotonic() - started
+    finally:
+        out = _interrupt(proc, data_dir, signal.SIGTERM) if proc.poll() is None else proc.stdout.read()  # type: ignore[union-attr]
+    assert proc.returncode == 0, out
+    assert stopped_in < 5.0, (stopped_in, out)
+    left = subprocess.run(["pgrep", "-f", str(data_dir)], capture_output=True, text=True).stdout.split()
+    assert left == [], f"processes left running: {left}"

@@ -29,10 +29,10 @@ HARNESS_ID = "pages-test-harness"
 PLATFORM = "pages-test-device"
 # The server's own uvicorn configuration (server/serving.py), on the socket handed over.
 SERVE_ON_FD = """
-import sys, uvicorn
+import sys
 from server.main import create_app
-from server.serving import uvicorn_config
-uvicorn.Server(uvicorn_config(create_app(), fd=int(sys.argv[1]), log_level="warning")).run()
+from server.serving import Server, uvicorn_config
+Server(uvicorn_config(create_app(), fd=int(sys.argv[1]), log_level="warning")).run()
 """
 
 
