@@ -3,7 +3,9 @@
 Every string that reaches the database is bounded and free of NUL characters and unpaired
 surrogates (PostgreSQL stores neither: `Input` checks every string field of every request body),
 and every number is finite and within the column's range, so that bad input is a 422 and never a
-database error. Paths and query strings are checked for NUL by `server.core.no_nul`.
+database error. Paths and query strings are checked for NUL by `server.core.no_nul`. The schema
+states it (NUL_FREE: every string of a request that has no pattern of its own), so that a client
+generated from the OpenAPI document never sends what is refused.
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ def storable_log(value: str) -> str:
 
 
 SHA_PATTERN = r"^[0-9a-fA-F]{4,40}$"  # a full or abbreviated commit id
+NUL_FREE = r"^[^\x00]*$"  # what PostgreSQL can store (storable_text also refuses lone surrogates)
+# The pattern a request's free text states; `Input` (and server.core.no_nul for URLs) checks it,
+# with its own message.
+STATES_NUL_FREE: dict[str, Any] = {"pattern": NUL_FREE}
+Text = Annotated[str, Field(json_schema_extra=STATES_NUL_FREE)]
 PAGE_LIMIT = 200  # the most items one page of a list answers
 Sha = Annotated[str, Field(pattern=SHA_PATTERN)]
 
@@ -72,8 +79,8 @@ class Strict(Input):
 class Edit(Strict):
     """One search/replace edit of train.py (server/edits.py)."""
 
-    old: str = Field(min_length=1, description="text of train.py to replace: it must occur exactly once")
-    new: str = Field(description="what replaces it (empty: delete it)")
+    old: Text = Field(min_length=1, description="text of train.py to replace: it must occur exactly once")
+    new: Text = Field(description="what replaces it (empty: delete it)")
 
 
 # Search/replace edits applied in order to the base's train.py, the change's third form.
@@ -93,18 +100,18 @@ class SubmitIn(Strict):
     model_config = ConfigDict(
         json_schema_extra={
             "oneOf": [
-                {"required": ["patch"], "properties": {"patch": {"type": "string"}}},
-                {"required": ["train_py"], "properties": {"train_py": {"type": "string"}}},
+                {"required": ["patch"], "properties": {"patch": {"type": "string", **STATES_NUL_FREE}}},
+                {"required": ["train_py"], "properties": {"train_py": {"type": "string", **STATES_NUL_FREE}}},
                 {"required": ["edits"], "properties": {"edits": {"type": "array"}}},
             ]
         }
     )
 
-    description: Annotated[str, Field(min_length=1, max_length=500)]
-    hypothesis: Annotated[str, Field(max_length=2000)] | None = None
+    description: Annotated[Text, Field(min_length=1, max_length=500)]
+    hypothesis: Annotated[Text, Field(max_length=2000)] | None = None
     base: Sha | None = Field(None, description="commit to apply the change to; default: the current best")
-    patch: str | None = Field(None, description="unified diff of train.py against base")
-    train_py: str | None = Field(None, description="the whole new train.py (instead of patch)")
+    patch: Text | None = Field(None, description="unified diff of train.py against base")
+    train_py: Text | None = Field(None, description="the whole new train.py (instead of patch)")
     edits: Edits | None = None
 
 
@@ -348,7 +355,7 @@ class IntegrityEventsOut(BaseModel):
 class ClearIn(Strict):
     """An admin clears an integrity event: the agent's queued experiments run again once none is open."""
 
-    note: str = Field(min_length=1, max_length=2000, description="why it is cleared (kept with the event)")
+    note: Text = Field(min_length=1, max_length=2000, description="why it is cleared (kept with the event)")
 
 
 class CancelOut(BaseModel):
@@ -375,7 +382,7 @@ class NoteIn(Strict):
     """A note for the other agents: one finding, hypothesis or plan, optionally about an experiment
     or a commit."""
 
-    text: Annotated[str, Field(min_length=1, max_length=NOTE_MAX_CHARS)] = Field(
+    text: Annotated[Text, Field(min_length=1, max_length=NOTE_MAX_CHARS)] = Field(
         description="the note, e.g. 'hypothesis: a longer warmup helps at depth 8; trying 3 variants'"
     )
     experiment_id: int | None = Field(None, ge=1, le=MAX_INT, description="the experiment it is about")
@@ -401,9 +408,9 @@ class NotePage(BaseModel):
 
 class RegisterIn(Strict):
     name: Name
-    device: Annotated[str, Field(min_length=1, max_length=200)]
+    device: Annotated[Text, Field(min_length=1, max_length=200)]
     memory_gb: float = Field(ge=0, le=1e6)
-    harness_id: Annotated[str, Field(min_length=1, max_length=128)]
+    harness_id: Annotated[Text, Field(min_length=1, max_length=128)]
 
 
 class RegisterOut(BaseModel):
@@ -415,7 +422,7 @@ class RegisterOut(BaseModel):
 
 
 class ClaimIn(Strict):
-    worker_id: Annotated[str, Field(min_length=1, max_length=36)]
+    worker_id: Annotated[Text, Field(min_length=1, max_length=36)]
     wait_s: float = Field(0.0, ge=0, le=30)
 
 
@@ -476,8 +483,8 @@ class RunResultIn(RunResult, Input):
     steps: int | None = Field(None, ge=0, le=MAX_INT)
     num_params: int | None = Field(None, ge=0, le=MAX_INT)
     mfu_percent: float | None = Field(None, ge=0.0, le=1e6)
-    device: Annotated[str, Field(min_length=1, max_length=200)] = "cpu"
-    harness_id: Annotated[str, Field(max_length=128)] = ""
+    device: Annotated[Text, Field(min_length=1, max_length=200)] = "cpu"
+    harness_id: Annotated[Text, Field(max_length=128)] = ""
     log_tail: Annotated[str, AfterValidator(storable_log), Field(max_length=1_000_000)] = ""
 
 
@@ -502,7 +509,7 @@ class ResultOutcome(BaseModel):
 
 
 class ReleaseIn(Strict):
-    reason: Annotated[str, Field(max_length=2000)] = ""
+    reason: Annotated[Text, Field(max_length=2000)] = ""
     count_attempt: bool = Field(
         False,
         description="true when the run failed on this worker (the runner broke, not the candidate): "
@@ -601,8 +608,8 @@ class SimilarIn(Strict):
     model_config = ConfigDict(json_schema_extra=SubmitIn.model_config.get("json_schema_extra"))
 
     base: Sha | None = Field(None, description="commit the change is made on; default: the current best")
-    patch: str | None = Field(None, description="unified diff of train.py against base")
-    train_py: str | None = Field(None, description="the whole new train.py (instead of patch)")
+    patch: Text | None = Field(None, description="unified diff of train.py against base")
+    train_py: Text | None = Field(None, description="the whole new train.py (instead of patch)")
     edits: Edits | None = None
 
 

@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import Query
 from pydantic import BaseModel, Field
 
-from client.schemas import PAGE_LIMIT, SHA_PATTERN
+from client.schemas import PAGE_LIMIT, SHA_PATTERN, STATES_NUL_FREE
 from client.states import ExperimentStatus, Part
 from server.core.problems import Problem
 
@@ -31,6 +31,9 @@ Since = Annotated[
     ),
 ]
 Cursor = Annotated[str | None, Query(**_CURSOR)]
+AgentName = Annotated[
+    str | None, Field(max_length=100, json_schema_extra=STATES_NUL_FREE, description="an agent's name")
+]
 PageCursor = Annotated[str | None, Field(**_CURSOR)]
 
 
@@ -38,18 +41,24 @@ class ExperimentsQuery(BaseModel):
     """GET /experiments; the MCP tool `search`."""
 
     status: ExperimentStatus | None = None
-    agent: Annotated[str | None, Field(max_length=100, description="an agent's name")] = None
+    agent: AgentName = None
     base: Annotated[str | None, Field(pattern=r"^[0-9a-fA-F]{40}$", description="full commit id")] = None
     since: Since = None
     text: Annotated[
         str | None,
-        Field(min_length=1, max_length=200, description="words the description or hypothesis contains"),
+        Field(
+            min_length=1,
+            max_length=200,
+            json_schema_extra=STATES_NUL_FREE,
+            description="words the description or hypothesis contains",
+        ),
     ] = None
     constant: Annotated[
         str | None,
         Field(
             min_length=1,
             max_length=200,
+            json_schema_extra=STATES_NUL_FREE,
             description="a constant the change set: its name; for a knob its path, its last part "
             "(`width`) or a path above it (`DEVICE_SETTINGS`)",
         ),
@@ -59,7 +68,7 @@ class ExperimentsQuery(BaseModel):
         Field(
             min_length=1,
             max_length=200,
-            pattern=r"\S",
+            pattern=r"^[^\x00]*[^\s\x00][^\x00]*$",
             description="text one of the changed lines contains (case-sensitive, whitespace collapsed)",
         ),
     ] = None
@@ -76,7 +85,7 @@ class NotesQuery(BaseModel):
     commit: Annotated[
         str | None, Field(pattern=SHA_PATTERN, description="notes about this commit (full or abbreviated)")
     ] = None
-    author: Annotated[str | None, Field(max_length=100, description="an agent's name")] = None
+    author: AgentName = None
     since: Since = None
     limit: Annotated[int, Field(ge=1, le=PAGE_LIMIT)] = 50
     cursor: PageCursor = None
@@ -99,9 +108,15 @@ class KeepRatesQuery(BaseModel):
     """GET /keep-rates; the MCP tool `keep_rates`."""
 
     part: Annotated[Part | None, Field(description="constant or region (default: both)")] = None
-    name: Annotated[str | None, Field(min_length=1, max_length=200, description="a constant or region")] = (
-        None
-    )
+    name: Annotated[
+        str | None,
+        Field(
+            min_length=1,
+            max_length=200,
+            json_schema_extra=STATES_NUL_FREE,
+            description="a constant or region",
+        ),
+    ] = None
     min_tried: Annotated[int, Field(ge=1, le=1_000_000)] = 1
     limit: Annotated[int, Field(ge=1, le=1000)] = 100
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -10,6 +11,7 @@ import httpx
 import pytest
 
 from client import ApiError, Client
+from tests.server.api_document import openapi
 from tests.server.conftest import DEVICE, HARNESS_ID, Live
 
 PROBLEM = "application/problem+json"
@@ -139,3 +141,46 @@ def test_event_streams_are_capped_per_client_and_in_all(live_factory) -> None:
     # Closed streams free their places.
     with _streams(live, 2) as again:
         assert again == [200, 200]
+
+
+# Request strings that may hold NUL: the harness's record of a run, whose NUL characters are
+# replaced (client.schemas.storable_log), not refused.
+RECORDED_TEXT = {"error_message", "log_tail"}
+
+
+def _strings(name: str, schema: object, definitions: dict, pattern: str | None = None) -> list[tuple]:
+    """(name, pattern) of each string schema in `schema` that holds free text (no format or enum
+    of its own; a pattern beside `anyOf` applies to its branches), references followed."""
+    if not isinstance(schema, dict):
+        return []
+    if "$ref" in schema:
+        return _strings(name, definitions[schema["$ref"].rsplit("/", 1)[-1]], definitions, pattern)
+    pattern = schema.get("pattern", pattern)
+    found = []
+    if schema.get("type") == "string" and not {"format", "enum", "const"} & set(schema):
+        found.append((name, pattern))
+    for branch in schema.get("anyOf", []) + schema.get("oneOf", []):
+        found += _strings(name, branch, definitions, pattern)
+    for key, value in schema.get("properties", {}).items():
+        found += _strings(key, value, definitions)
+    found += _strings(name, schema.get("items"), definitions)
+    return found
+
+
+def test_the_schema_states_that_no_string_a_request_sends_may_hold_nul() -> None:
+    """The constraint the server enforces, stated where a client generated from the document reads
+    it (issue 51: schemathesis sent a NUL inside a keep-rates name, schema-valid, and was refused)."""
+    document = openapi()
+    definitions = document["components"]["schemas"]
+    found = []
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] in ("query", "path"):
+                    found += _strings(parameter["name"], parameter["schema"], definitions)
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                found += _strings("body", media["schema"], definitions)
+    checked = [(name, pattern) for name, pattern in found if name not in RECORDED_TEXT]
+    assert len(checked) >= 20
+    allowed = [name for name, pattern in checked if pattern is None or re.fullmatch(pattern, "a\0b")]
+    assert allowed == []

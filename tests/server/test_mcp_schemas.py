@@ -119,7 +119,12 @@ def test_listed_tools_are_short_and_closed() -> None:
         assert tool.output_schema is None and '"title"' not in text and '"null"' not in text, tool.name
         assert tool.input_schema["additionalProperties"] is False
     search = next(tool for tool in tools if tool.name == "search").input_schema["properties"]
-    assert search["agent"] == {"description": "an agent's name", "maxLength": 100, "type": "string"}
+    assert search["agent"] == {
+        "description": "an agent's name",
+        "maxLength": 100,
+        "pattern": "^[^\\x00]*$",
+        "type": "string",
+    }
 
 
 def test_arguments_that_fail_a_tools_schema_are_a_tool_error_in_words() -> None:

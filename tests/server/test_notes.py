@@ -58,8 +58,10 @@ def test_notes_are_stored_with_author_time_and_links_and_filtered(live_any_db: L
         ({"text": "x" * 2001}, 422, "validation-error"),
         ({"text": ""}, 422, "validation-error"),
         ({"text": "nul \0 inside"}, 422, "validation-error"),
-        ({"text": "about nothing", "experiment_id": 999}, 422, "unknown-experiment"),
-        ({"text": "about no commit", "commit": "abcdef12"}, 422, "unknown-commit"),
+        # A link to nothing is the resource not found, as the filter's (issue 51: a schema-valid
+        # body, which a 422 called invalid).
+        ({"text": "about nothing", "experiment_id": 999}, 404, "unknown-experiment"),
+        ({"text": "about no commit", "commit": "abcdef12"}, 404, "unknown-commit"),
         ({"text": "bad commit", "commit": "not-hex"}, 422, "validation-error"),
         ({"text": "extra field", "pinned": True}, 422, "validation-error"),
     ],
@@ -141,5 +143,5 @@ def test_cli_posts_and_reads_notes(live: Live, capsys: pytest.CaptureFixture[str
     assert capsys.readouterr().out.strip() == "no notes yet"
     with pytest.raises(SystemExit) as failed:
         cli_main(["note", "about nothing", "-e", "999", *connection])
-    assert "autoresearch note: the server refused: 422" in str(failed.value)
+    assert "autoresearch note: the server refused: 404" in str(failed.value)
     assert "no experiment 999" in str(failed.value)

@@ -4,8 +4,9 @@ Runs the schemathesis command (every phase, every check) over real HTTP against 
 history (see `seeded_live`), once with an agent token and once with a worker token, so that
 every operation is reached with the token it is meant for and refused (403) with the other.
 GET /events is left out: it is an endless stream (see test_events_and_ops.py). The one allowance,
-in schemathesis.toml: a submitted patch that does not parse or apply is a 422 (JSON Schema cannot
-say which patches apply). Few examples per operation keep each run to a couple of minutes.
+in schemathesis.toml: a change of train.py (POST /experiments, POST /similar) whose patch does not
+parse or apply, or whose edit names no one place of train.py, is a 422 (JSON Schema cannot say
+which patches apply). Few examples per operation keep each run to a couple of minutes.
 """
 
 from __future__ import annotations

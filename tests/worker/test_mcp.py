@@ -155,7 +155,7 @@ def test_a_bad_patch_and_a_bad_link_are_tool_errors_with_the_problem(
     text, problem = out["unknown"]
     assert text == "unknown-experiment (404): no experiment 999" and problem["kind"] == "unknown-experiment"
     text, problem = out["link"]
-    assert text.startswith("unknown-experiment (422)") and problem["status"] == 422, text
+    assert text.startswith("unknown-experiment (404)") and problem["status"] == 404, text
     assert out["note"]["author"] == "agent-1" and out["note"]["experiment_id"] == 1
     assert [n["text"] for n in out["notes"]["items"]] == ["bigram lr: 0.2 next"]
     with project.agent() as agent:  # nothing was queued by the refused calls

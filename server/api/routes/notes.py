@@ -24,12 +24,12 @@ _ERRORS: Responses = {
 }
 
 
-def _commit(session: Session, rev: str, status: int) -> str:
-    """The full commit id; `status` 422 for a note's link (the body is refused), 404 for a filter."""
+def _commit(session: Session, rev: str) -> str:
+    """The full commit id; 404 when no experiment has it (a note's link, or a filter)."""
     try:
         return resolve_commit(session, rev)
     except LookupError as exc:
-        raise Problem(status, "unknown-commit", f"commit {rev!r}: {exc}") from exc
+        raise Problem(404, "unknown-commit", f"commit {rev!r}: {exc}") from exc
 
 
 @router.post(
@@ -37,7 +37,8 @@ def _commit(session: Session, rev: str, status: int) -> str:
     status_code=201,
     responses={
         413: {"description": "request over the size limit"},
-        422: {"description": "invalid note, or a link to an unknown experiment or commit"},
+        404: {"description": "the experiment or commit it links to is not there"},
+        422: {"description": "invalid note"},
         429: {"description": "this agent posted NOTES_PER_MINUTE notes in the last minute"},
         **_ERRORS,
     },
@@ -56,9 +57,9 @@ def post_note(ctx: Ctx, agent: Agent, body: NoteIn) -> NoteOut:
     with ctx.transaction() as tx:
         if body.experiment_id is not None and tx.session.get(Experiment, body.experiment_id) is None:
             raise Problem(
-                422, "unknown-experiment", f"no experiment {body.experiment_id} to link the note to"
+                404, "unknown-experiment", f"no experiment {body.experiment_id} to link the note to"
             )
-        commit = _commit(tx.session, body.commit, 422) if body.commit is not None else None
+        commit = _commit(tx.session, body.commit) if body.commit is not None else None
         note = add_note(tx.session, agent.id, body.text, body.experiment_id, commit)
         tx.emit(Note(note_id=note.id, experiment_id=note.experiment_id, author=note.author))
     return note
@@ -78,7 +79,7 @@ def get_notes(ctx: Ctx, _reader: Reader, query: Annotated[NotesQuery, Query()]) 
         return list_notes(
             session,
             experiment_id=query.experiment_id,
-            commit=_commit(session, query.commit, 404) if query.commit is not None else None,
+            commit=_commit(session, query.commit) if query.commit is not None else None,
             author=query.author,
             since=since_utc(query.since),
             limit=query.limit,

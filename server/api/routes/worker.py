@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 
 from client.schemas import (
+    STATES_NUL_FREE,
     ClaimIn,
     ClaimOut,
     HeartbeatOut,
@@ -23,7 +24,7 @@ from server.flows.results import record_result
 from server.flows.workers import register
 
 router = APIRouter(prefix="/worker", tags=["worker"])
-LeaseId = Annotated[str, Path(min_length=1, max_length=36)]
+LeaseId = Annotated[str, Path(min_length=1, max_length=36, json_schema_extra=STATES_NUL_FREE)]
 _AUTH: Responses = {
     401: {"description": "missing or unknown token"},
     403: {"description": "not a worker token"},
