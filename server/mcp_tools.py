@@ -483,7 +483,8 @@ def build_mcp(connect: Connect, max_wait_s: float = MAX_WAIT_S, **options: Any) 
     @api_errors
     def cancel(experiment_id: ExperimentId) -> CancelOut:
         """Cancel an experiment of yours: queued, it never runs; running, its run is stopped and
-        its worker goes on to the next. A decided experiment cannot be cancelled."""
+        its worker goes on to the next. A decided experiment cannot be cancelled; a cancelled one is
+        answered as it is (twice is once)."""
         with connect() as client:
             return client.cancel(experiment_id)
 
