@@ -59,7 +59,7 @@ def hashed_seed(experiment_id: int, number: int) -> int:
 
 def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     upgrade(database_url)
-    assert current_revision(database_url) == "0012"
+    assert current_revision(database_url) == "0013"
     assert _tables(database_url) == TABLES
     downgrade(database_url, "0009")  # integrity events go
     assert _tables(database_url) == TABLES - {"integrity_events"}
@@ -321,10 +321,13 @@ def test_the_noise_is_computed_again_from_measuring_runs(database_url: str) -> N
         engine.dispose()
 
 
-def test_summaries_of_changes_are_forgotten_to_be_made_again_with_knobs(database_url: str) -> None:
-    """Revision 0011: what each change set is derived data, summarised again at the next start
-    (then with knobs); nothing else goes."""
-    upgrade(database_url, "0010")
+@pytest.mark.parametrize(("before", "revision"), [("0010", "0011"), ("0012", "0013")])
+def test_summaries_of_changes_are_forgotten_to_be_made_again_with_knobs(
+    database_url: str, before: str, revision: str
+) -> None:
+    """Revisions 0011 (knobs) and 0013 (tuple knobs): what each change set is derived data,
+    summarised again at the next start; nothing else goes."""
+    upgrade(database_url, before)
     engine = create_db_engine(database_url)
     derived = ("experiment_code_lines", "experiment_constants", "experiment_changes", "change_kinds")
     try:
@@ -349,7 +352,7 @@ def test_summaries_of_changes_are_forgotten_to_be_made_again_with_knobs(database
                     ),
                 ]
             )  # fmt: skip
-        upgrade(database_url)
+        upgrade(database_url, revision)
         with engine.connect() as connection:
             counts = {
                 table: connection.execute(text(f"SELECT count(*) FROM {table}")).scalar() for table in derived
