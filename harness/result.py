@@ -47,6 +47,16 @@ class ProgressEvent(BaseModel):
     elapsed_s: float = 0.0
 
 
+class RunConditions(BaseModel):
+    """What the machine was like when the run ran, read by the harness (harness.runner.conditions)."""
+
+    speed_gflops: float | None = None  # a fixed piece of work on the run's device, before train.py
+    load_1m: float | None = None  # the host's load average at the start
+    gpu_sm_clock_mhz: float | None = None
+    gpu_temp_c: float | None = None
+    gpu_power_w: float | None = None
+
+
 class RunResult(BaseModel):
     """One experiment's measured outcome. Every number here is measured by the harness."""
 
@@ -72,4 +82,5 @@ class RunResult(BaseModel):
     harness_id: str = ""
     seed: int | None = None  # ctx.seed of the run
     sandbox: bool = True
+    conditions: RunConditions | None = None
     log_tail: str = ""

@@ -14,7 +14,7 @@ from typing import Any
 MAX_LINE_BYTES = 16 * 1024
 MAX_TEXT_CHARS = 4000
 EVENTS = frozenset(
-    {"progress", "phase", "error", "stats", "libraries", "ready", "preloaded", "loaded", "done"}
+    {"progress", "phase", "error", "stats", "libraries", "ready", "preloaded", "loaded", "done", "speed"}
 )
 
 

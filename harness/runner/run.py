@@ -16,11 +16,12 @@ from harness.config import HarnessSettings
 from harness.data.errors import DataError
 from harness.data.rows import open_training_tokens
 from harness.data_layout import prepared_paths, read_manifest
-from harness.result import ProgressEvent, RunResult
+from harness.result import ProgressEvent, RunConditions, RunResult
 from harness.runner import timing
 from harness.runner.classify import Ending, over_budget, train_failure
 from harness.runner.compile_cache import CacheUse, CompileCaches
 from harness.runner.compile_cache import cache_key as compile_cache_key
+from harness.runner.conditions import host_conditions
 from harness.runner.devices import device_name, flops_per_token, mfu_percent, peak_flops, resolve_device
 from harness.runner.limits import Cgroup, Limits, default_limits, tree_memory_bytes
 from harness.runner.output import ProgressPacer
@@ -85,6 +86,7 @@ def run_experiment(
     caches = CompileCaches(compile_cache) if compile_cache is not None else None
     cache_key = compile_cache_key(train_py.read_bytes(), manifest["harness_id"])
     notes = harness_notes(sandboxed, run.limits, device, settings)
+    host = host_conditions(device)
     pacer = ProgressPacer(on_progress)
     try:
         candidate = run.run_dir / "candidate" / CANDIDATE_FILE
@@ -153,6 +155,7 @@ def run_experiment(
         sandboxed,
         num_params,
         notes,
+        host,
         time.monotonic() - started,
     )
 
@@ -339,6 +342,7 @@ def build_result(
     sandboxed: bool,
     num_params: int | None,
     notes: str,
+    host: RunConditions,
     total: float,
 ) -> RunResult:
     status, error_class, message = ending or ("ok", None, None)
@@ -368,5 +372,6 @@ def build_result(
         harness_id=harness_id,
         seed=seed,
         sandbox=sandboxed,
+        conditions=host.model_copy(update={"speed_gflops": rounded(outcome.speed_gflops)}),
         log_tail=log[-LOG_TAIL_CHARS:],
     )

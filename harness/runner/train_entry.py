@@ -108,6 +108,7 @@ def main(config: dict[str, Any]) -> None:
 
         from harness.context import TrainContext
         from harness.runner.compile_cache import hand_over
+        from harness.runner.conditions import measure_speed
         from harness.runner.feed_client import FeedClient
 
         if config["device"].startswith("cuda"):  # a driver or device node missing shows here
@@ -129,6 +130,8 @@ def main(config: dict[str, Any]) -> None:
     spawned_at, seed = go_message["spawned_at"], int(go_message["seed"])
     progress = Progress(reporter, spawned_at, config["time_budget"], float(go_message["allowance"]))
     device = torch.device(config["device"])
+    # The machine's speed, before any candidate code: this run's first `speed` message is ours.
+    reporter.send("speed", gflops=measure_speed(device))
     torch.manual_seed(seed)
     feed = FeedClient(config["feed_fd"], on_first_request=progress.start)
 

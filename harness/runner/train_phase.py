@@ -81,6 +81,10 @@ class TrainOutcome:
     cuda_peak_bytes: int | None = None  # (claimed)
     loss: float | None = None  # (claimed) the latest loss, for progress
     tokens_per_s: float | None = None  # (claimed)
+    # The first `speed` message, sent by the train entry at `go` before train.py is imported (so
+    # trusted): GFLOP/s of a fixed piece of work (harness.runner.conditions).
+    speed_gflops: float | None = None
+    speed_seen: bool = False
     log: str = ""
 
     @property
@@ -435,6 +439,10 @@ def handle(message: dict[str, Any], after: float, outcome: TrainOutcome) -> None
         outcome.libraries.extend(preload.valid_names(message.get("names"))[: max(0, room)])
     elif event == "phase" and message.get("name") == "saved":
         outcome.saved = True
+    elif event == "speed" and not outcome.speed_seen:  # later ones are the candidate's
+        outcome.speed_seen = True
+        gflops = number(message.get("gflops"), 0.0, 1e9)
+        outcome.speed_gflops = gflops if gflops is not None and math.isfinite(gflops) else None
 
 
 def report(

@@ -153,6 +153,8 @@ def test_fake_summary_and_forged_messages_do_not_set_the_score(
     assert result.status == "ok", result.log_tail
     assert "val_bpb:          0.000001" in result.log_tail  # it did print its claim
     assert result.val_bpb > CHEAT_BPB
+    # The machine's speed is the harness's reading, made before train.py was imported.
+    assert result.conditions is not None and 0 < (result.conditions.speed_gflops or 0) < 10_000
 
 
 @pytest.mark.parametrize("part", ["hostile/lookahead.py", "hostile/lookahead_memo.py"])

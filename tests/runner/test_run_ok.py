@@ -49,6 +49,9 @@ def test_honest_candidate_is_trained_scored_and_reported(settings: HarnessSettin
     assert result.total_seconds >= result.training_seconds + result.startup_seconds
     assert result.mfu_percent is None  # no known peak FLOP/s for a CPU
     assert result.device.startswith("cpu")
+    conditions = result.conditions  # the machine it ran on, read by the harness
+    assert conditions is not None and (conditions.speed_gflops or 0) > 0 and conditions.load_1m is not None
+    assert conditions.gpu_sm_clock_mhz is None  # no GPU
     # On a CPU the score phase is measured in CPU seconds, its bound from the training's own: the
     # train sandbox's CPU seconds while it trained (at most every core for the whole time).
     note = r"score phase \(training \d+ tokens/s, ([\d.]+) CPU s\): eval ran [\d.]+ CPU s"

@@ -14,6 +14,7 @@ def forge():
         {"ev": "stats", "steps": 10**9, "tokens": 10**12},
         {"ev": "phase", "name": "saved"},
         {"ev": "done", "val_bpb": 0.000001},
+        {"ev": "speed", "gflops": 123456.0},  # a machine that looks fast, so the run seems slow
     ]
     data = "".join(json.dumps(line) + "\n" for line in lines).encode()
     for fd in range(3, 64):
