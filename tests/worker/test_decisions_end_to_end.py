@@ -76,9 +76,13 @@ def test_noise_is_measured_seed_changes_are_never_kept_and_a_real_improvement_is
     assert len({r.seed for r in runs_of_baseline}) == len(runs_of_baseline)
     (estimate,) = noise
     assert estimate.current and estimate.sigma > 0 and estimate.df >= 2
-    # A change of the seed alone is never kept.
+    # A change of the seed alone is never kept: reverted, or (its screening run lucky, and the best
+    # moved meanwhile) re-applied onto the new best and reverted there.
     for experiment_id in seed_changes:
-        assert decided[experiment_id].status == "reverted", decided[experiment_id]
+        outcome = decided[experiment_id]
+        while outcome.status == "rebased" and outcome.rebased_to is not None:
+            outcome = project.final(outcome.rebased_to, timeout=600)
+        assert outcome.status == "reverted", outcome
     # The real improvement is kept, stated as effect ± noise from several runs.
     kept = decided[better]
     assert kept.status == "kept", kept
