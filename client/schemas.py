@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from client.states import Decision, Direction, ExperimentStatus, Part, Rule, RunKind, RunState, SimilarityKind
-from harness.result import ErrorClass, ProgressEvent, ResultStatus, RunResult
+from harness.result import ErrorClass, ProgressEvent, ResultStatus, RunConditions, RunResult
 
 # The largest integer accepted: exact as a JSON double, so that every client reads the bound alike
 # (2**63 - 1 is not), and far beyond any count of steps, tokens or parameters.
@@ -182,6 +182,11 @@ class ResultOut(BaseModel):
     harness_id: str
     seed: int | None = Field(description="ctx.seed the run had")
     sandbox: bool
+    conditions: RunConditions | None = Field(
+        None,
+        description="the machine when it ran: a fixed piece of work's speed, the load, the GPU's readings",
+    )
+    worker: str | None = Field(None, description="the worker that ran it")
     extra: dict[str, Any] = Field(default_factory=dict, description="RunResult fields newer than this server")
     received_at: datetime
 
@@ -465,6 +470,18 @@ class ProgressIn(Strict):
     events: list[ProgressEventIn] = Field(max_length=1000)
 
 
+class RunConditionsIn(RunConditions, Input):
+    """The conditions as the worker's harness read them; bounded so that they can always be stored."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+    speed_gflops: float | None = Field(None, ge=0.0, le=1e9)
+    load_1m: float | None = Field(None, ge=0.0, le=1e6)
+    gpu_sm_clock_mhz: float | None = Field(None, ge=0.0, le=1e6)
+    gpu_temp_c: float | None = Field(None, ge=-100.0, le=1e3)
+    gpu_power_w: float | None = Field(None, ge=0.0, le=1e6)
+
+
 class RunResultIn(RunResult, Input):
     """RunResult as the worker measured it; bounded so that it can always be stored."""
 
@@ -485,6 +502,7 @@ class RunResultIn(RunResult, Input):
     mfu_percent: float | None = Field(None, ge=0.0, le=1e6)
     device: Annotated[Text, Field(min_length=1, max_length=200)] = "cpu"
     harness_id: Annotated[Text, Field(max_length=128)] = ""
+    conditions: RunConditionsIn | None = None
     log_tail: Annotated[str, AfterValidator(storable_log), Field(max_length=1_000_000)] = ""
 
 

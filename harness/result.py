@@ -56,6 +56,16 @@ class RunConditions(BaseModel):
     gpu_temp_c: float | None = None
     gpu_power_w: float | None = None
 
+    def in_words(self) -> str:
+        """`speed 41.5 GFLOP/s, load 0.80; GPU 1980 MHz, 64 °C, 350 W`, the readings there are."""
+        host = [f"speed {self.speed_gflops:.1f} GFLOP/s"] if self.speed_gflops is not None else []
+        host += [f"load {self.load_1m:.2f}"] if self.load_1m is not None else []
+        readings = zip(
+            (self.gpu_sm_clock_mhz, self.gpu_temp_c, self.gpu_power_w), ("MHz", "°C", "W"), strict=True
+        )
+        gpu = [f"{value:.0f} {unit}" for value, unit in readings if value is not None]
+        return "; ".join(part for part in (", ".join(host), "GPU " + ", ".join(gpu) if gpu else "") if part)
+
 
 class RunResult(BaseModel):
     """One experiment's measured outcome. Every number here is measured by the harness."""

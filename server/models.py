@@ -284,6 +284,8 @@ class Result(Base):
     harness_id: Mapped[str] = mapped_column(String(128))
     seed: Mapped[int | None] = mapped_column(BigInteger)
     sandbox: Mapped[bool] = mapped_column(Boolean)
+    # harness.result.RunConditions: the machine's speed, load and GPU readings when it ran.
+    conditions: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     log_tail: Mapped[str] = mapped_column(Text)
     # RunResult fields newer than this schema (a newer harness): kept, not lost.
     extra: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

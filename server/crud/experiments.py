@@ -14,7 +14,7 @@ from client.constants import STEP_STARTS, argument_step, entry_step
 from client.schemas import BestBefore, ComparisonOut, ExperimentOut, ExperimentPage, ResultOut, RunOut
 from client.states import AGENT_KINDS, RunState
 from server.crud.runs import runs_of
-from server.models import ApiToken, Experiment, ExperimentChange, ExperimentConstant, Result, Run
+from server.models import ApiToken, Experiment, ExperimentChange, ExperimentConstant, Result, Run, Worker
 
 BASELINE_AGENT = "baseline"
 
@@ -26,7 +26,11 @@ _WITH_AGENT = (
     .outerjoin(ApiToken, ApiToken.id == Experiment.agent_id)
     .where(Experiment.id == bindparam("id"))
 )
-_RESULTS = select(Result).where(Result.run_id.in_(bindparam("run_ids", expanding=True)))
+_RESULTS = (
+    select(Result, Worker.name)
+    .outerjoin(Worker, Worker.id == Result.worker_id)
+    .where(Result.run_id.in_(bindparam("run_ids", expanding=True)))
+)
 
 
 def agent_names(session: Session, agent_ids: Iterable[int | None]) -> dict[int, str]:
@@ -51,8 +55,8 @@ def labelled(session: Session, ids: Iterable[int]) -> dict[int, tuple[Experiment
     return {e.id: (e, agent_label(names, e.agent_id)) for e in experiments}
 
 
-def result_view(result: Result) -> ResultOut:
-    return ResultOut.model_validate(result, from_attributes=True)
+def result_view(result: Result, worker: str | None) -> ResultOut:
+    return ResultOut.model_validate(result, from_attributes=True).model_copy(update={"worker": worker})
 
 
 def comparison_view(experiment: Experiment) -> ComparisonOut | None:
@@ -81,7 +85,9 @@ def views(
     and agent names (unless given), in three queries at most."""
     runs, places = runs_of(session, [e.id for e in experiments], with_places=with_position)
     finished = [r.id for rs in runs.values() for r in rs if r.status == RunState.FINISHED]
-    results = {r.run_id: r for r in session.scalars(_RESULTS, {"run_ids": finished})} if finished else {}
+    found = session.execute(_RESULTS, {"run_ids": finished}).all() if finished else []
+    results = {result.run_id: result for result, _ in found}
+    workers = {result.run_id: name for result, name in found}
     if names is None:
         names = agent_names(session, (e.agent_id for e in experiments))
     out = []
@@ -122,7 +128,7 @@ def views(
                 val_bpb=e.val_bpb,
                 valid_runs=e.valid_runs,
                 runs=[run_view(r, results.get(r.id), places.get(r.id)) for r in own],
-                result=result_view(latest) if latest is not None else None,
+                result=result_view(latest, workers.get(latest.run_id)) if latest is not None else None,
             )
         )
     return out

@@ -59,7 +59,7 @@ def hashed_seed(experiment_id: int, number: int) -> int:
 
 def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     upgrade(database_url)
-    assert current_revision(database_url) == "0013"
+    assert current_revision(database_url) == "0014"
     assert _tables(database_url) == TABLES
     downgrade(database_url, "0009")  # integrity events go
     assert _tables(database_url) == TABLES - {"integrity_events"}

@@ -51,7 +51,8 @@ def test_claim_heartbeat_progress_result(live, worker_factory) -> None:
     events = [{"step": s, "loss": 5.0 - s / 10, "fraction": s / 10, "elapsed_s": float(s)} for s in range(10)]
     events.append({"step": 10, "loss": float("nan"), "fraction": 1.0})  # a diverged loss is kept as null
     worker.client.send_progress(claim.lease_id, events)
-    answer = worker.report(claim, val_bpb=1.25, mfu_percent=31.5)
+    conditions = {"speed_gflops": 41.5, "load_1m": 0.8, "gpu_sm_clock_mhz": 1980.0, "gpu_temp_c": 64.0}
+    answer = worker.report(claim, val_bpb=1.25, mfu_percent=31.5, conditions=conditions)
     assert answer.model_dump() == {
         "experiment_id": 1,
         "run": 1,
@@ -61,6 +62,11 @@ def test_claim_heartbeat_progress_result(live, worker_factory) -> None:
     }
     experiment = live.client().experiment(1)
     assert experiment.result.mfu_percent == 31.5 and experiment.result.tokens == 123456
+    # The conditions it ran under, and where: in the answer and on the page.
+    assert experiment.result.conditions.model_dump(exclude_none=True) == conditions
+    assert experiment.result.worker == "gpu0" and experiment.result.extra == {}
+    page = httpx.get(f"{live.url}/experiments/1", timeout=30).text
+    assert "gpu0" in page and "speed 41.5 GFLOP/s, load 0.80; GPU 1980 MHz, 64 °C" in page
     assert experiment.run_seconds is not None and experiment.val_bpb == 1.25
     progress = live.client().http.get("/experiments/1/progress").json()["events"]
     assert [e["step"] for e in progress] == list(range(11)) and progress[-1]["loss"] is None
