@@ -12,7 +12,7 @@ order (the script checks that the batches are identical), on one thread each:
 
 Then the path a train sandbox uses: the trusted feeder (harness.runner.feeder, a thread of this
 process) packs into shared memory, and a separate process (as the sandbox is) draws batches
-through harness.runner.feed_client (its prefetch thread turns slots into int64 pairs). It prints
+through harness.runner.sandboxed.feed_client (its prefetch thread turns slots into int64 pairs). It prints
 tokens/s of each and the ratios, and the crop fraction. Last, the feeder path under a consumer
 that takes as long per batch as an H100 needs for the baseline model (about 1.7 M tokens/s,
 waiting with the GIL released, as a CUDA step does): how long the consumer waits for each batch,
@@ -47,8 +47,8 @@ from harness.data.sources import train_shards
 from harness.data.tokens import TokenFile, open_token_dir
 from harness.loader import packed_batches, pair_batches
 from harness.prepare import prepare
-from harness.runner.feed_client import FeedClient
 from harness.runner.feeder import Feeder, FeedJob
+from harness.runner.sandboxed.feed_client import FeedClient
 from harness.tokenizer import Tokenizer, load_tokenizer
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "var" / "bench-data"

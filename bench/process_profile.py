@@ -28,9 +28,9 @@ from harness.runner.limits import TICKS_PER_S, every_stat
 # (marker in the command line, kind), first match wins: the harness's processes before the
 # project's commands, and those before the tools that run them.
 KINDS = (
-    ("harness.runner.scorer", "scorer"),
-    ("harness.runner.model_entry", "model sandbox"),
-    ("harness.runner.train_entry", "train sandbox"),
+    ("harness.runner.scoring.scorer", "scorer"),
+    ("harness.runner.sandboxed.model_entry", "model sandbox"),
+    ("harness.runner.sandboxed.train_entry", "train sandbox"),
     ("cli.main serve", "server"),
     ("cli.main work", "worker"),
     ("cli.main", "other autoresearch command"),

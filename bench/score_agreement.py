@@ -6,7 +6,7 @@ Runs harness/baseline/train.py through harness.runner.run_experiment in the real
 times per variant, back to back as a worker does (keep_warm): `float32` is the baseline as it is
 (on a CPU without fast bf16 it trains and scores in float32); `bf16` forces bf16 autocast in
 training and runs its forward under bf16 autocast when scored too. For every run it prints the
-status and what the scorer measured (harness.runner.agreement and score_budget, from the run's
+status and what the scorer measured (harness.runner.scoring.agreement and score_budget, from the run's
 log): the largest difference between two scorings of a prefix and the lean of each group, in
 nats, and how much of its bound each model process used. The figures justify the tolerance and
 the bound in docs/runner.md: an honest run must stay far inside both, and never be invalid.
@@ -24,7 +24,7 @@ import torch  # noqa: F401  (a worker process has it loaded before its first exp
 from harness.config import load_settings
 from harness.prepare import prepare
 from harness.runner import close_warm_sandbox, run_experiment
-from harness.runner.agreement import LEAN_FRACTION, tolerance_for
+from harness.runner.scoring.agreement import LEAN_FRACTION, tolerance_for
 
 BASELINE = Path(__file__).resolve().parents[1] / "harness" / "baseline" / "train.py"
 CPU_SETTINGS = "device_batch=4, total_batch_tokens=4 * 256, bf16=None"
@@ -41,7 +41,7 @@ def _bf16_forward(self, idx):
 GPT.forward = _bf16_forward
 """
 GROUP = re.compile(r"(repeat|probe|cut|shape) (\d+) positions, max ([^,]+), lean ([^;\n]+)")
-# As harness.runner.scorer.timing_note writes it: seconds, or CPU seconds on a CPU.
+# As harness.runner.scoring.scorer.timing_note writes it: seconds, or CPU seconds on a CPU.
 PROCESS = re.compile(
     r"(eval|probe) ran ([\d.]+) (?:CPU )?s \(start ([\d.]+), batches ([\d.]+)\) of ([\d.]+) (?:CPU )?s"
 )

@@ -3,10 +3,10 @@
     python bench/startup_cost.py [--sizes 2x128,4x256,8x512,12x768] [--repeats 3]
 
 The score phase's startup allowance on a CPU is STARTUP_TOKENS tokens of the run's own training
-(harness.runner.score_budget), at least CPU_STARTUP_MIN_S. This measures both sides with the
+(harness.runner.scoring.score_budget), at least CPU_STARTUP_MIN_S. This measures both sides with the
 baseline's GPT at several sizes (depth x width, the `cpu` preset's sequence length and vocabulary),
 each in a fresh process on one thread, in CPU seconds: the startup (build_model's construction and
-initialisation, the safetensors load and load_state_dict, as harness.runner.model_entry does it) and
+initialisation, the safetensors load and load_state_dict, as harness.runner.sandboxed.model_entry does it) and
 a training step (forward, backward and an AdamW step on a micro-batch of the `cpu` preset's shape)
 per token. Their ratio is the startup in training tokens; the worst of `--repeats` is printed beside
 STARTUP_TOKENS. Also timed in fresh processes: importing a train.py that loads libraries an honest
@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.runner import score_budget
+from harness.runner.scoring import score_budget
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB, SEQ_LEN, HEAD_DIM, MICRO_BATCH = 4096, 256, 64, 4

@@ -136,7 +136,7 @@ class HarnessSettings(BaseSettings):
     eval_tokens: int = 0
     eval_batch_rows: int = 0
     # The share of scored positions a lookahead may use and still be caught by one run's probe with
-    # probability harness.runner.score_plan.PROBE_POWER: it sets the probe's size (docs/runner.md).
+    # probability harness.runner.scoring.score_plan.PROBE_POWER: it sets the probe's size (docs/runner.md).
     probe_share: float = Field(default=0.01, gt=0.0, lt=1.0)
     compile_allowance: float = 0.0  # seconds of startup/compile not counted as training
     train_tokens_max: int = 0  # 0 = all prepared training tokens

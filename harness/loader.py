@@ -1,7 +1,7 @@
 """The training loader, torch side: packed token rows to (inputs, targets) batches on a device.
 
 Inside the train sandbox, `ctx.loader(batch_size)` gets its rows from the trusted feeder over shared
-memory (harness.runner.feed_client); the token files are not visible there. `packed_batches` is
+memory (harness.runner.sandboxed.feed_client); the token files are not visible there. `packed_batches` is
 the same loader in-process, for trusted code (benchmarks, tests). Both turn rows into int64
 (inputs, targets) pairs in a background thread that keeps a few batches ready; on CUDA the pairs
 are built in pinned memory and copied with non_blocking=True, so the copy overlaps the GPU's work.

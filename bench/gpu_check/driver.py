@@ -50,7 +50,7 @@ TAIL_LINES = 30
 # of the gpu-check shape are 64 MiB, and on a CPU the new memory of each model process's buffer
 # costs more than its forward), so that it passes in a few minutes on 2 cores. Two rows still make
 # a process's one-row first batch differ from the rest. On a CPU the score phase is measured in
-# the model's CPU seconds (harness/runner/score_budget.py), so a loaded machine does not push an
+# the model's CPU seconds (harness/runner/scoring/score_budget.py), so a loaded machine does not push an
 # honest run over its bound, and a short budget is enough. Its probe is sized for a lookahead on
 # 60 % of positions (two batches of 2 variants): it checks the path, not the probe's power, which
 # the GPU run has at the preset's share.

@@ -27,9 +27,9 @@ each way) and the bare IPC legs. Measured here, on one batch of the h100 preset'
 `forward_h100_batch` times the score phase's forward itself at the h100 shapes (64 rows of 2048
 tokens; timed_forward), the other term of an h100 score phase, and says how far a row's
 log-probabilities scored alone are from the same row's in the batch (`one_row_max_nats`): on a CPU
-the score phase gives each model process a first batch of one row (harness.runner.score_plan).
+the score phase gives each model process a first batch of one row (harness.runner.scoring.score_plan).
 On CUDA it does not: a candidate's bf16 forward would often differ by shape there (`batch_variant`,
-harness.runner.agreement), whatever this float32 figure is; it says how far the baseline is.
+harness.runner.scoring.agreement), whatever this float32 figure is; it says how far the baseline is.
 """
 
 from __future__ import annotations
@@ -266,8 +266,8 @@ def timed_forward(device: str) -> dict[str, Any]:
     then the median of REPEATS."""
     import torch
 
-    from harness.runner.entry_common import import_candidate
-    from harness.runner.model_entry import score_context
+    from harness.runner.sandboxed.entry_common import import_candidate
+    from harness.runner.sandboxed.model_entry import score_context
 
     _, batch_rows, seq_len, vocab = h100_shape()
     count = batch_rows if device == "cuda" else 1

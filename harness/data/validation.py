@@ -16,7 +16,7 @@ The corpus, the code and the tokenizer may all be public: without the secret a c
 tell which of the pool's pieces are scored, and the pool is at least VAL_POOL_MIN_BYTES, a hundred
 times what a train.py may carry (docs/harness.md has the arithmetic of what carrying text can
 still gain). Each row position also records the pool document its target comes from
-(`target_docs`), for the scorer's per-document floor (harness.runner.scorer).
+(`target_docs`), for the scorer's per-document floor (harness.runner.scoring.scorer).
 
 `pinned` (VALIDATION_SAMPLE=pinned) takes the pool's documents whole in their order instead, as
 autoresearch evaluates its pinned shard: its figures can be compared with autoresearch's, and it is

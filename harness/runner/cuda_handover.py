@@ -4,7 +4,7 @@ On CUDA the model process keeps one logits buffer on its GPU for its whole life 
 once, in the `loaded` message (torch's IPC form of a CUDA storage: the driver's memory handle and
 the name of a reference-counter file). The scorer opens it once and, per batch, copies the rows it
 commanded into a GPU buffer of its own: nothing crosses host memory. On CPU the logits go through
-a shared memory file as before (harness.runner.model_process).
+a shared memory file as before (harness.runner.scoring.model_process).
 
 CUDA's IPC works only when both processes see one tmpfs as `/dev/shm` (docs/runner.md, "CUDA"):
 the runner makes a fresh folder on the host's `/dev/shm` for each run (`RunShm`), runs the scorer

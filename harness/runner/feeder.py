@@ -1,7 +1,7 @@
 """The feeder: the only way training data reaches the train sandbox (trusted, runner side).
 
 The token files are not visible in the train sandbox. `ctx.loader(batch_size)` there asks this
-feeder for batches over a socket (harness.runner.feed_client); the feeder packs them
+feeder for batches over a socket (harness.runner.sandboxed.feed_client); the feeder packs them
 (harness.data.rows: seeded epoch order, best fit) into shared memory it owns, a few batches
 ahead, and answers with the slot that holds the next one. So the harness knows, by its own
 clock, when the candidate first asked for data: that ends startup (harness.runner.timing), and a
@@ -114,7 +114,7 @@ class Feeder:
         # compile cache's seal, harness.runner.compile_cache).
         self.on_first_request: Callable[[], None] | None = None
         # Rows of training data handed to the sandbox (each `next`): the run's trusted count of
-        # what it trained on, behind the score phase's bound (harness.runner.score_budget).
+        # what it trained on, behind the score phase's bound (harness.runner.scoring.score_budget).
         self.rows_served = 0
         self.failure: str | None = None  # the harness could not read the training data
         self.loaders: dict[int, Loader] = {}

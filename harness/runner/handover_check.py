@@ -31,8 +31,8 @@ from harness.runner.cuda_handover import (
 )
 from harness.runner.launch import launch
 from harness.runner.limits import default_limits
-from harness.runner.model_process import ModelJob, model_spec
 from harness.runner.sandbox import python_command
+from harness.runner.scoring.model_process import ModelJob, model_spec
 
 MAX_ROWS, SEQ_LEN, VOCAB = 2, 4, 8
 PRODUCER_TIMEOUT_S = 90.0  # torch's import and the CUDA context, on a busy machine

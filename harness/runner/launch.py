@@ -30,7 +30,7 @@ class Launched:
         """CPU seconds the whole tree used so far, every process it ever ran included: the kernel's
         account of its cgroup, which a candidate can neither leave nor escape by having its
         children reaped. Without an accounting cgroup, those of its live processes and the children
-        they waited for (a score sandbox cannot make children: harness.runner.threads_only)."""
+        they waited for (a score sandbox cannot make children: harness.runner.sandboxed.threads_only)."""
         if self.cgroup is not None and (seconds := self.cgroup.cpu_seconds()) is not None:
             return seconds
         return tree_cpu_seconds(self.pids())

@@ -31,6 +31,9 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 FILE_SIZE_LIMIT = 16 << 30  # the largest single file a sandbox may write (weights included)
 TREE_MEMORY_FACTOR = 1.25
 TREE_MEMORY_EXTRA = 256 << 20
+# The core a score sandbox leaves to the scorer, whose loss runs while the model computes the next
+# batch (the model process runs torch with every other core's thread).
+CPU_SPARE_CORES = 1
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from typing import Any
 
 MAX_LINE_BYTES = 16 * 1024
 MAX_TEXT_CHARS = 4000
+# autoresearch's fast-fail rule: a NaN or this large a loss means the run has diverged.
+DIVERGED_LOSS = 100.0
 EVENTS = frozenset(
     {"progress", "phase", "error", "stats", "libraries", "ready", "preloaded", "loaded", "done", "speed"}
 )

@@ -1,6 +1,6 @@
 """Libraries loaded in a score sandbox before its clock starts: a fixed list, the harness's own.
 
-On a CPU the score phase's startup allowance is small (harness.runner.score_budget), and torch's
+On a CPU the score phase's startup allowance is small (harness.runner.scoring.score_budget), and torch's
 compiler costs more to import than all else an honest model does before its first answer: a
 compiler setting at import loads torch._dynamo (1.2 CPU s here), a helper decorated with
 torch.compile loads torch._inductor too (1.5 CPU s more). The train entry imports torch._dynamo

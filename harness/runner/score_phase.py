@@ -84,9 +84,16 @@ class ScorerProcess:
             "limits": asdict(job.limits),
             "timeout": job.timeout,
             "shared_shm": self.shm is not None,
-            # Worked out once per runner process, so that no scorer walks the system folders again.
         }
-        command = [sys.executable, "-I", "-B", "-u", "-m", "harness.runner.scorer", json.dumps(config)]
+        command = [
+            sys.executable,
+            "-I",
+            "-B",
+            "-u",
+            "-m",
+            "harness.runner.scoring.scorer",
+            json.dumps(config),
+        ]
         if self.shm is not None:
             command = self.shm.wrap(command)
         # Idle priority until `go`: on a small CPU machine its startup must not slow training.

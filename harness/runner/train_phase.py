@@ -21,7 +21,7 @@ from harness.runner import compile_cache, preload, timing
 from harness.runner.feeder import Feeder, FeedJob
 from harness.runner.launch import launch
 from harness.runner.limits import Limits, idle_nice, peak_rss_bytes, raise_priority
-from harness.runner.messages import LineReader, count, number, text
+from harness.runner.messages import DIVERGED_LOSS, LineReader, count, number, text
 from harness.runner.output import OutputTail, ProgressPacer
 from harness.runner.phases import Phases
 from harness.runner.sandbox import (
@@ -32,7 +32,6 @@ from harness.runner.sandbox import (
     python_command,
     visible_path,
 )
-from harness.runner.train_entry import DIVERGED_LOSS
 
 CANDIDATE_FILE = "train.py"
 RSS_SAMPLE_S = 0.25  # peak RSS and OOM kills are polled this often
@@ -61,7 +60,7 @@ class TrainOutcome:
     training_seconds: float = 0.0
     # The sandbox's CPU seconds (harness.runner.launch.Launched.cpu_seconds), sampled with the RSS: the
     # latest sample before training began, and the latest of all. On a CPU the score phase's bound
-    # follows from their difference (harness.runner.score_budget).
+    # follows from their difference (harness.runner.scoring.score_budget).
     cpu_before_training: float = 0.0
     cpu_latest: float = 0.0
     timed_out: bool = False
@@ -172,7 +171,7 @@ class TrainSandbox:
         }
         try:
             self.launched = launch(
-                python_command("harness.runner.train_entry", json.dumps(config)),
+                python_command("harness.runner.sandboxed.train_entry", json.dumps(config)),
                 spec,
                 sandboxed=job.sandboxed,
                 limits=job.limits,

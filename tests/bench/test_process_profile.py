@@ -51,8 +51,10 @@ def test_the_command_s_exit_status_is_passed_on() -> None:
 
 
 def test_a_process_is_known_by_the_first_marker_in_its_command_line() -> None:
-    assert kind_of("python -I -B -u -m harness.runner.scorer {} cli.main serve") == "scorer"
-    assert kind_of("bwrap --unshare-all -- python -m harness.runner.train_entry {}") == "train sandbox"
+    assert kind_of("python -I -B -u -m harness.runner.scoring.scorer {} cli.main serve") == "scorer"
+    assert (
+        kind_of("bwrap --unshare-all -- python -m harness.runner.sandboxed.train_entry {}") == "train sandbox"
+    )
     assert kind_of("python -m cli.main work --server http://x") == "worker"
     assert kind_of("python -m cli.main token create") == "other autoresearch command"
     assert kind_of("/usr/bin/git status") == "other: git"

@@ -25,7 +25,7 @@ from bench.gpu_check import driver, loader_timer
 from bench.gpu_check.baseline import loader_figures
 from bench.gpu_check.layout import REPO, kit_env
 from harness.context import TrainContext
-from harness.runner.agreement import TOLERANCE_NATS
+from harness.runner.scoring.agreement import TOLERANCE_NATS
 
 pytestmark = pytest.mark.heavy
 

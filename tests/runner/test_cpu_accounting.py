@@ -1,5 +1,5 @@
 """CPU seconds of a process tree (harness.runner.limits.tree_cpu_seconds) and the scorer's clock
-in CPU seconds (harness.runner.scorer.Clock): on a CPU the score phase is measured so, whatever
+in CPU seconds (harness.runner.scoring.scorer.Clock): on a CPU the score phase is measured so, whatever
 else the machine runs, and work the model hides in other processes or between batches counts."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 
 from harness.runner.launch import launch
 from harness.runner.limits import cpu_seconds, default_limits, tree_cpu_seconds
-from harness.runner.model_process import ModelFailure
 from harness.runner.sandbox import SandboxSpec
-from harness.runner.score_budget import ProcessBudget, measured_in_cpu_seconds
-from harness.runner.scorer import Clock, Transfer
+from harness.runner.scoring.model_process import ModelFailure
+from harness.runner.scoring.score_budget import ProcessBudget, measured_in_cpu_seconds
+from harness.runner.scoring.scorer import Clock, Transfer
 
 BURN_S = 0.6
 # A parent that runs a child burning BURN_S of CPU, waits for it, prints, then sleeps: its own

@@ -37,7 +37,7 @@ from harness.runner.cuda_handover import (
 )
 from harness.runner.handover_check import HandoverCheckError, check
 from harness.runner.limits import default_limits
-from harness.runner.model_process import SCORER_SHM, ModelJob, model_spec
+from harness.runner.scoring.model_process import SCORER_SHM, ModelJob, model_spec
 
 # The export of a [64, 2048, 8192] float32 buffer on an H200 (../shared/gpu/, the sandbox probe):
 # torch's handle, its reference-counter name and event handle, as the model process sends them.
@@ -181,7 +181,7 @@ def test_a_scorer_outside_its_namespace_refuses_to_use_dev_shm(tmp_path: Path) -
 def test_model_sandboxes_share_the_scorer_dev_shm_and_the_probe_finds_nothing_the_eval_left(
     tmp_path: Path,
 ) -> None:
-    """Two real model sandboxes from the runner's own spec (harness.runner.model_process), started
+    """Two real model sandboxes from the runner's own spec (harness.runner.scoring.model_process), started
     in the scorer's namespace: the first writes files and folders into /dev/shm; the scorer sees
     them, empties the folder as it does between the eval and the probe, and the second sandbox
     finds it empty."""
@@ -198,7 +198,7 @@ def test_model_sandboxes_share_the_scorer_dev_shm_and_the_probe_finds_nothing_th
             from pathlib import Path
             from harness.runner.cuda_handover import Handover, check_run_shm, empty_run_shm
             from harness.runner.limits import default_limits
-            from harness.runner.model_process import ModelJob, model_spec
+            from harness.runner.scoring.model_process import ModelJob, model_spec
             from harness.runner.sandbox import bwrap_argv
             check_run_shm()
             job = ModelJob(

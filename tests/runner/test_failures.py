@@ -160,7 +160,7 @@ def test_the_scorer_starts_only_once_the_candidate_trains(
 
     def look() -> None:
         while not done.is_set():
-            for pid, command in children_mentioning("harness.runner.scorer").items():
+            for pid, command in children_mentioning("harness.runner.scoring.scorer").items():
                 if str(tmp_path) in command:
                     seen.append(command)
                     sessions_nice.add(session_nice(pid))

@@ -18,8 +18,8 @@ import torch
 from harness.config import HarnessSettings
 from harness.data_layout import PreparedPaths, read_manifest
 from harness.loader import packed_batches
-from harness.runner.feed_client import FeedClient
 from harness.runner.feeder import MAX_LOADERS, MAX_REQUEST_BYTES, MAX_SHARED_BYTES, SLOTS, Feeder, FeedJob
+from harness.runner.sandboxed.feed_client import FeedClient
 
 CPU = torch.device("cpu")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.runner.scorer import all_finite
+from harness.runner.scoring.scorer import all_finite
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])

@@ -273,7 +273,7 @@ def test_no_sandbox_can_read_validation_text(
     assert all(found[2] not in candidate.read_text() for found in planted.values())
     # The walk reads everything a sandbox can see, far longer than a model takes to rebuild. The
     # score phase's bound allows a rebuild of at most 2 % of the budget, and on a CPU the cost of
-    # training on STARTUP_TOKENS of its own tokens (harness.runner.score_budget, tested in
+    # training on STARTUP_TOKENS of its own tokens (harness.runner.scoring.score_budget, tested in
     # test_score_phase.py). So the budget is long, and the walker trains on a single row for a few
     # CPU seconds: this test is about what is visible, not about time.
     chosen = {**settings.model_dump(), "time_budget": 50 * ALLOWANCE_S, "compile_allowance": ALLOWANCE_S}

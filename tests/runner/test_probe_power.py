@@ -1,6 +1,7 @@
 """The probe's power against a model that reads ahead only where it pays most, at each preset's
-shapes, in-process: the scorer's own plan and comparison (harness.runner.score_plan,
-harness.runner.scorer.compare_probes, harness.runner.agreement) on the nats such a model gives.
+shapes, in-process: the scorer's own plan and comparison (harness.runner.scoring.score_plan,
+harness.runner.scoring.scorer.compare_probes, harness.runner.scoring.agreement) on the nats such a
+model gives.
 
 The model is written at the level the scorer sees it, the nats of each scored target, so that
 the `h100` shapes (10,240 rows of 2,048 tokens, 21 M positions) fit in a test: its honest loss
@@ -16,9 +17,9 @@ import numpy as np
 import pytest
 
 from harness.config import load_settings
-from harness.runner import agreement
-from harness.runner.score_plan import WHOLE_SHARE, plan_probes, probe_batches
-from harness.runner.scorer import ProbeGroups, compare_probes
+from harness.runner.scoring import agreement
+from harness.runner.scoring.score_plan import WHOLE_SHARE, plan_probes, probe_batches
+from harness.runner.scoring.scorer import ProbeGroups, compare_probes
 
 pytestmark = pytest.mark.heavy
 

@@ -1,5 +1,5 @@
-"""What the scorer shows each model process (harness.runner.score_plan) and how it judges the
-answers (harness.runner.agreement): properties that must hold for any data."""
+"""What the scorer shows each model process (harness.runner.scoring.score_plan) and how it judges the
+answers (harness.runner.scoring.agreement): properties that must hold for any data."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from harness.config import PRESETS, load_settings
 from harness.result import INTEGRITY_CLASSES
-from harness.runner import agreement
-from harness.runner.score_plan import (
+from harness.runner.scoring import agreement
+from harness.runner.scoring.score_plan import (
     PROBE_POWER,
     WHOLE_SHARE,
     batches_of,

@@ -1,4 +1,4 @@
-"""The score phase's time bound (harness.runner.score_budget): properties for any run."""
+"""The score phase's time bound (harness.runner.scoring.score_budget): properties for any run."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.runner import score_budget
-from harness.runner.model_process import ModelFailure
-from harness.runner.score_budget import (
+from harness.runner.scoring import score_budget
+from harness.runner.scoring.model_process import ModelFailure
+from harness.runner.scoring.score_budget import (
     ProcessBudget,
     forward_seconds_per_token,
     process_budget,
     startup_allowance,
     uneven_batch,
 )
-from harness.runner.scorer import Clock, Transfer
+from harness.runner.scoring.scorer import Clock, Transfer
 
 budgets = st.floats(min_value=0.1, max_value=1e4)
 seconds = st.floats(min_value=0.01, max_value=1e4)

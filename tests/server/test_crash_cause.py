@@ -15,7 +15,7 @@ from tests.mcp_session import TRANSPORTS, call, connect_mcp
 from tests.server.conftest import Live
 
 TRACEBACK = """Traceback (most recent call last):
-  File "/harness/runner/train_entry.py", line 154, in main
+  File "/harness/runner/sandboxed/train_entry.py", line 154, in main
     candidate = import_candidate(config["candidate"])
   File "/sandbox/candidate/train.py", line 2, in <module>
     import flash_attn

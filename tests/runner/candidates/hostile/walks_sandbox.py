@@ -226,7 +226,7 @@ def train(model, ctx):
     """One row of training data (and what the loader fetches ahead), walked for in memory and in a
     copy in /dev/shm, then trained on for HOSTILE_ARGS["train_seconds"] of this thread's CPU time. A
     run served few tokens and training long on each gets a long startup in the score phase on a CPU
-    (STARTUP_TOKENS of its own training, up to 2 % of the budget: harness.runner.score_budget), and
+    (STARTUP_TOKENS of its own training, up to 2 % of the budget: harness.runner.scoring.score_budget), and
     the test gives a long budget: so the walks in the score sandboxes' build_model fit in it."""
     inputs, targets = next(ctx.loader(1))
     with open("/dev/shm/batch.bin", "wb") as handle:

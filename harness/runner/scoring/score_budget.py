@@ -47,7 +47,7 @@ batch stays within the bound above.
 
 Why the probe's bound is what matters: training that changes the eval's counted outputs must be
 repeated by the probe (a fresh process) before its only batch, or the two disagree (see
-harness.runner.agreement). What a candidate can hide is the probe's bound less what an honest
+harness.runner.scoring.agreement). What a candidate can hide is the probe's bound less what an honest
 probe needs; docs/runner.md has the figure for each preset.
 """
 

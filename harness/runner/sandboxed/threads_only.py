@@ -1,7 +1,7 @@
 """A seccomp filter that lets a process start threads but no other process: `forbid_new_processes`.
 
 The score sandboxes run candidate code (the model), and their bound counts the CPU seconds of
-what they run (harness.runner.score_budget). A process that makes children can hide work in them:
+what they run (harness.runner.scoring.score_budget). A process that makes children can hide work in them:
 children that are reaped at once (SIGCHLD ignored, or a subreaper that waits) take their CPU time
 with them, where sampling live processes never sees it. A model has no reason to start a process
 while it is scored, so the score sandbox's entry installs this filter before any candidate code

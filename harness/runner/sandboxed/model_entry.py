@@ -1,19 +1,20 @@
 """Inside a score sandbox: rebuild the candidate's model from its weights and run forward passes.
 
-Run as `python -m harness.runner.model_entry CONFIG_JSON` by the trusted scorer. The process
-first imports torch and waits (so the scorer can start it early), imports the harness's libraries
-train.py used in training if the scorer says so (harness.runner.preload), then on `go` forbids
-itself new processes (harness.runner.threads_only: its CPU seconds are all in its own), imports train.py,
-calls `build_model`, loads the saved weights (safetensors: tensors only) and answers `batch N`
-commands: it reads N rows of validation *inputs* from shared memory and writes the logits back
-(on CUDA into one GPU buffer the scorer opens through CUDA IPC: harness.runner.cuda_handover).
-It never sees targets or byte lengths, and it computes no loss: the scorer does.
+Run as `python -m harness.runner.sandboxed.model_entry CONFIG_JSON` by the trusted scorer. The
+process first imports torch and waits (so the scorer can start it early), imports the harness's
+libraries train.py used in training if the scorer says so (harness.runner.preload), then on `go`
+forbids itself new processes (harness.runner.sandboxed.threads_only: its CPU seconds are all in its
+own), imports train.py, calls `build_model`, loads the saved weights (safetensors: tensors only) and
+answers `batch N` commands: it reads N rows of validation *inputs* from shared memory and writes the
+logits back (on CUDA into one GPU buffer the scorer opens through CUDA IPC:
+harness.runner.cuda_handover). It never sees targets or byte lengths, and it computes no loss: the
+scorer does.
 
 The weights are loaded with `torch.nn.Module`'s own `load_state_dict` and the model put in eval
 mode with `torch.nn.Module.train`, never with the candidate's overrides of them. Everything else in
 this process is candidate code's to change (its modules' `_load_from_state_dict`, hooks, torch
 itself), so nothing here is a check: the scorer checks from outside, by timing this process and by
-comparing its predictions with a fresh process's (harness.runner.scorer).
+comparing its predictions with a fresh process's (harness.runner.scoring.scorer).
 """
 
 from __future__ import annotations
@@ -25,10 +26,8 @@ import sys
 from typing import Any
 
 from harness.runner.cuda_handover import Handover, export
-from harness.runner.limits import Limits, apply_rlimits, session_as_nice_as_self
-from harness.runner.threads_only import forbid_new_processes
-
-CPU_SPARE_CORES = 1
+from harness.runner.limits import CPU_SPARE_CORES, Limits, apply_rlimits, session_as_nice_as_self
+from harness.runner.sandboxed.threads_only import forbid_new_processes
 
 
 class InvalidOutputError(ValueError):
@@ -65,7 +64,7 @@ def score_context(config: dict[str, Any], device: Any) -> Any:
 
 def main(config: dict[str, Any]) -> None:
     from harness.runner import preload
-    from harness.runner.entry_common import Reporter, finish, import_candidate
+    from harness.runner.sandboxed.entry_common import Reporter, finish, import_candidate
 
     reporter = Reporter(config["events_fd"])
     try:

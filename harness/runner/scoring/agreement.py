@@ -12,7 +12,7 @@ at each position (nats: a log-probability, which is what the score is made of):
 
 Honest models agree exactly on CPU, in float32 and with bf16 autocast, when both scorings ran in
 batches of the same row count (the same kernels run; docs/runner.md has the measurements). On a
-CPU the first batch of each process holds one row (harness.runner.score_plan.HEAD_ROWS), and bf16
+CPU the first batch of each process holds one row (harness.runner.scoring.score_plan.HEAD_ROWS), and bf16
 kernels on a CPU can round a row differently alone and in a full batch; so a comparison of a row
 scored in a batch of one size with one scored in a batch of the other goes to its own group,
 `shape`. Disagreement there, and nowhere else, is `batch_variant`: the run is not scored, but it is

@@ -133,7 +133,7 @@ class ModelProcess:
         fds = (events_w, commands_r, *own)
         try:
             self.launched: Launched = launch(
-                python_command("harness.runner.model_entry", json.dumps(config)),
+                python_command("harness.runner.sandboxed.model_entry", json.dumps(config)),
                 spec,
                 sandboxed=job.sandboxed,
                 limits=job.limits,

@@ -1,21 +1,21 @@
 """The trusted scorer: holds the validation targets and computes val_bpb from model logits.
 
-Run by the runner as `python -m harness.runner.scorer CONFIG_JSON`, outside any sandbox. It
+Run by the runner as `python -m harness.runner.scoring.scorer CONFIG_JSON`, outside any sandbox. It
 starts two model sandboxes at once (they import torch while training runs, then wait). On `go`
 (a JSON line on stdin, sent when the weights are ready, with the run's training tokens and
 seconds):
 
 1. the *eval* process is shown every validation input row once, in a random order, then some of
-   them again (harness.runner.score_plan); the scorer applies log-softmax and cross-entropy to
+   them again (harness.runner.scoring.score_plan); the scorer applies log-softmax and cross-entropy to
    each batch (harness.evaluate.token_nats) and sums the first showing of each row into val_bpb;
 2. when the eval process is gone, the *probe* process is shown batches of variants of random
    rows, their text replaced from a random cut on by training text, as many as the preset's
-   `probe_share` needs (harness.runner.score_plan). It is fresh: it never coexists with the eval
+   `probe_share` needs (harness.runner.scoring.score_plan). It is fresh: it never coexists with the eval
    process after `go` and shares nothing with it, so whatever the eval process learned or cached
    it does not know;
 3. the repeats and the probe's prefixes must agree with the first showing to numerical noise
-   (harness.runner.agreement), or the run is `non_causal`;
-4. each model process must finish within its bound (harness.runner.score_budget), measured here
+   (harness.runner.scoring.agreement), or the run is `non_causal`;
+4. each model process must finish within its bound (harness.runner.scoring.score_budget), measured here
    from outside, or the run is `score_over_budget`.
 
 The result is one JSON line on stdout.
@@ -39,13 +39,13 @@ import torch
 
 from harness.data.tokens import open_token_dir
 from harness.evaluate import DOC_FLOOR_MIN_BYTES, EvalRows, bpb, documents_below, load_eval_rows, token_nats
-from harness.runner import agreement, preload
+from harness.runner import preload
 from harness.runner.cuda_handover import check_run_shm, empty_run_shm, handover_for
-from harness.runner.limits import Limits
-from harness.runner.model_entry import CPU_SPARE_CORES
-from harness.runner.model_process import ModelFailure, ModelJob, ModelProcess
+from harness.runner.limits import CPU_SPARE_CORES, Limits
 from harness.runner.phases import Phases
-from harness.runner.score_budget import (
+from harness.runner.scoring import agreement
+from harness.runner.scoring.model_process import ModelFailure, ModelJob, ModelProcess
+from harness.runner.scoring.score_budget import (
     BATCH_JITTER_S,
     BATCH_SPREAD,
     ProcessBudget,
@@ -55,7 +55,14 @@ from harness.runner.score_budget import (
     startup_allowance,
     uneven_batch,
 )
-from harness.runner.score_plan import HEAD_ROWS, Probe, batches_of, plan_eval, plan_probes, probe_batches
+from harness.runner.scoring.score_plan import (
+    HEAD_ROWS,
+    Probe,
+    batches_of,
+    plan_eval,
+    plan_probes,
+    probe_batches,
+)
 from harness.runner.train_phase import WEIGHTS_FILE
 
 
@@ -74,7 +81,7 @@ class Transfer:
 class Clock:
     """What one model process has used, measured here, against its bound: wall seconds of its
     measured steps, or, with `cpu`, the CPU seconds of its process tree since `go`
-    (harness.runner.score_budget.measured_in_cpu_seconds)."""
+    (harness.runner.scoring.score_budget.measured_in_cpu_seconds)."""
 
     budget: ProcessBudget
     transfer: Transfer
@@ -540,7 +547,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
             torch.set_num_threads(CPU_SPARE_CORES)  # runs while the model computes the next batch
         share = config["probe_share"]
         # A first batch of HEAD_ROWS on a CPU only: on CUDA kernels are picked by shape, so a row's
-        # logits alone and in a batch would often differ (harness.runner.agreement, batch_variant).
+        # logits alone and in a batch would often differ (harness.runner.scoring.agreement, batch_variant).
         head = HEAD_ROWS if device.type == "cpu" else 0
         scoring = Scoring(rows, config["batch_rows"], device, Transfer(), phases, donor, share, head)
         weights = Path(config["weights_dir"]) / WEIGHTS_FILE

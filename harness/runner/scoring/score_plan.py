@@ -7,7 +7,7 @@ process holds HEAD_ROWS rows (the model knows its first batch anyway). What a mo
 first answer is bounded by the startup and that batch's allowance alone (score_budget): the
 smaller the first batch, the less training can hide there. Training after it is caught like any
 between batches: the eval's head rows are shown again later. Comparisons across the two sizes are
-judged apart (`shape`, harness.runner.agreement): a forward that depends on the batch's size is
+judged apart (`shape`, harness.runner.scoring.agreement): a forward that depends on the batch's size is
 `batch_variant`, not `non_causal`. Not on CUDA, where kernels are picked by shape.
 The order is drawn from a fresh OS random seed on every run.
 

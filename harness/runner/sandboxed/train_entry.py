@@ -1,6 +1,6 @@
 """Inside the train sandbox: import train.py, build the model, train it, save the weights.
 
-Run as `python -m harness.runner.train_entry CONFIG_JSON` by harness.runner.train_phase. Limits
+Run as `python -m harness.runner.sandboxed.train_entry CONFIG_JSON` by harness.runner.train_phase. Limits
 are applied before train.py is imported. The weights are saved as safetensors (tensors only,
 nothing executable). Progress goes to the harness as messages, training data comes from the
 harness's feeder; the harness's time accounting uses when they arrive there, not their content.
@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.runner.limits import Limits, apply_rlimits, session_as_nice_as_self
+from harness.runner.messages import DIVERGED_LOSS
 from harness.runner.timing import training_seconds
 
-# autoresearch's fast-fail rule: a NaN or this large a loss means the run has diverged.
-DIVERGED_LOSS = 100.0
 PROGRESS_INTERVAL_S = 0.1  # the first report is always sent: it ends startup
 
 
@@ -96,7 +95,7 @@ def declared_flops_per_token(model: Any) -> float | None:
 
 def main(config: dict[str, Any]) -> None:
     from harness.runner import preload
-    from harness.runner.entry_common import CANDIDATE_MODULE, Reporter, finish, import_candidate
+    from harness.runner.sandboxed.entry_common import CANDIDATE_MODULE, Reporter, finish, import_candidate
 
     reporter = Reporter(config["events_fd"])
     try:
@@ -109,7 +108,7 @@ def main(config: dict[str, Any]) -> None:
         from harness.context import TrainContext
         from harness.runner.compile_cache import hand_over
         from harness.runner.conditions import measure_speed
-        from harness.runner.feed_client import FeedClient
+        from harness.runner.sandboxed.feed_client import FeedClient
 
         if config["device"].startswith("cuda"):  # a driver or device node missing shows here
             if not torch.cuda.is_available():
