@@ -22,7 +22,7 @@ from pathlib import Path
 
 from harness.config import load_settings
 from harness.prepare import prepare
-from harness.runner import close_warm_sandbox, run_experiment
+from harness.runner import RunRequest, close_warm_sandbox, run_experiment
 
 BASELINE = Path(__file__).resolve().parents[1] / "harness" / "baseline" / "train.py"
 EAGER = "bf16=None, compile=False"
@@ -55,7 +55,7 @@ def main() -> None:
             for name, text in files.items():
                 path = root / f"{name}-{number}.py"
                 path.write_text(text)
-                result = run_experiment(path, settings, compile_cache=caches, seed=number)
+                result = run_experiment(RunRequest(path, settings, compile_cache=caches, seed=number))
                 if result.status != "ok" or result.startup_seconds is None:
                     raise SystemExit(f"round {number}, {name}: {result.status}\n{result.log_tail[-3000:]}")
                 startup[name] = result.startup_seconds

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.reference,
 from bench.reference import import_torch
 from harness.config import load_settings
 from harness.prepare import prepare
-from harness.runner import run_experiment
+from harness.runner import RunRequest, run_experiment
 from harness.runner.limits import TICKS_PER_S
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def main() -> None:
     for run in range(1, args.runs + 1):
         with tempfile.TemporaryDirectory() as work_root:
             cpu, wall = machine_cpu_seconds(), time.monotonic()
-            result = run_experiment(args.train_py, settings, work_root=Path(work_root))
+            result = run_experiment(RunRequest(args.train_py, settings, work_root=Path(work_root)))
             cpu, wall = machine_cpu_seconds() - cpu, time.monotonic() - wall
         print(
             f"run {run}: {cpu:.2f} CPU-s, {wall:.2f} s, {result.status}, val_bpb {result.val_bpb}, "

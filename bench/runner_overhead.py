@@ -42,7 +42,7 @@ import harness
 from bench.reference import import_torch
 from harness.config import load_settings
 from harness.prepare import prepare
-from harness.runner import run_experiment
+from harness.runner import RunRequest, run_experiment
 
 try:
     from harness.runner.phases import Phases
@@ -81,7 +81,7 @@ def measure(args: argparse.Namespace) -> Report:
     with_phases = args.phases and Phases is not None
     for run in range(1, args.runs + 1):
         extra = {"phases": Phases()} if with_phases else {}
-        result = run_experiment(args.train_py, settings, keep_warm=run < args.runs, **extra)
+        result = run_experiment(RunRequest(args.train_py, settings, keep_warm=run < args.runs), **extra)
         if with_phases:
             recorded.append(extra["phases"].as_json())
         if result.status not in ("ok", "over_budget"):

@@ -23,7 +23,7 @@ import torch  # noqa: F401  (a worker process has it loaded before its first exp
 
 from harness.config import load_settings
 from harness.prepare import prepare
-from harness.runner import close_warm_sandbox, run_experiment
+from harness.runner import RunRequest, close_warm_sandbox, run_experiment
 from harness.runner.scoring.agreement import LEAN_FRACTION, tolerance_for
 
 BASELINE = Path(__file__).resolve().parents[1] / "harness" / "baseline" / "train.py"
@@ -90,7 +90,7 @@ def main() -> None:
             statuses: dict[str, int] = {}
             worst, lean, across, share = 0.0, 0.0, 0.0, {"eval": 0.0, "probe": 0.0}
             for run in range(1, args.runs + 1):
-                result = run_experiment(path, settings, keep_warm=True)
+                result = run_experiment(RunRequest(path, settings, keep_warm=True))
                 statuses[result.status] = statuses.get(result.status, 0) + 1
                 found = GROUP.findall(result.log_tail)
                 groups = [g for g in found if g[0] != "shape"]  # between batches of the same size

@@ -38,17 +38,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.runner import SandboxUnavailableError, run_experiment
+    from harness.runner import RunRequest, SandboxUnavailableError, run_experiment
 
     try:
         settings = load_settings(args.preset, data_dir=args.data_dir)
-        result = run_experiment(
-            args.train_py,
-            settings,
-            on_progress=print_progress,
-            unsafe_no_sandbox=args.unsafe_no_sandbox,
-            device=args.device,
+        request = RunRequest(
+            args.train_py, settings, device=args.device, sandboxed=not args.unsafe_no_sandbox
         )
+        result = run_experiment(request, on_progress=print_progress)
     except (FileNotFoundError, DataError, SandboxUnavailableError, ValueError) as exc:
         print(f"autoresearch run: {exc}", file=sys.stderr)
         return 2

@@ -21,7 +21,7 @@ from client import ApiError, Client, SchemaError
 from client.schemas import ClaimOut
 from harness.config import HarnessSettings
 from harness.result import RunResult
-from harness.runner import close_warm_sandbox, run_experiment
+from harness.runner import RunRequest, close_warm_sandbox, run_experiment
 from worker.backoff import Backoff, Stopped, describe, is_transient, retry
 from worker.datacache import DataCacheError, ensure_prepared
 from worker.delivery import ResultSender
@@ -258,18 +258,20 @@ class Worker:
         self.stop.watch_run(keeper.cancel)
         started_at = time.time()
         try:
-            result = run_experiment(
+            options = self.runner_options()
+            request = RunRequest(
                 candidate,
                 self.settings,
-                on_progress=keeper.add_progress,
-                cancel=keeper.cancel,
+                seed=claim.seed,
+                device=options["device"],
+                sandboxed=not options["unsafe_no_sandbox"],
+                work_root=options["work_root"],
                 # The next run's train sandbox starts while this one is scored (see run()).
                 keep_warm=True,
-                seed=claim.seed,
                 # A confirmation run or a repeat of the best starts with its train.py's compile.
                 compile_cache=self.work_root.with_name("compile-cache"),
-                **self.runner_options(),
             )
+            result = run_experiment(request, on_progress=keeper.add_progress, cancel=keeper.cancel)
             if result.error_class in WORKER_FAULT_CLASSES:
                 raise RunFault(f"{result.error_class}: {result.error_message}")
         except Exception as exc:

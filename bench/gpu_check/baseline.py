@@ -115,7 +115,7 @@ def run_figures(result: Any, settings: Any, progress: list[Any]) -> dict[str, An
 
 def body(results: Results, mode: str) -> None:
     from harness.config import load_settings
-    from harness.runner import SandboxUnavailableError, run_experiment
+    from harness.runner import RunRequest, SandboxUnavailableError, run_experiment
 
     device = "cuda" if mode == "gpu" else "cpu"
     settings = load_settings()
@@ -135,7 +135,9 @@ def body(results: Results, mode: str) -> None:
         candidate.write_text(candidate_source(device, settings.seq_len, timed=True))
         result, failure = None, None
         try:
-            result = run_experiment(candidate, settings, on_progress=progress.append, device=device)
+            result = run_experiment(
+                RunRequest(candidate, settings, device=device), on_progress=progress.append
+            )
         except SandboxUnavailableError as exc:
             failure = f"SandboxUnavailableError: {exc}"
         if result is not None and result.error_class == "sandbox_error":
@@ -147,9 +149,8 @@ def body(results: Results, mode: str) -> None:
             print(f"the sandbox failed ({failure}); running without it", flush=True)
             results.update(RUN, sandbox_failure=failure)
             progress.clear()
-            result = run_experiment(
-                candidate, settings, on_progress=progress.append, unsafe_no_sandbox=True, device=device
-            )
+            unsandboxed = RunRequest(candidate, settings, device=device, sandboxed=False)
+            result = run_experiment(unsandboxed, on_progress=progress.append)
     print(result.log_tail, flush=True)
     figures = run_figures(result, settings, progress)
     # A busy CPU may push the dry run's last step past the tolerance: scored all the same, and the

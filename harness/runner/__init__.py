@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SandboxUnavailableError", "ScorerError", "close_warm_sandbox", "run_experiment", "warm_up"]
+__all__ = [
+    "RunRequest",
+    "SandboxUnavailableError",
+    "ScorerError",
+    "close_warm_sandbox",
+    "run_experiment",
+    "warm_up",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -16,6 +23,10 @@ def __getattr__(name: str) -> Any:
         from harness.runner.run import run_experiment
 
         return run_experiment
+    if name == "RunRequest":
+        from harness.runner.run import RunRequest
+
+        return RunRequest
     if name == "warm_up":
         from harness.runner.run import warm_up
 

@@ -9,6 +9,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,43 +36,50 @@ LOG_TAIL_CHARS = 24_000
 EVAL_FILES = ("inputs.npy", "targets.npy", "target_bytes.npy")
 
 
-def run_experiment(
-    train_py: Path,
-    settings: HarnessSettings,
-    on_progress: Callable[[ProgressEvent], None] | None = None,
-    unsafe_no_sandbox: bool = False,
-    work_root: Path | None = None,
-    cancel: threading.Event | None = None,
-    device: str | None = None,
-    keep_warm: bool = False,
-    seed: int | None = None,
-    phases: Phases | None = None,
-    compile_cache: Path | None = None,
-) -> RunResult:
-    """Train and score `train_py` under `settings`; every number in the result is measured here.
+@dataclass(frozen=True)
+class RunRequest:
+    """One run to make: the candidate, the preset, and how and where it runs."""
 
-    `seed` is the run's `ctx.seed` (default: `settings.seed`); a worker passes the seed the server
-    gave the run, so that each run of the same train.py draws differently.
+    train_py: Path  # the candidate; copied by the harness before anything runs
+    settings: HarnessSettings  # the preset (time budget, seq_len, vocab, memory limit, ...)
+    # The run's ctx.seed (None: settings.seed); a worker passes the seed the server drew for the run.
+    seed: int | None = None
+    device: str | None = None  # "cpu", "cuda", "cuda:N"; None: cuda when torch sees a GPU
+    # False only with --unsafe-no-sandbox: development only, recorded in the result.
+    sandboxed: bool = True
+    work_root: Path | None = None  # where the run's temporary folder goes (None: $TMPDIR)
+    # Start the next run's train sandbox ahead of time (a worker running runs back to back).
+    keep_warm: bool = False
+    compile_cache: Path | None = None  # a worker's folder of compile caches (compile_cache)
+
+
+def run_experiment(
+    request: RunRequest,
+    on_progress: Callable[[ProgressEvent], None] | None = None,
+    cancel: threading.Event | None = None,
+    phases: Phases | None = None,
+) -> RunResult:
+    """Train and score the request's train.py; every number in the result is measured here.
 
     Raises (nothing run, nothing to record against the candidate): FileNotFoundError for a
     missing train.py, harness.data.errors.DataError when the data is not prepared,
-    SandboxUnavailableError without a working bubblewrap (unless `unsafe_no_sandbox`),
-    ScorerError when the trusted scorer itself fails. `cancel`, when set, stops the run at once
-    (status crash, error class cancelled). `keep_warm` starts the next run's train sandbox once
-    this one has trained (see harness.runner.run_setup; end it with close_warm_sandbox()).
-    `phases`, when given, gets the wall and CPU seconds of each step (harness.runner.phases).
-    `compile_cache`, a worker's folder of compile caches: a run of a train.py that ran ok before
-    starts with what its compile wrote then (harness.runner.compile_cache).
-    Safe to call repeatedly; apart from that spare it leaves no process, file or cgroup.
+    SandboxUnavailableError without a working bubblewrap (unless the request is unsandboxed),
+    ScorerError when the trusted scorer itself fails. `on_progress` gets a ProgressEvent at most
+    once a second; `cancel`, when set, stops the run at once (status crash, error class
+    cancelled); `phases`, when given, gets the wall and CPU seconds of each step
+    (harness.runner.phases). With `keep_warm` the next run's train sandbox starts once this one
+    has trained (harness.runner.run_setup; end it with close_warm_sandbox()); with a
+    `compile_cache`, a run of a train.py that ran ok before starts with what its compile wrote
+    then. Safe to call repeatedly; apart from that spare it leaves no process, file or cgroup.
     """
     started, began_cpu = time.monotonic(), time.process_time()
     phases = phases or Phases()
     cancel = cancel or threading.Event()
-    seed = settings.seed if seed is None else seed
-    train_py = Path(train_py)
+    settings, sandboxed, work_root = request.settings, request.sandboxed, request.work_root
+    seed = settings.seed if request.seed is None else request.seed
+    train_py = Path(request.train_py)
     if not train_py.is_file():
         raise FileNotFoundError(f"{train_py}: no such file; give the path of a train.py")
-    sandboxed = not unsafe_no_sandbox
     if sandboxed:
         check_bwrap()
     manifest = read_manifest(settings)
@@ -79,11 +87,11 @@ def run_experiment(
     check_eval_files(paths.val_dir)
     check_data_hidden(settings)
     open_training_tokens(paths.train_dir, int(manifest["bos_id"]), settings.train_tokens_max)  # fail early
-    device = resolve_device(device)
+    device = resolve_device(request.device)
     name = device_name(device)
     key, job = train_job(settings, manifest, device, sandboxed, work_root)
     run = take_spare(key) or prepare_run(key, job, work_root, idle=False)
-    caches = CompileCaches(compile_cache) if compile_cache is not None else None
+    caches = CompileCaches(request.compile_cache) if request.compile_cache is not None else None
     cache_key = compile_cache_key(train_py.read_bytes(), manifest["harness_id"])
     notes = harness_notes(sandboxed, run.limits, device, settings)
     host = host_conditions(device)
@@ -125,7 +133,7 @@ def run_experiment(
             )
             if run.sandbox.feeder.failure is not None:  # the harness's fault, not the candidate's
                 raise DataError(f"{paths.train_dir}: {run.sandbox.feeder.failure}")
-            if keep_warm:
+            if request.keep_warm:
                 with phases("keep warm: next train sandbox started"):
                     keep_spare(prepare_run(key, job, work_root, idle=True))
             ending, scored = score_if_trained(
@@ -148,15 +156,15 @@ def run_experiment(
         ending,
         outcome,
         scored,
-        device,
-        name,
-        manifest["harness_id"],
-        seed,
-        sandboxed,
-        num_params,
-        notes,
-        host,
-        time.monotonic() - started,
+        device=device,
+        name=name,
+        harness_id=manifest["harness_id"],
+        seed=seed,
+        sandboxed=sandboxed,
+        num_params=num_params,
+        notes=notes,
+        host=host,
+        total=time.monotonic() - started,
     )
 
 
@@ -335,6 +343,7 @@ def build_result(
     ending: Ending | None,
     outcome: TrainOutcome,
     scored: dict[str, Any],
+    *,
     device: str,
     name: str,
     harness_id: str,

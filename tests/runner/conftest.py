@@ -11,7 +11,7 @@ import pytest
 from harness.config import HarnessSettings
 from harness.data_layout import PreparedPaths
 from harness.result import ProgressEvent, RunResult
-from harness.runner import run_experiment
+from harness.runner import RunRequest, run_experiment
 from tests.fixtures_data import test_data  # noqa: F401  (session fixture, re-exported for these tests)
 from tests.proc_scan import processes_left
 
@@ -38,18 +38,15 @@ def run_candidate(settings: HarnessSettings, tmp_path: Path) -> RunCandidate:
     def run(
         train_py: Path, on_progress: Callable[[ProgressEvent], None] | None = None, **overrides: Any
     ) -> RunResult:
-        run_options = ("unsafe_no_sandbox", "cancel", "compile_cache")
-        options = {key: overrides.pop(key) for key in run_options if key in overrides}
+        cancel, sandboxed = overrides.pop("cancel", None), not overrides.pop("unsafe_no_sandbox", False)
+        compile_cache = overrides.pop("compile_cache", None)
         # Startup (torch import, the first optimizer step) can take many seconds on a busy 2-core
         # machine; tests that are not about startup give it room so an honest run stays in budget.
         chosen = settings.model_copy(update={"compile_allowance": STARTUP_ROOM_S, **overrides})
-        result = run_experiment(
-            train_py,
-            chosen,
-            on_progress=on_progress,
-            work_root=work_root,
-            **options,
+        request = RunRequest(
+            train_py, chosen, sandboxed=sandboxed, work_root=work_root, compile_cache=compile_cache
         )
+        result = run_experiment(request, on_progress=on_progress, cancel=cancel)
         assert processes_left(str(work_root)) == []
         assert list(work_root.iterdir()) == []
         return result

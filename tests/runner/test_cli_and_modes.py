@@ -15,7 +15,7 @@ from cli.main import main
 from harness.data.errors import DataError
 from harness.data_layout import read_manifest
 from harness.result import ProgressEvent
-from harness.runner import run_experiment, sandbox
+from harness.runner import RunRequest, run_experiment, sandbox
 from tests.fixtures_data import CACHE_DIR
 from tests.runner.candidates import GOOD, compose
 from tests.runner.conftest import STARTUP_ROOM_S
@@ -119,5 +119,5 @@ def test_missing_validation_data_is_an_error_before_anything_runs(test_data, tmp
     work_root = tmp_path / "runs"
     work_root.mkdir()
     with pytest.raises(DataError, match=re.escape("targets.npy: missing; run `autoresearch prepare`")):
-        run_experiment(GOOD, settings.model_copy(update={"data_dir": copy}), work_root=work_root)
+        run_experiment(RunRequest(GOOD, settings.model_copy(update={"data_dir": copy}), work_root=work_root))
     assert list(work_root.iterdir()) == []

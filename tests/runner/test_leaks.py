@@ -317,4 +317,4 @@ def test_data_inside_a_folder_every_sandbox_sees_is_refused(
     chosen = settings.model_copy(update={"local_data_dir": tmp_path / "corpus"})
     refusal = f"{setting.upper()}=.* lies inside {visible}, which every sandbox sees"
     with pytest.raises(DataError, match=refusal):
-        runner.run_experiment(Path(__file__), chosen)
+        runner.run_experiment(runner.RunRequest(Path(__file__), chosen))

@@ -11,7 +11,7 @@ import pytest
 
 from harness.config import HarnessSettings
 from harness.result import ProgressEvent
-from harness.runner import close_warm_sandbox, run_experiment, warm_up
+from harness.runner import RunRequest, close_warm_sandbox, run_experiment, warm_up
 from harness.runner.limits import idle_nice, session_nice
 from harness.runner.run_setup import take_spare
 from harness.runner.sandbox import SandboxUnavailableError
@@ -34,7 +34,7 @@ def test_the_next_run_uses_the_spare_sandbox_and_closing_leaves_nothing(
     chosen = settings.model_copy(update={"compile_allowance": STARTUP_ROOM_S, "time_budget": 1.0})
     candidate = FOLDER / "no_training.py"
     try:
-        first = run_experiment(candidate, chosen, work_root=work_root, keep_warm=True)
+        first = run_experiment(RunRequest(candidate, chosen, work_root=work_root, keep_warm=True))
         assert first.status == "ok", first.log_tail
         spare = list(processes_mentioning(str(work_root)))
         assert spare and len(list(work_root.iterdir())) == 1  # the spare's folder
@@ -51,7 +51,9 @@ def test_the_next_run_uses_the_spare_sandbox_and_closing_leaves_nothing(
                 alive_while_training.append(all(Path(f"/proc/{pid}").exists() for pid in spare))
                 nice_while_training.append(sessions_nice(spare))
 
-        second = run_experiment(candidate, chosen, work_root=work_root, keep_warm=True, on_progress=check)
+        second = run_experiment(
+            RunRequest(candidate, chosen, work_root=work_root, keep_warm=True), on_progress=check
+        )
         assert second.status == "ok", second.log_tail
         assert second.val_bpb == first.val_bpb
         assert alive_while_training == [True]  # the spare was the second run's train sandbox
@@ -82,7 +84,9 @@ def test_warm_up_starts_the_sandbox_the_first_run_uses(settings: HarnessSettings
             if not alive_while_training:
                 alive_while_training.append(all(Path(f"/proc/{pid}").exists() for pid in spare))
 
-        first = run_experiment(FOLDER / "no_training.py", chosen, work_root=work_root, on_progress=check)
+        first = run_experiment(
+            RunRequest(FOLDER / "no_training.py", chosen, work_root=work_root), on_progress=check
+        )
         assert first.status == "ok", first.log_tail
         assert alive_while_training == [True]
         assert processes_left(str(work_root)) == [] and list(work_root.iterdir()) == []
