@@ -67,22 +67,12 @@ import numpy as np
 
 from bench.decisions import SIGMA
 from bench.night_effects import H100, HISTORIES, Effects, read_history
-from bench.night_rules import (
-    NO_OFFSETS,
-    Corrections,
-    Measured,
-    Offsets,
-    best_out_of_limits,
-    corrected,
-    recent,
-    slowed,
-    windows,
-    worker_offsets,
-)
+from bench.night_rules import Corrections, best_out_of_limits, recent, slowed, windows
 from client.states import Rule
 from server.core.config import ServerSettings
 from server.judge import Action, Evidence, JudgedRun, Noise, RuleSettings, Sample, Snapshot, Verdict, judge
 from server.noise_pool import Pooled, bounded_mean, pool
+from server.worker_offsets import NO_OFFSETS, Measured, Offsets, corrected, worker_offsets
 
 HOURS = 8.0  # a night
 # One run's cycle on a worker at the h100 budget: 300 s of training + 28.9 s startup + 2.1 s
@@ -549,7 +539,12 @@ class Server:
         """The pooled noise and the workers' offsets, recomputed when a measuring run came in."""
         if self._pooled is None or self._pooled[0] != self.measuring_count:
             measured = [self.experiments[i].measuring for i in self.measured_ids]
-            offsets = worker_offsets(measured, self.corrections) if self.corrections.offsets else NO_OFFSETS
+            corrections = self.corrections
+            offsets = (
+                worker_offsets(measured, corrections.half_life_h, corrections.shrink)
+                if corrections.offsets
+                else NO_OFFSETS
+            )
             hours = self.corrections.stale_hours
             pooled = pool([corrected(part, offsets) for runs in measured for part in windows(runs, hours)])
             self._pooled = (self.measuring_count, pooled, offsets)

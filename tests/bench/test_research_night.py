@@ -13,15 +13,7 @@ import pytest
 
 from bench.night_effects import HISTORIES, log_erfc, read_history
 from bench.night_plot import chart
-from bench.night_rules import (
-    Corrections,
-    Measured,
-    best_out_of_limits,
-    corrected,
-    recent,
-    slowed,
-    worker_offsets,
-)
+from bench.night_rules import Corrections, best_out_of_limits, recent, slowed
 from bench.research_night import (
     BASELINE_BPB,
     Scenario,
@@ -30,6 +22,7 @@ from bench.research_night import (
     make_fleet,
 )
 from server.core.config import ServerSettings
+from server.worker_offsets import Measured, corrected, worker_offsets
 
 SETTINGS = ServerSettings(data_dir=Path(tempfile.gettempdir()))
 
@@ -105,7 +98,7 @@ def test_worker_offsets_are_recovered_and_centred() -> None:
         [Measured(level + truth[w], w, 60.0 * (3 * c + w)) for w in truth]
         for c, level in enumerate((1.0, 0.99, 0.985))
     ]
-    offsets = worker_offsets(groups, Corrections(offsets=True))
+    offsets = worker_offsets(groups, half_life_h=0.0)
     centre = sum(truth.values()) / len(truth)
     for worker, offset in truth.items():
         assert offsets.at(worker, 0.0) == pytest.approx(offset - centre, abs=1e-9)
@@ -120,7 +113,7 @@ def test_offsets_with_a_half_life_follow_a_gpu_that_slows_down() -> None:
         for w in (0, 1)
     ]
     runs = [[run for group in groups for run in group]]
-    offsets = worker_offsets(runs, Corrections(offsets=True, half_life_h=0.5, shrink=0.0))
+    offsets = worker_offsets(runs, half_life_h=0.5, shrink=0.0)
     early = offsets.at(1, 2 * 3600) - offsets.at(0, 2 * 3600)
     late = offsets.at(1, 7 * 3600) - offsets.at(0, 7 * 3600)
     assert abs(early) < 0.0003 and late == pytest.approx(0.003, abs=0.0003)
