@@ -60,9 +60,9 @@ from harness.runner.limits import cpu_seconds
 from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
 from server.core.request_metrics import BUCKETS
-from server.crud.project import load_project
 from server.crud.runs import new_seed
 from server.crud.tokens import create_token
+from server.crud.tracks import load_track
 from server.models import ApiToken, Experiment, Lease, Result, Run
 from server.patches import make_patch
 from server.project_init import DEFAULT_PROGRAM_MD, DEFAULT_TRAIN_PY, init_project
@@ -916,7 +916,7 @@ def run_database(kind: str, database_url: str, args: argparse.Namespace, folder:
             "worker": create_token(session, "worker", "bench-workers"),
         }
     with db.read() as session:
-        baseline = load_project(session).baseline_commit
+        baseline = load_track(session).baseline_commit
         agent_ids = list(session.scalars(select(ApiToken.id).where(ApiToken.kind == "agent")))
     assert baseline is not None
     env = server_env(folder, database_url, LEASE_SECONDS="120", PUBLIC_READS="true")

@@ -51,8 +51,8 @@ from client.states import ExperimentStatus, RunKind, RunState
 from server.context import AppContext
 from server.core.config import ServerSettings
 from server.crud.noise import noise
-from server.crud.project import load_project
 from server.crud.tokens import Principal, create_token
+from server.crud.tracks import load_track
 from server.flows import leases
 from server.flows.results import record_result
 from server.flows.submit import submit
@@ -249,7 +249,7 @@ def _top_up_queue(
     ctx = project.ctx
     with ctx.db.read() as session:
         queued = int(session.scalar(_QUEUED_FIRST_RUNS) or 0)
-        best_commit = load_project(session).best_commit
+        best_commit = load_track(session).best_commit
     assert best_commit is not None
     best_source = ctx.repo.train_py(best_commit).decode()
     while queued < len(project.worker_ids) and len(effect_of) < len(effects):
@@ -269,8 +269,8 @@ def _tally(ctx: AppContext, effect_of: dict[int, float], started: float) -> Outc
             select(Run.kind, func.count()).where(Run.status == RunState.FINISHED).group_by(Run.kind)
         ):
             outcome.runs[kind] = count
-        project = load_project(session)
-        estimate = noise(session, project.platform, project.harness_id)
+        project = load_track(session)
+        estimate = noise(session, project.id, project.platform, project.harness_id)
     outcome.sigma = estimate.sigma if estimate is not None else None
     for experiment_id, effect in effect_of.items():
         final = experiments[experiment_id]

@@ -73,8 +73,8 @@ from sqlalchemy import select
 from client.spread import spread
 from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
-from server.crud.project import load_project
 from server.crud.tokens import create_token
+from server.crud.tracks import load_track
 from server.models import ApiToken
 from server.project_init import init_project
 from server.research_repo import blob_sha
@@ -284,7 +284,7 @@ def set_up(database_url: str, folder: Path) -> tuple[Database, str, str, int]:
         token = create_token(session, "worker", "fleet")
         create_token(session, "agent", "fleet-agent")
     with db.read() as session:
-        baseline = load_project(session).baseline_commit
+        baseline = load_track(session).baseline_commit
         agent_id = session.scalar(select(ApiToken.id).where(ApiToken.kind == "agent"))
     assert baseline is not None and agent_id is not None
     return db, token, baseline, agent_id

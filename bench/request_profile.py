@@ -43,8 +43,8 @@ from sqlalchemy import Engine, event
 
 from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
-from server.crud.project import load_project
 from server.crud.tokens import create_token
+from server.crud.tracks import load_track
 from server.main import create_app
 from server.patches import make_patch
 from server.project_init import DEFAULT_PROGRAM_MD, DEFAULT_TRAIN_PY, init_project
@@ -68,7 +68,7 @@ def new_project(database_url: str, folder: Path) -> tuple[ServerSettings, str, s
     with db.write() as session:
         token = create_token(session, "agent", "profile-agent")
     with db.read() as session:
-        baseline = load_project(session).baseline_commit
+        baseline = load_track(session).baseline_commit
     db.dispose()
     assert baseline is not None
     return settings, token, baseline

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from server.core.config import settings_error
-    from server.harness_pin import ProjectMismatch
+    from server.harness_pin import TrackMismatch
     from server.main import StartupError, create_app
     from server.serving import Server, uvicorn_config
 
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         app = create_app(settings)
-    except (StartupError, ProjectMismatch) as exc:
+    except (StartupError, TrackMismatch) as exc:
         print(f"autoresearch serve: {exc}", file=sys.stderr)
         return 2
     Server(uvicorn_config(app, settings.host, settings.port, args.fd, log_level=args.log_level)).run()

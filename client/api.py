@@ -61,6 +61,9 @@ from client.schemas import (
     ResultOutcome,
     SimilarOut,
     SubmitOut,
+    TrackOut,
+    TracksOut,
+    TransferOut,
 )
 from client.states import FINAL_STATUSES, ExperimentStatus, Part
 
@@ -211,11 +214,13 @@ class Client:
         base: str | None = None,
         hypothesis: str | None = None,
         idempotency_key: str | None = None,
+        track: str | None = None,
     ) -> Submitted:
         """Queue a change of train.py: a unified diff against `base`, a whole `train_py`, or
-        search/replace `edits` ([{"old", "new"}], each `old` occurring once).
+        search/replace `edits` ([{"old", "new"}], each `old` occurring once), on `track` (default:
+        base's track, else the only track).
 
-        Returns the experiment; `existing` is true when the same train.py was already run.
+        Returns the experiment; `existing` is true when the same train.py was already run there.
         """
         body = {
             "description": description,
@@ -224,6 +229,7 @@ class Client:
             "edits": _edits(edits),
             "base": base,
             "hypothesis": hypothesis,
+            "track": track,
         }
         if idempotency_key is None and self.retry_for_s:
             idempotency_key = str(uuid.uuid4())  # a retried submission is stored once
@@ -240,6 +246,7 @@ class Client:
     def search(
         self,
         *,
+        track: str | None = None,
         status: ExperimentStatus | None = None,
         agent: str | None = None,
         base: str | None = None,
@@ -251,9 +258,11 @@ class Client:
         cursor: str | None = None,
     ) -> ExperimentPage:
         """Experiments matching the filters, one page (`items`, `next_cursor`), newest first.
-        `text`: words the description or hypothesis contains (case-insensitive); `constant`: the
-        name of a constant the change set; `line`: text one of its changed lines contains."""
+        `track`: one track's (default: every track's); `text`: words the description or hypothesis
+        contains (case-insensitive); `constant`: the name of a constant the change set; `line`: text
+        one of its changed lines contains."""
         params = {
+            "track": track,
             "status": status,
             "agent": agent,
             "base": base,
@@ -286,18 +295,19 @@ class Client:
         train_py: str | None = None,
         edits: Sequence[Edit | Mapping[str, str]] | None = None,
         base: str | None = None,
+        track: str | None = None,
     ) -> SimilarOut:
         """Has this been tried? The experiments that made the same or nearly the same change, most
         alike first, with their outcomes: as an experiment (`experiment_id`), or as a change not
-        submitted (a `patch` or `edits` against `base`, default the best, or a whole `train_py`;
-        checked as a submission is, ApiError if not valid; nothing is stored)."""
+        submitted (a `patch` or `edits` against `base`, default the best of `track`, or a whole
+        `train_py`; checked as a submission is, ApiError if not valid; nothing is stored)."""
         given = {"patch": patch, "train_py": train_py, "edits": _edits(edits), "base": base}
         change = {k: v for k, v in given.items() if v is not None}
         if (experiment_id is None) == (not change):
             raise ArgumentsError("give experiment_id or a change (edits, patch, train_py), not both")
         if experiment_id is not None:
             return self._call(SimilarOut, "GET", f"/experiments/{experiment_id}/similar")
-        return self._call(SimilarOut, "POST", "/similar", json=change)
+        return self._call(SimilarOut, "POST", "/similar", json=change | ({"track": track} if track else {}))
 
     def diff(self, experiment_id: int) -> str:
         return self._send("GET", f"/experiments/{experiment_id}/diff").text
@@ -306,9 +316,9 @@ class Client:
         """The experiment's whole train.py."""
         return self._send("GET", f"/experiments/{experiment_id}/train.py").text
 
-    def program_md(self) -> str:
-        """program.md: the rules every agent follows."""
-        return self._send("GET", "/program").text
+    def program_md(self, track: str | None = None) -> str:
+        """program.md: the rules every agent of the track follows."""
+        return self._send("GET", "/program", params=_track(track)).text
 
     def log(self, experiment_id: int, run: int | None = None) -> str:
         """A run's log (default: the latest run with a result)."""
@@ -338,21 +348,49 @@ class Client:
         path = f"/integrity-events/{event_id}/clear"
         return self._call(IntegrityEventOut, "POST", path, json={"note": note})
 
-    def best(self) -> BestOut:
-        return self._call(BestOut, "GET", "/best")
+    def best(self, track: str | None = None) -> BestOut:
+        """The track's best (default: the only track)."""
+        return self._call(BestOut, "GET", "/best", params=_track(track))
 
-    def leaderboard(self) -> LeaderboardOut:
-        return self._call(LeaderboardOut, "GET", "/leaderboard")
+    def leaderboard(self, track: str | None = None) -> LeaderboardOut:
+        return self._call(LeaderboardOut, "GET", "/leaderboard", params=_track(track))
 
-    def noise(self) -> NoiseListOut:
-        """The decision rule's settings and the noise per platform and harness."""
-        return self._call(NoiseListOut, "GET", "/noise")
+    def noise(self, track: str | None = None) -> NoiseListOut:
+        """The decision rule's settings and the track's noise per platform and harness."""
+        return self._call(NoiseListOut, "GET", "/noise", params=_track(track))
 
     def children(self, commit: str) -> ChildrenOut:
         return self._call(ChildrenOut, "GET", f"/commits/{commit}/children")
 
-    def agents(self) -> AgentsOut:
-        return self._call(AgentsOut, "GET", "/agents")
+    def agents(self, track: str | None = None) -> AgentsOut:
+        return self._call(AgentsOut, "GET", "/agents", params=_track(track))
+
+    # Tracks -----------------------------------------------------------------------------------
+
+    def tracks(self) -> TracksOut:
+        """Every track: its preset, platforms, pins, best and queue."""
+        return self._call(TracksOut, "GET", "/tracks")
+
+    def create_track(self, name: str, **fields: str | None) -> TrackOut:
+        """Create a track (admin token): `preset`, `platforms`, `platform`, `harness_id`,
+        `train_py`, `program_md` (TrackIn); its baseline is queued at once."""
+        body = {"name": name, **{k: v for k, v in fields.items() if v is not None}}
+        return self._call(TrackOut, "POST", "/tracks", json=body)
+
+    def archive_track(self, name: str) -> TrackOut:
+        """Archive a track (admin token): it takes no new experiments and no worker serves it."""
+        return self._call(TrackOut, "POST", f"/tracks/{name}/archive")
+
+    def port(self, experiment_id: int, track: str, description: str | None = None) -> Submitted:
+        """Carry a kept experiment's change to another track, applied to that track's best and
+        decided there on its own runs; `existing` when the same train.py is there already."""
+        body = {"track": track, **({"description": description} if description else {})}
+        response = self._send("POST", f"/experiments/{experiment_id}/port", json=body)
+        return parse(Submitted, response).model_copy(update={"existing": response.status_code == 200})
+
+    def transfer(self) -> TransferOut:
+        """Every change tried on more than one track, with its effect on each."""
+        return self._call(TransferOut, "GET", "/transfer")
 
     def post_note(self, text: str, *, experiment_id: int | None = None, commit: str | None = None) -> NoteOut:
         """Leave a note for the other agents (one finding each), optionally about an experiment or
@@ -383,28 +421,41 @@ class Client:
             NotePage, "GET", "/notes", params={k: v for k, v in params.items() if v is not None}
         )
 
-    def near_misses(self, *, limit: int = 20) -> NearMissesOut:
-        """Reverted experiments that measured better than what they were measured against (effect
-        below zero, short of significance), strongest evidence first, with what each changed:
-        candidates to combine."""
-        return self._call(NearMissesOut, "GET", "/near-misses", params={"limit": limit})
+    def near_misses(self, *, limit: int = 20, track: str | None = None) -> NearMissesOut:
+        """Reverted experiments of the track that measured better than what they were measured
+        against (effect below zero, short of significance), strongest evidence first, with what
+        each changed: candidates to combine."""
+        return self._call(NearMissesOut, "GET", "/near-misses", params={"limit": limit, **_track(track)})
 
     def keep_rates(
-        self, *, part: Part | None = None, name: str | None = None, min_tried: int = 1, limit: int = 100
+        self,
+        *,
+        part: Part | None = None,
+        name: str | None = None,
+        min_tried: int = 1,
+        limit: int = 100,
+        track: str | None = None,
     ) -> KeepRatesOut:
-        """Tried, measured and kept per
+        """Tried, measured and kept on the track per
         constant and direction (`part="constant"`) and per region (`part="region"`), most tried first."""
-        params = {"part": part, "name": name, "min_tried": min_tried, "limit": limit}
+        params = {"part": part, "name": name, "min_tried": min_tried, "limit": limit, "track": track}
         return self._call(
             KeepRatesOut, "GET", "/keep-rates", params={k: v for k, v in params.items() if v is not None}
         )
 
-    def results_tsv(self) -> str:
-        return self._send("GET", "/results.tsv").text
+    def results_tsv(self, track: str | None = None) -> str:
+        return self._send("GET", "/results.tsv", params=_track(track)).text
 
-    def import_results_tsv(self, tsv: str) -> ImportOut:
+    def import_results_tsv(self, tsv: str, track: str | None = None) -> ImportOut:
         headers = {"Content-Type": "text/tab-separated-values"}
-        return self._call(ImportOut, "POST", "/import/results.tsv", content=tsv.encode(), headers=headers)
+        return self._call(
+            ImportOut,
+            "POST",
+            "/import/results.tsv",
+            content=tsv.encode(),
+            headers=headers,
+            params=_track(track),
+        )
 
     def wait(self, *experiment_ids: int, timeout: float = 3600.0, poll_s: float = 2.0) -> list[ExperimentOut]:
         """Poll until any of the experiments reaches a final state; return those that have, in the
@@ -452,8 +503,12 @@ class Client:
 
     # Workers ----------------------------------------------------------------------------------
 
-    def register(self, *, name: str, device: str, memory_gb: float, harness_id: str) -> RegisterOut:
+    def register(
+        self, *, name: str, device: str, memory_gb: float, harness_id: str, preset: str | None = None
+    ) -> RegisterOut:
         body = {"name": name, "device": device, "memory_gb": memory_gb, "harness_id": harness_id}
+        if preset is not None:
+            body["preset"] = preset
         return self._call(RegisterOut, "POST", "/worker/register", json=body)
 
     def claim(self, worker_id: str, wait_s: float = 0.0) -> ClaimOut | None:
@@ -481,6 +536,11 @@ class Client:
     def release(self, lease_id: str, reason: str, count_attempt: bool = False) -> None:
         body = {"reason": reason, "count_attempt": count_attempt}
         self._send("POST", f"/worker/leases/{lease_id}/release", json=body)
+
+
+def _track(track: str | None) -> dict[str, str]:
+    """The `track` query parameter, when one is named."""
+    return {"track": track} if track is not None else {}
 
 
 def _edits(edits: Sequence[Edit | Mapping[str, str]] | None) -> list[dict[str, str]] | None:

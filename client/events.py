@@ -49,6 +49,7 @@ class Queued(Payload):
     description: str | None = None  # a new experiment: what it changes,
     base: str | None = None  # the commit it was applied to,
     commit: str | None = None  # and its own commit
+    track: str | None = None  # the track it is queued on (the server says it; older servers did not)
 
 
 class Started(Payload):

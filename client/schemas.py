@@ -57,6 +57,9 @@ STATES_NUL_FREE: dict[str, Any] = {"pattern": NUL_FREE}
 Text = Annotated[str, Field(json_schema_extra=STATES_NUL_FREE)]
 PAGE_LIMIT = 200  # the most items one page of a list answers
 Sha = Annotated[str, Field(pattern=SHA_PATTERN)]
+# A track's name: part of a git ref (tracks/<name>/best) and of URLs.
+TRACK_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
+TrackName = Annotated[str, Field(pattern=TRACK_PATTERN)]
 
 
 class Input(BaseModel):
@@ -109,10 +112,13 @@ class SubmitIn(Strict):
 
     description: Annotated[Text, Field(min_length=1, max_length=500)]
     hypothesis: Annotated[Text, Field(max_length=2000)] | None = None
-    base: Sha | None = Field(None, description="commit to apply the change to; default: the current best")
+    base: Sha | None = Field(
+        None, description="commit to apply the change to; default: the current best of the track"
+    )
     patch: Text | None = Field(None, description="unified diff of train.py against base")
     train_py: Text | None = Field(None, description="the whole new train.py (instead of patch)")
     edits: Edits | None = None
+    track: TrackName | None = Field(None, description="its track (default: base's, else the only one)")
 
 
 class BestBefore(BaseModel):
@@ -193,9 +199,10 @@ class ResultOut(BaseModel):
 
 class ExperimentOut(BaseModel):
     id: int
+    track: str | None = Field(None, description="the track it runs on (null: a server before tracks)")
     status: ExperimentStatus
     agent: str
-    source: Literal["agent", "baseline", "rebase"]
+    source: Literal["agent", "baseline", "rebase", "port"]
     description: str
     hypothesis: str | None
     base: str | None
@@ -216,8 +223,11 @@ class ExperimentOut(BaseModel):
     comparison: ComparisonOut | None
     rebased_from: int | None
     rebased_to: int | None
+    ported_from: int | None = Field(
+        None, description="a port: the kept experiment of another track whose change this one carries"
+    )
     val_bpb: float | None = Field(description="the mean of its valid runs")
-    valid_runs: int = Field(description="runs that ended ok on the project's platform and harness")
+    valid_runs: int = Field(description="runs that ended ok on its track's platform and harness")
     runs: list[RunOut]
     result: ResultOut | None = Field(description="the latest run's result")
 
@@ -234,6 +244,7 @@ class ProgressOut(BaseModel):
 
 
 class BestOut(BaseModel):
+    track: str | None = Field(None, description="its track (null: a server before tracks)")
     commit: str
     val_bpb: float | None = Field(description="the mean of the best's valid runs")
     runs: int = Field(description="its valid runs")
@@ -288,8 +299,9 @@ class AgentStanding(BaseModel):
 
 
 class NoiseOut(BaseModel):
-    """The run-to-run noise of val_bpb on one platform and harness."""
+    """The run-to-run noise of val_bpb of one track on one platform and harness."""
 
+    track: str | None = Field(None, description="its track (null: a server before tracks)")
     platform: str
     harness_id: str
     sigma: float | None = Field(
@@ -298,7 +310,7 @@ class NoiseOut(BaseModel):
     df: int = Field(description="degrees of freedom: the sum over experiments of their valid runs minus one")
     runs: int = Field(description="valid runs it rests on (of experiments with several)")
     experiments: int = Field(description="experiments with several valid runs")
-    current: bool = Field(description="the project's platform and harness: the estimate decisions use")
+    current: bool = Field(description="the track's platform and harness: the estimate decisions use")
     updated_at: datetime
 
 
@@ -321,7 +333,7 @@ class NoiseListOut(BaseModel):
 
 class LeaderboardOut(BaseModel):
     best: BestOut
-    noise: NoiseOut | None = Field(description="the noise estimate of the project's platform and harness")
+    noise: NoiseOut | None = Field(description="the noise estimate of the track's platform and harness")
     lineage: list[LineageEntry]
     top: list[RankedResult]
     agents: list[AgentStanding]
@@ -416,6 +428,9 @@ class RegisterIn(Strict):
     device: Annotated[Text, Field(min_length=1, max_length=200)]
     memory_gb: float = Field(ge=0, le=1e6)
     harness_id: Annotated[Text, Field(min_length=1, max_length=128)]
+    preset: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")] | None = Field(
+        None, description="the worker's harness preset: a track of another preset does not accept it"
+    )
 
 
 class RegisterOut(BaseModel):
@@ -424,6 +439,7 @@ class RegisterOut(BaseModel):
     platform: str
     lease_seconds: float
     heartbeat_seconds: float
+    tracks: list[str] = Field(default_factory=list, description="the tracks this worker serves")
 
 
 class ClaimIn(Strict):
@@ -577,6 +593,7 @@ class NearMissOut(BaseModel):
 
 
 class NearMissesOut(BaseModel):
+    track: str | None = Field(None, description="its track (null: a server before tracks)")
     noise_sigma: float | None = Field(description="the pooled noise, for decisions without a standard error")
     best: str | None = Field(description="the current best commit")
     items: list[NearMissOut] = Field(description="strongest evidence first (lowest `z`)")
@@ -610,6 +627,7 @@ class KeepRateTotalsOut(TallyOut):
 
 
 class KeepRatesOut(BaseModel):
+    track: str | None = Field(None, description="its track (null: a server before tracks)")
     platform: str | None
     harness_id: str | None
     overall: KeepRateTotalsOut
@@ -625,16 +643,20 @@ class SimilarIn(Strict):
 
     model_config = ConfigDict(json_schema_extra=SubmitIn.model_config.get("json_schema_extra"))
 
-    base: Sha | None = Field(None, description="commit the change is made on; default: the current best")
+    base: Sha | None = Field(
+        None, description="commit the change is made on; default: the current best of the track"
+    )
     patch: Text | None = Field(None, description="unified diff of train.py against base")
     train_py: Text | None = Field(None, description="the whole new train.py (instead of patch)")
     edits: Edits | None = None
+    track: TrackName | None = Field(None, description="its track (default: base's, else the only one)")
 
 
 class SimilarExperiment(BaseModel):
     """An experiment whose change resembles the one asked about, with its outcome."""
 
     experiment_id: int
+    track: str | None = Field(None, description="the track it ran on (null: a server before tracks)")
     kind: SimilarityKind = Field(description="how it resembles it (docs/api.md, 'Similar experiments')")
     distance: float = Field(description="0: the same; up to the kind's threshold")
     detail: str = Field(description="what is alike, in words")
@@ -660,3 +682,91 @@ class SubmitOut(ExperimentOut):
     """The experiment submitted, and the earlier experiments whose change resembles its own."""
 
     similar: list[SimilarExperiment] = Field(description="earlier experiments, most alike first")
+
+
+# Tracks (docs/api.md, "Tracks") ---------------------------------------------------------------
+
+
+class TrackIn(Strict):
+    """A new track (admin): its name, preset and platforms; its baseline is the first track's
+    baseline train.py and program.md unless given."""
+
+    name: TrackName
+    preset: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")] | None = Field(
+        None, description="the harness preset its workers run (a worker of another preset is not accepted)"
+    )
+    platforms: Annotated[Text, Field(min_length=1, max_length=200)] | None = Field(
+        None,
+        description="the devices that may serve it: device names or fnmatch patterns, comma-separated "
+        "(`NVIDIA H100*`); default: any; the first worker accepted pins its device as the platform",
+    )
+    platform: Annotated[Text, Field(min_length=1, max_length=200)] | None = Field(
+        None, description="pins the platform now (a device name workers report)"
+    )
+    harness_id: Annotated[Text, Field(min_length=1, max_length=128)] | None = Field(
+        None, description="pins the harness id now (else the first worker accepted pins it)"
+    )
+    train_py: Annotated[Text, Field(min_length=1)] | None = Field(
+        None, description="its baseline train.py (default: the first track's baseline)"
+    )
+    program_md: Annotated[Text, Field(min_length=1, max_length=200_000)] | None = Field(
+        None, description="its program.md, the rules its agents follow (default: the first track's)"
+    )
+
+
+class TrackOut(BaseModel):
+    name: str
+    preset: str | None
+    platforms: str | None = Field(description="the devices that may serve it (null: any)")
+    platform: str | None = Field(description="the platform it measures on (null until a worker pins it)")
+    harness_id: str | None
+    branch: str = Field(description="its best's branch in the research repo")
+    baseline: str | None = Field(description="its baseline commit")
+    best: str | None = Field(description="its best commit")
+    best_experiment_id: int | None
+    experiments: int
+    queued: int = Field(description="its runs waiting for a worker")
+    workers: int = Field(description="workers online that serve it")
+    created_at: datetime
+    archived_at: datetime | None
+
+
+class TracksOut(BaseModel):
+    tracks: list[TrackOut] = Field(description="the first track first")
+
+
+class PortIn(Strict):
+    """Carry a kept change of one track to another, to be decided there on its own runs."""
+
+    track: TrackName = Field(description="the track to port it to")
+    description: Annotated[Text, Field(min_length=1, max_length=500)] | None = Field(
+        None, description="default: the origin's description"
+    )
+
+
+class TransferTrack(BaseModel):
+    """A change's outcome on one track: its latest decided (else newest) experiment there."""
+
+    track: str
+    experiment_id: int
+    status: ExperimentStatus
+    decision: Decision | None
+    effect: float | None = Field(description="mean val_bpb minus its reference's (negative is better)")
+    se: float | None = Field(description="the effect's standard error (null under the greedy rule)")
+    runs: int | None = Field(description="its valid runs the effect rests on")
+    reference_runs: int | None
+    val_bpb: float | None
+    ported_from: int | None
+
+
+class TransferItem(BaseModel):
+    """One change (the same lines removed and added) tried on more than one track."""
+
+    description: str = Field(description="the first experiment's")
+    agent: str = Field(description="who tried it first")
+    first_experiment_id: int
+    tracks: list[TransferTrack] = Field(description="one per track, in track order")
+
+
+class TransferOut(BaseModel):
+    items: list[TransferItem] = Field(description="newest change first")

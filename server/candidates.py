@@ -16,16 +16,21 @@ from server.core.problems import Problem
 from server.crud.runs import queue_runs
 from server.crud.similar import SAME_TRAIN_PY, store_change
 from server.crud.tokens import Principal
+from server.crud.tracks import TrackRef
 from server.models import Experiment, utcnow
 from server.transaction import Transaction
 
-_SAME_TRAIN_PY = SAME_TRAIN_PY.order_by(Experiment.id).limit(1)  # built once: every submission runs it
+# Built once: every submission runs it. A train.py is run once per track: another track is other
+# hardware or another preset, where the same file measures something else.
+_SAME_TRAIN_PY = (
+    SAME_TRAIN_PY.where(Experiment.track_id == bindparam("track_id")).order_by(Experiment.id).limit(1)
+)
 
 
-def find_same_train_py(session: Session, blob: str) -> int | None:
-    """The id of an experiment with this exact train.py that was run or will be (not
+def find_same_train_py(session: Session, blob: str, track_id: int) -> int | None:
+    """The id of an experiment of the track with this exact train.py that was run or will be (not
     cancelled/infra-failed)."""
-    return session.scalars(_SAME_TRAIN_PY, {"blob": blob}).first()
+    return session.scalars(_SAME_TRAIN_PY, {"blob": blob, "track_id": track_id}).first()
 
 
 _SAME_AND_QUEUED = select(
@@ -36,10 +41,13 @@ _SAME_AND_QUEUED = select(
 )
 
 
-def same_train_py_and_queued(session: Session, blob: str, agent_id: int) -> tuple[int | None, int]:
-    """What a submission checks with the project locked, in one query: `find_same_train_py`, and
-    how many experiments the agent has queued."""
-    same, queued = session.execute(_SAME_AND_QUEUED, {"blob": blob, "agent_id": agent_id}).one()
+def same_train_py_and_queued(
+    session: Session, blob: str, agent_id: int, track_id: int
+) -> tuple[int | None, int]:
+    """What a submission checks with the track locked, in one query: `find_same_train_py`, and
+    how many experiments the agent has queued (on every track: the limit is the agent's)."""
+    params = {"blob": blob, "agent_id": agent_id, "track_id": track_id}
+    same, queued = session.execute(_SAME_AND_QUEUED, params).one()
     return same, int(queued or 0)
 
 
@@ -64,15 +72,19 @@ def queue_candidate(
     tx: Transaction,
     candidate: Candidate,
     *,
+    track: TrackRef,
     agent_id: int | None,
     source: str,
     queued_at: datetime | None = None,
     rebased_from_id: int | None = None,
+    ported_from_id: int | None = None,
 ) -> Experiment:
-    """Insert a queued experiment (and its first run) for a candidate, with the summary of its
-    change, and point its ref at its commit."""
+    """Insert a queued experiment of the track (and its first run) for a candidate, with the summary
+    of its change, and point its ref at its commit."""
+    track_id, track_name = track
     now = utcnow()
     experiment = Experiment(
+        track_id=track_id,
         agent_id=agent_id,
         source=source,
         description=candidate.description,
@@ -85,11 +97,12 @@ def queue_candidate(
         created_at=now,
         queued_at=queued_at or now,
         rebased_from_id=rebased_from_id,
+        ported_from_id=ported_from_id,
     )
     tx.session.add(experiment)
     tx.session.flush()
     experiment_id = experiment.id
-    queue_runs(tx.session, experiment_id, RunKind.FIRST, experiment.queued_at, new=True)
+    queue_runs(tx.session, experiment_id, track_id, RunKind.FIRST, experiment.queued_at, new=True)
     store_change(tx.session, experiment_id, candidate.change)
     ctx.repo.set_experiment_ref(experiment_id, candidate.commit_sha)
     tx.undo.append(lambda: ctx.repo.delete_experiment_ref(experiment_id))
@@ -99,18 +112,25 @@ def queue_candidate(
             description=candidate.description,
             base=candidate.base_commit,
             commit=candidate.commit_sha,
+            track=track_name,
         ),
     )
     return experiment
 
 
 def queue_submission(
-    ctx: AppContext, tx: Transaction, agent: Principal, candidate: Candidate
+    ctx: AppContext,
+    tx: Transaction,
+    agent: Principal,
+    candidate: Candidate,
+    track: TrackRef,
+    ported_from_id: int | None = None,
 ) -> tuple[int, bool]:
-    """An agent's submission, in the transaction with the project locked: the experiment with this
-    train.py if there is one by now (its id, False), else a new one queued (its id, True).
-    Problem 429 if the agent already has its limit of experiments queued."""
-    existing, queued = same_train_py_and_queued(tx.session, candidate.blob, agent.id)
+    """An agent's submission (or port) to a track (id, name), in the transaction with the track
+    locked: the experiment of the track with this train.py if there is one by now (its id, False),
+    else a new one queued (its id, True). Problem 429 if the agent already has its limit of
+    experiments queued."""
+    existing, queued = same_train_py_and_queued(tx.session, candidate.blob, agent.id, track.id)
     if existing is not None:
         return existing, False
     limit = ctx.settings.max_queued_per_agent
@@ -122,4 +142,14 @@ def queue_submission(
             "wait for some to start or cancel some",
             headers={"Retry-After": "10"},
         )
-    return queue_candidate(ctx, tx, candidate, agent_id=agent.id, source="agent").id, True
+    source = "agent" if ported_from_id is None else "port"
+    queued_as = queue_candidate(
+        ctx,
+        tx,
+        candidate,
+        track=track,
+        agent_id=agent.id,
+        source=source,
+        ported_from_id=ported_from_id,
+    )
+    return queued_as.id, True

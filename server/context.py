@@ -8,9 +8,10 @@ in it (refs are written inside the transaction, so a failed commit must not leav
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -47,9 +48,13 @@ class AppContext:
     request_times: Histogram
     fleet: Fleet
     note_limit: PerCallerLimit
-    # Set once the best is measured (a valid run, and the noise estimate under the noise-aware
-    # rule); a measurement is never lost, so claims then skip the check (server/flows/leases.py, gate).
-    gate_open: bool = False
+    # The tracks whose best is measured (a valid run, and the noise estimate under the noise-aware
+    # rule); a measurement is never lost, so claims then skip the check (server/flows/leases.py, gates).
+    gate_open: set[int] = field(default_factory=set)
+    # Counts the admin's changes of the tracks (created, archived): the tracks each worker serves
+    # are computed again after one (server/flows/workers.py, serving).
+    tracks_version: int = 0
+    _tracks_lock: threading.Lock = field(default_factory=threading.Lock)
     _worker_threads: CapacityLimiter | None = None
 
     async def in_worker_thread(self, work: Callable[..., T], *args: Any) -> T:
@@ -62,6 +67,11 @@ class AppContext:
         if self._worker_threads is None:  # made on the event loop, which anyio needs
             self._worker_threads = CapacityLimiter(self.settings.worker_db_threads)
         return await anyio.to_thread.run_sync(work, *args, limiter=self._worker_threads)
+
+    def tracks_changed(self) -> None:
+        """A track was created or archived (after its transaction committed)."""
+        with self._tracks_lock:
+            self.tracks_version += 1
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:

@@ -9,7 +9,7 @@ Locking. A candidate is always compared with its own base's runs: while the base
 that is the best; once the best has moved on, still the base. Whether the base is still the best
 only decides what a positive verdict does (keep it, or re-apply it onto the new best), so only
 positive verdicts need the best to be fresh:
-- Keep, rebase and revoke (judge.NEEDS_FRESH_BEST) are decided again with the project row
+- Keep, rebase and revoke (judge.NEEDS_FRESH_BEST) are decided again with the track's row
   locked (PostgreSQL; SQLite has one writer anyway) on the fresh row (server/flows/results.py),
   so such decisions are serial: two results that arrive together are decided one after the
   other, and the second sees the `best` the first one left. Only a candidate measured on the
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from client.events import DECIDED_PAYLOAD, Queued, Reverted
@@ -39,11 +39,18 @@ from server.candidates import Candidate, commit_message, find_same_train_py, que
 from server.carry import CACHED, Carried, carried
 from server.context import AppContext
 from server.crud.experiments import agent_label, agent_names, by_commit
-from server.crud.project import ProjectState, current_best, move_best
 from server.crud.runs import cancel_queued_runs, count_runs, queue_runs
+from server.crud.tracks import (
+    TrackRef,
+    TrackState,
+    current_best,
+    last_experiment_id,
+    move_best,
+    submitted_since,
+)
 from server.judge import Action, Comparison, Verdict
 from server.lifecycle import move_experiment, move_run
-from server.models import EXPERIMENTS, RUNS, AnyRow, Experiment, Run, utcnow
+from server.models import EXPERIMENTS, RUNS, TRACKS, AnyRow, Experiment, Run, utcnow
 from server.train_py_limits import Limits
 from server.transaction import Transaction
 
@@ -82,7 +89,7 @@ REVOKED = "kept, then revoked"
 
 
 def settle(
-    ctx: AppContext, tx: Transaction, project: ProjectState, experiment: AnyRow, verdict: Verdict
+    ctx: AppContext, tx: Transaction, track: TrackState, experiment: AnyRow, verdict: Verdict
 ) -> dict[str, object]:
     """Carry out the judge's verdict on the experiment a run's result was for: the experiment's
     new column values (the caller writes them with its own changes), after the effects (the
@@ -99,10 +106,10 @@ def settle(
             "finished_at": utcnow(),
         }
     if verdict.action is Action.REVOKE:
-        return _revoke(ctx, tx, project, experiment, verdict.reason)
+        return _revoke(ctx, tx, track, experiment, verdict.reason)
     reference_commit = experiment.base_commit if experiment.base_commit is not None else experiment.commit_sha
     changes = _comparison_columns(reference_commit, verdict.comparison)
-    return changes | _apply(ctx, tx, project, experiment, verdict)
+    return changes | _apply(ctx, tx, track, experiment, verdict)
 
 
 def _comparison_columns(reference_commit: str, comparison: Comparison | None) -> dict[str, object]:
@@ -123,20 +130,22 @@ def _comparison_columns(reference_commit: str, comparison: Comparison | None) ->
 
 
 def _apply(
-    ctx: AppContext, tx: Transaction, project: ProjectState, experiment: AnyRow, verdict: Verdict
+    ctx: AppContext, tx: Transaction, track: TrackState, experiment: AnyRow, verdict: Verdict
 ) -> dict[str, object]:
     """Carry out the verdict; the experiment's status, decision and reason, and its event. Keep and
-    rebase come with `project` read on its locked row (judge.NEEDS_FRESH_BEST)."""
+    rebase come with `track` read on its locked row (judge.NEEDS_FRESH_BEST)."""
     decision, reason, rebased_to = Decision.REVERT, verdict.reason, None
-    best_after = project.best_commit
+    best_after = track.best_commit
     if verdict.action is Action.KEEP:
-        _advance_best(ctx, tx, project, experiment)  # its runs go on: it is the best now
+        _advance_best(ctx, tx, track, experiment)  # its runs go on: it is the best now
         decision, best_after = Decision.KEEP, experiment.commit_sha
     elif verdict.action is Action.REBASE:
-        decision, reason, rebased_to = _rebase(ctx, tx, project, experiment, verdict.reason)
+        decision, reason, rebased_to = _rebase(ctx, tx, track, experiment, verdict.reason)
     elif verdict.action is Action.CONFIRM:
-        (number,) = queue_runs(tx.session, experiment.id, RunKind.CONFIRMATION, experiment.queued_at)
-        tx.emit(Queued(experiment_id=experiment.id, run=number, why=verdict.reason))
+        (number,) = queue_runs(
+            tx.session, experiment.id, track.id, RunKind.CONFIRMATION, experiment.queued_at
+        )
+        tx.emit(Queued(experiment_id=experiment.id, run=number, why=verdict.reason, track=track.name))
         return {"status": ExperimentStatus.QUEUED, "decision_reason": verdict.reason}
     if decision is not Decision.KEEP:
         cancel_queued_runs(tx.session, experiment.id, utcnow())
@@ -163,15 +172,15 @@ def _apply(
 
 
 def _rebase(
-    ctx: AppContext, tx: Transaction, project: ProjectState, experiment: Rebasable, why: str
+    ctx: AppContext, tx: Transaction, track: TrackState, experiment: Rebasable, why: str
 ) -> tuple[Decision, str, int | None]:
-    assert project.best_commit is not None and experiment.base_commit is not None
-    moved = f"{why} (from {experiment.base_commit[:10]} to {project.best_commit[:10]})"
+    assert track.best_commit is not None and experiment.base_commit is not None
+    moved = f"{why} (from {experiment.base_commit[:10]} to {track.best_commit[:10]})"
     (author,) = _agent_labels(tx.session, [experiment])
-    carry = _carry_onto_best(ctx, experiment, project.best_commit, author)
+    carry = _carry_onto_best(ctx, experiment, track.best_commit, author)
     if carry.stale is not None:
         return Decision.STALE, f"{moved}; {carry.stale}", None
-    twin = find_same_train_py(tx.session, carry.blob)
+    twin = find_same_train_py(tx.session, carry.blob, track.id)
     if twin is not None:
         return Decision.REBASE, f"{moved}; its change on the new best is experiment {twin}", twin
     assert carry.change is not None  # a change that applies has its summary
@@ -181,11 +190,12 @@ def _rebase(
         Candidate(
             experiment.description,
             experiment.hypothesis,
-            base_commit=project.best_commit,
+            base_commit=track.best_commit,
             commit_sha=carry.commit,
             blob=carry.blob,
             change=carry.change,
         ),
+        track=TrackRef(track.id, track.name),
         agent_id=experiment.agent_id,
         source="rebase",
         queued_at=experiment.queued_at,
@@ -213,7 +223,8 @@ def _carry_onto_best(ctx: AppContext, experiment: Carriable, best_commit: str, a
     )
 
 
-# First runs queued on a former best: the changes a claim will re-apply (reapply_before_running).
+# First runs queued on a former best of their track: the changes a claim will re-apply
+# (reapply_before_running), each with its track's best.
 _QUEUED_ON_FORMER_BEST = (
     select(
         EXPERIMENTS.c.agent_id,
@@ -221,13 +232,15 @@ _QUEUED_ON_FORMER_BEST = (
         EXPERIMENTS.c.hypothesis,
         EXPERIMENTS.c.base_commit,
         EXPERIMENTS.c.commit_sha,
+        TRACKS.c.best_commit.label("best"),
     )
     .join(RUNS, RUNS.c.experiment_id == EXPERIMENTS.c.id)
+    .join(TRACKS, TRACKS.c.id == EXPERIMENTS.c.track_id)
     .where(
         RUNS.c.number == 1,
         RUNS.c.status == RunState.QUEUED,
         EXPERIMENTS.c.decision.is_(None),
-        EXPERIMENTS.c.base_commit != bindparam("best"),
+        EXPERIMENTS.c.base_commit != TRACKS.c.best_commit,
     )
     .order_by(RUNS.c.queued_at, RUNS.c.id)
     .limit(CACHED)
@@ -235,38 +248,37 @@ _QUEUED_ON_FORMER_BEST = (
 
 
 def carry_ahead(ctx: AppContext) -> None:
-    """Carry the changes queued on a former best onto the best, outside any transaction, so that
-    the claims that re-apply them under the lock find them carried (server/carry.py). The server
-    runs it in the background after each keep (server/main.py)."""
+    """Carry the changes queued on a former best onto their track's best, outside any transaction,
+    so that the claims that re-apply them under the lock find them carried (server/carry.py). The
+    server runs it in the background after each keep (server/main.py)."""
     with ctx.db.read() as session:  # closed before the carrying: git writes can wait for the disk
-        best = current_best(session).best_commit
-        if best is None:
-            return
-        queued = session.execute(_QUEUED_ON_FORMER_BEST, {"best": best}).all()
+        queued = session.execute(_QUEUED_ON_FORMER_BEST).all()
         authors = _agent_labels(session, queued)
     for experiment, author in zip(queued, authors, strict=True):
         try:
-            _carry_onto_best(ctx, experiment, best, author)
+            _carry_onto_best(ctx, experiment, experiment.best, author)
         except Exception:  # only made ahead: the rebase that needs it carries it again
             log.exception("carrying the change of commit %s onto the best failed", experiment.commit_sha)
 
 
-def reapply_before_running(ctx: AppContext, tx: Transaction, experiment_id: int, run_id: int) -> bool:
-    """A change about to run on a former best: re-apply it onto the current best instead.
+def reapply_before_running(
+    ctx: AppContext, tx: Transaction, track_id: int, experiment_id: int, run_id: int
+) -> bool:
+    """A change about to run on a former best of its track: re-apply it onto the current best instead.
 
     Running it on the old best would be wasted (a promising result is re-applied and run again
     anyway), so its change goes onto the current best now: a new experiment takes its place in
     the queue, or it goes stale when the change no longer applies. True when that happened (the
     claimed run is cancelled); False when it should run as it is.
     """
-    project = current_best(tx.session, lock=True)
+    track = current_best(tx.session, track_id, lock=True)
     experiment = tx.session.get(Experiment, experiment_id, with_for_update=True)
     assert experiment is not None
-    if experiment.base_commit in (None, project.best_commit) or experiment.decision is not None:
+    if experiment.base_commit in (None, track.best_commit) or experiment.decision is not None:
         return False
     base = tx.session.execute(
         select(Experiment.status, Experiment.decision_reason)
-        .where(Experiment.commit_sha == experiment.base_commit)
+        .where(Experiment.commit_sha == experiment.base_commit, Experiment.track_id == track_id)
         .order_by(Experiment.id)
         .limit(1)
     ).first()
@@ -275,7 +287,7 @@ def reapply_before_running(ctx: AppContext, tx: Transaction, experiment_id: int,
     )
     if not was_best:
         return False  # submitted on a side branch on purpose: it runs there
-    decision, reason, rebased_to = _rebase(ctx, tx, project, experiment, "the best moved before it ran")
+    decision, reason, rebased_to = _rebase(ctx, tx, track, experiment, "the best moved before it ran")
     now = utcnow()
     move_experiment(experiment, DECIDED_STATUS[decision])
     experiment.decision = decision
@@ -287,7 +299,7 @@ def reapply_before_running(ctx: AppContext, tx: Transaction, experiment_id: int,
     run.finished_at, run.attempts = now, run.attempts - 1
     tx.emit(
         DECIDED_PAYLOAD[decision](
-            experiment_id=experiment.id, reason=reason, best=project.best_commit, rebased_to=rebased_to
+            experiment_id=experiment.id, reason=reason, best=track.best_commit, rebased_to=rebased_to
         ),
     )
     return True
@@ -299,65 +311,59 @@ def _agent_labels(session: Session, experiments: Sequence[Carriable]) -> list[st
     return [agent_label(names, e.agent_id, gone="agent") for e in experiments]
 
 
-def _advance_best(ctx: AppContext, tx: Transaction, project: ProjectState, experiment: AnyRow) -> None:
+def _advance_best(ctx: AppContext, tx: Transaction, track: TrackState, experiment: AnyRow) -> None:
     """Make the experiment the best (its runs become the best's runs) and give it its repeats."""
-    previous_id = project.best_experiment_id
+    previous_id = track.best_experiment_id
     now = utcnow()
-    _move_best(ctx, tx, project, experiment.commit_sha, experiment.id, now)
+    _move_best(ctx, tx, track, experiment.commit_sha, experiment.id, now)
     if previous_id is not None and previous_id != experiment.id:
         cancel_queued_runs(tx.session, previous_id, now)  # repeats of a best that is no longer it
     if ctx.settings.decision_rule == Rule.NOISE_AWARE:
         missing = value_runs_due(ctx, experiment.base_commit) - value_runs(
             tx.session, experiment.id, experiment.base_commit
         )
-        queue_runs(tx.session, experiment.id, RunKind.REPEAT, experiment.queued_at, max(0, missing))
+        queue_runs(tx.session, experiment.id, track.id, RunKind.REPEAT, experiment.queued_at, max(0, missing))
 
 
 def _move_best(
-    ctx: AppContext, tx: Transaction, project: ProjectState, commit: str, experiment_id: int, now: datetime
+    ctx: AppContext, tx: Transaction, track: TrackState, commit: str, experiment_id: int, now: datetime
 ) -> None:
-    """Point the project row and the repo's `best` at `commit` (the repo's move is undone if the
+    """Point the track's row and its best branch at `commit` (the branch's move is undone if the
     transaction fails); the repeats due from now on count from the newest experiment."""
-    previous = project.best_commit
-    move_best(tx.session, commit, experiment_id, _last_experiment_id(tx.session), now)
+    previous = track.best_commit
+    move_best(tx.session, track.id, commit, experiment_id, last_experiment_id(tx.session), now)
     if previous != commit:
-        ctx.repo.set_best(commit)
+        ctx.repo.set_best(commit, track.branch)
         if previous is not None:
-            tx.undo.append(lambda: ctx.repo.set_best(previous))
+            tx.undo.append(lambda: ctx.repo.set_best(previous, track.branch))
 
 
-def _last_experiment_id(session: Session) -> int:
-    return int(session.scalar(select(func.max(Experiment.id))) or 0)
-
-
-def best_repeats_due(
-    ctx: AppContext, session: Session, project: ProjectState, last_experiment_id: int
-) -> int:
-    """Repeats of the best to queue now: once measured, it is brought to the runs that make its
-    value (value_runs_due), and gets one more for every BEST_RERUN_EVERY experiments submitted
-    since it became the best (a best that stays long is compared with many candidates, so its
-    value should be the most precise)."""
+def best_repeats_due(ctx: AppContext, session: Session, track: TrackState) -> int:
+    """Repeats of the track's best to queue now: once measured, it is brought to the runs that make
+    its value (value_runs_due), and gets one more for every BEST_RERUN_EVERY experiments submitted
+    to the track since it became the best (a best that stays long is compared with many
+    candidates, so its value should be the most precise)."""
     settings = ctx.settings
-    if settings.decision_rule != Rule.NOISE_AWARE or project.best_experiment_id is None:
+    if settings.decision_rule != Rule.NOISE_AWARE or track.best_experiment_id is None:
         return 0
-    experiment = session.get(Experiment, project.best_experiment_id)
+    experiment = session.get(Experiment, track.best_experiment_id)
     if experiment is None or experiment.valid_runs == 0:
         return 0  # not measured yet: its repeats follow its first valid run
     target = value_runs_due(ctx, experiment.base_commit)
     if settings.best_rerun_every:
-        target += (last_experiment_id - (project.best_since_experiment_id or 0)) // settings.best_rerun_every
+        since = submitted_since(session, track.id, track.best_since_experiment_id or 0)
+        target += since // settings.best_rerun_every
     return max(0, target - value_runs(session, experiment.id, experiment.base_commit))
 
 
-def queue_best_repeats(
-    ctx: AppContext, session: Session, project: ProjectState, last_experiment_id: int
-) -> int:
-    """Queue the repeats of the best that are due now (best_repeats_due); how many were queued."""
-    due = best_repeats_due(ctx, session, project, last_experiment_id)
-    if due and project.best_experiment_id is not None:
-        experiment = session.get(Experiment, project.best_experiment_id)
+def queue_best_repeats(ctx: AppContext, session: Session, track: TrackState) -> int:
+    """Queue the repeats of the track's best that are due now (best_repeats_due); how many were
+    queued."""
+    due = best_repeats_due(ctx, session, track)
+    if due and track.best_experiment_id is not None:
+        experiment = session.get(Experiment, track.best_experiment_id)
         assert experiment is not None
-        queue_runs(session, experiment.id, RunKind.REPEAT, experiment.queued_at, due)
+        queue_runs(session, experiment.id, track.id, RunKind.REPEAT, experiment.queued_at, due)
     return due
 
 
@@ -374,7 +380,7 @@ def value_runs(session: Session, experiment_id: int, base_commit: str | None) ->
 
 
 def _revoke(
-    ctx: AppContext, tx: Transaction, project: ProjectState, experiment: AnyRow, why: str
+    ctx: AppContext, tx: Transaction, track: TrackState, experiment: AnyRow, why: str
 ) -> dict[str, object]:
     """A kept best whose later run (a repeat) ended in an integrity class was never fit to keep:
     the best goes back to the commit it was kept on (its base, whose runs still make its value),
@@ -383,7 +389,7 @@ def _revoke(
     restored = by_commit(tx.session, experiment.base_commit) if experiment.base_commit else None
     assert restored is not None, "a kept experiment's base is an experiment's commit"
     now = utcnow()
-    _move_best(ctx, tx, project, restored.commit_sha, restored.id, now)
+    _move_best(ctx, tx, track, restored.commit_sha, restored.id, now)
     cancel_queued_runs(tx.session, experiment.id, now)
     reason = f"{REVOKED}: {why}; the best is experiment {restored.id} again"
     tx.emit(

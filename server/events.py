@@ -57,11 +57,14 @@ class Broadcaster:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _last_id: int = 0
     _closed: bool = False  # the server stops (`close`)
-    # Long-polling claims, oldest first. Each "queued" event wakes one of them (one new
-    # experiment, one worker), not all: waking every idle worker makes them all queue for the
-    # database's write lock for nothing. Ordered by key: a thousand wait at once, and each is
-    # added, woken and removed in O(1) (server/fleet.py).
-    _claim_waiters: OrderedDict[asyncio.Future[bool], None] = field(default_factory=OrderedDict)
+    # Long-polling claims, oldest first, each with the tracks its worker serves. Each "queued"
+    # event wakes one of them that serves the event's track (one new experiment, one worker), not
+    # all: waking every idle worker makes them all queue for the database's write lock for
+    # nothing. Ordered by key: a thousand wait at once, and each is added and removed in O(1)
+    # (server/fleet.py).
+    _claim_waiters: OrderedDict[asyncio.Future[bool], frozenset[str] | None] = field(
+        default_factory=OrderedDict
+    )
     queued_events: int = 0  # "queued" events delivered so far (server/fleet.py)
     _signals: dict[EventType, asyncio.Event] = field(default_factory=dict)
 
@@ -102,17 +105,30 @@ class Broadcaster:
                     subscriber.queue.put_nowait(event)
             if event.type is EventType.QUEUED:
                 self.queued_events += 1
-                self.wake_claims(1)
+                self.wake_claims(1, event.data.get("track"))
             if event.type in self._signals:
                 self._signals[event.type].set()
 
-    def wake_claims(self, count: int) -> None:
-        """Wake the `count` claims that have waited longest (all of them, if fewer wait)."""
-        while count > 0 and self._claim_waiters:
-            waiter, _ = self._claim_waiters.popitem(last=False)
-            if not waiter.done():  # else it timed out or its client hung up, and it is leaving
-                waiter.set_result(True)
+    def wake_claims(self, count: int, track: str | None = None) -> None:
+        """Wake the `count` claims that have waited longest (all of them, if fewer wait), of
+        workers that serve `track` (None: any)."""
+        if track is None:
+            while count > 0 and self._claim_waiters:
+                waiter, _ = self._claim_waiters.popitem(last=False)
+                if not waiter.done():  # else it timed out or its client hung up, and it is leaving
+                    waiter.set_result(True)
+                    count -= 1
+            return
+        woken = []
+        for waiter, tracks in self._claim_waiters.items():
+            if count == 0:
+                break
+            if not waiter.done() and (tracks is None or track in tracks):
+                woken.append(waiter)
                 count -= 1
+        for waiter in woken:
+            del self._claim_waiters[waiter]
+            waiter.set_result(True)
 
     def signal(self, type_: EventType) -> asyncio.Event:
         """Set each time an event of this type is delivered, for a background task of the server
@@ -167,15 +183,16 @@ class Broadcaster:
     def subscriber_count(self) -> int:
         return len(self._subscribers)
 
-    async def wait_for_queued(self, timeout: float) -> bool:
-        """True when woken for queued work (`wake_claims`), False after `timeout` seconds.
+    async def wait_for_queued(self, timeout: float, tracks: frozenset[str] | None = None) -> bool:
+        """True when woken for queued work of one of `tracks` (None: any; `wake_claims`), False
+        after `timeout` seconds.
 
         One timer for the whole wait, not one a second: a thousand claims wait at once."""
         if self._closed:
             return False
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[bool] = loop.create_future()
-        self._claim_waiters[waiter] = None
+        self._claim_waiters[waiter] = tracks
         timer = loop.call_later(timeout, _time_out, waiter)
         try:
             return await waiter

@@ -10,11 +10,12 @@ count is refreshed in the background every few seconds, so a burst of claims (a 
 a queue filling up after a quiet night) is paced like the rest.
 
 Idle long polls. A long-polling claim sleeps until its own deadline or a wakeup. A "queued"
-event of this process wakes the claim that waited longest (one experiment, one worker). Work
-queued another way (another server process, a direct insert) is seen by one look at the queue a
-second, made in the background while claims wait, which wakes as many claims as runs are queued.
-While that look found the queue empty and nothing was queued through this process since, a new
-long poll skips its first claim too. Each waiting claim used to wake itself once a second: first
+event of this process wakes the claim that waited longest among the workers that serve the
+event's track (one experiment, one worker). Work queued another way (another server process, a
+direct insert) is seen by one look at the queue a second, made in the background while claims
+wait, which wakes as many claims of each track's workers as runs are queued on it. While that
+look found the worker's tracks' queues empty and nothing was queued through this process since, a
+new long poll skips its first claim too. Each waiting claim used to wake itself once a second: first
 to claim (a thousand idle workers made a thousand claims a second), later to read a shared look;
 with a timer, a future and an O(n) removal each, that still cost the event loop several times
 what one timer a long poll does (docs/benchmarks.md, "Fleet").
@@ -39,7 +40,7 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
@@ -48,7 +49,7 @@ from starlette.concurrency import run_in_threadpool
 from client.states import RunState
 from server.core.db import Database
 from server.events import Broadcaster
-from server.models import RUNS
+from server.models import RUNS, TRACKS
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,9 @@ QUEUE_LOOK_SECONDS = 1.0  # how often one look at the queue serves all waiting c
 LOOK_FRESH_SECONDS = 2 * QUEUE_LOOK_SECONDS
 LONG_POLL_SPREAD = 0.1  # a long poll ends in the last tenth of its wait
 SLOT_SECONDS = 0.01  # the long polls ending are counted by 10 ms
+ANY_TRACK = None  # runs a look counted without their tracks: any worker may take them
+# One look at the queue: runs queued by track, up to a limit each (or a number: on any track).
+QueueCount = Callable[[int], Awaitable[int | Mapping[str | None, int]]]
 
 
 def progress_seconds(online: int, fleet_progress_per_s: float) -> float:
@@ -79,7 +83,8 @@ class Fleet:
     online: int = 0
     _looked_at: float = -1e18
     _looked_queued_events: int = -1
-    _queued: bool = False
+    # The tracks the last look found runs queued on (ANY_TRACK: runs whose track it did not say).
+    _queued: frozenset[str | None] = frozenset()
     _ends: Counter[int] = field(default_factory=Counter)  # long polls waiting, by the slot they end in
 
     # Progress pacing ---------------------------------------------------------------------------
@@ -114,13 +119,16 @@ class Fleet:
         if not self._ends[slot]:
             del self._ends[slot]
 
-    def known_empty(self, queued_events: int) -> bool:
-        """True when the last look (a fresh one) found no queued work and nothing was queued
-        through this process since (`queued_events`: the bus's count of "queued" events)."""
+    def known_empty(self, queued_events: int, tracks: Collection[str] | None = None) -> bool:
+        """True when the last look (a fresh one) found no queued work on these tracks (None: on
+        any) and nothing was queued through this process since (`queued_events`: the bus's count
+        of "queued" events)."""
         fresh = self.clock() - self._looked_at < LOOK_FRESH_SECONDS
-        return fresh and not self._queued and queued_events == self._looked_queued_events
+        if not fresh or queued_events != self._looked_queued_events:
+            return False
+        return not self._queued if tracks is None else self._queued.isdisjoint({ANY_TRACK, *tracks})
 
-    async def keep_looking(self, count_queued: Callable[[int], Awaitable[int]], bus: Broadcaster) -> None:
+    async def keep_looking(self, count_queued: QueueCount, bus: Broadcaster) -> None:
         """While claims wait, look at the queue every QUEUE_LOOK_SECONDS (`look_once`)."""
         while True:
             await asyncio.sleep(QUEUE_LOOK_SECONDS)
@@ -131,12 +139,16 @@ class Fleet:
             except Exception:  # keep looking: a database hiccup must not leave the claims asleep
                 log.exception("looking at the queue failed")
 
-    async def look_once(self, count_queued: Callable[[int], Awaitable[int]], bus: Broadcaster) -> None:
-        """Wake as many waiting claims as runs are queued (`count_queued(n)`: how many, up to n)."""
+    async def look_once(self, count_queued: QueueCount, bus: Broadcaster) -> None:
+        """Wake as many waiting claims of each track's workers as runs are queued on it
+        (`count_queued(n)`: how many by track, up to n each; a plain number: on any track)."""
         looked_at, queued_events = self.clock(), bus.queued_events
-        queued = await count_queued(bus.claims_waiting)
-        self._looked_at, self._looked_queued_events, self._queued = looked_at, queued_events, queued > 0
-        bus.wake_claims(queued)
+        counted = await count_queued(bus.claims_waiting)
+        queued = {ANY_TRACK: counted} if isinstance(counted, int) else dict(counted)
+        self._looked_at, self._looked_queued_events = looked_at, queued_events
+        self._queued = frozenset(track for track, count in queued.items() if count)
+        for track, count in queued.items():
+            bus.wake_claims(count, track)
 
 
 def quietest_slot(ends: Mapping[int, int], first: int, last: int, draw: float) -> int:
@@ -148,8 +160,17 @@ def quietest_slot(ends: Mapping[int, int], first: int, last: int, draw: float) -
     return quietest[int(draw * len(quietest))]
 
 
-def queued_runs(db: Database, limit: int) -> int:
-    """How many runs are queued, counting at most `limit` (on the queue index)."""
-    queued = select(RUNS.c.id).where(RUNS.c.status == RunState.QUEUED).limit(limit).subquery()
+def queued_runs(db: Database, limit: int) -> dict[str | None, int]:
+    """How many runs are queued on each track, counting at most `limit` of each (on the queue
+    index)."""
+    counts: dict[str | None, int] = {}
     with db.read() as session:
-        return session.scalar(select(func.count()).select_from(queued)) or 0
+        for track_id, name in session.execute(select(TRACKS.c.id, TRACKS.c.name)):
+            queued = (
+                select(RUNS.c.id)
+                .where(RUNS.c.status == RunState.QUEUED, RUNS.c.track_id == track_id)
+                .limit(limit)
+                .subquery()
+            )
+            counts[name] = session.scalar(select(func.count()).select_from(queued)) or 0
+    return counts

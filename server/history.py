@@ -1,6 +1,7 @@
-"""What history says before an agent proposes: near misses (candidates to combine) and keep rates
-by kind of change, as the API and the pages show them. The rules are pure functions
-(server/near_misses.py, server/keep_rates.py); this module reads their inputs and builds views.
+"""What history says before an agent proposes: near misses (candidates to combine), keep rates
+by kind of change and how changes transferred between tracks, as the API and the pages show them.
+The rules are pure functions (server/near_misses.py, server/keep_rates.py, server/transfer.py);
+this module reads their inputs and builds views.
 """
 
 from __future__ import annotations
@@ -23,17 +24,22 @@ from client.schemas import (
     KeepRateTotalsOut,
     NearMissesOut,
     NearMissOut,
+    TransferItem,
+    TransferOut,
+    TransferTrack,
 )
 from client.states import Decision, Direction, Part
 from server.crud import change_kinds
 from server.crud import noise as noise_crud
-from server.crud.experiments import labelled
-from server.crud.project import load_project
+from server.crud.experiments import labelled, track_names
+from server.crud.tracks import TrackState
+from server.crud.transfer import tried_on_several_tracks
 from server.keep_rates import KeepRates, Tally, keep_rates
 from server.models import EXPERIMENTS
 from server.near_misses import Measured, NearMiss, near_misses
 from server.patches import PatchError
 from server.research_repo import ResearchRepo, UnknownCommit
+from server.transfer import transfers
 
 T = TypeVar("T")
 _REVERTED_AND_MEASURED = select(
@@ -50,14 +56,15 @@ _REVERTED_AND_MEASURED = select(
 )
 
 
-def near_miss_list(session: Session, repo: ResearchRepo, limit: int) -> NearMissesOut:
-    """The `limit` strongest near misses on the project's platform (server/near_misses.py)."""
-    project = load_project(session)
-    estimate = noise_crud.noise(session, project.platform, project.harness_id)
+def near_miss_list(session: Session, repo: ResearchRepo, track: TrackState, limit: int) -> NearMissesOut:
+    """The `limit` strongest near misses of the track, on its platform (server/near_misses.py)."""
+    estimate = noise_crud.noise(session, track.id, track.platform, track.harness_id)
     noise_sigma = estimate.sigma if estimate is not None else None
     # Most reverted experiments measured worse: only gains are read (the rule is near_misses()).
     gained = EXPERIMENTS.c.effect < 0
-    statement = _REVERTED_AND_MEASURED.where(EXPERIMENTS.c.platform == project.platform, gained)
+    statement = _REVERTED_AND_MEASURED.where(
+        EXPERIMENTS.c.track_id == track.id, EXPERIMENTS.c.platform == track.platform, gained
+    )
 
     def ranked() -> list[NearMiss]:
         measured = [
@@ -67,10 +74,10 @@ def near_miss_list(session: Session, repo: ResearchRepo, limit: int) -> NearMiss
         return near_misses(measured, noise_sigma)
 
     # The pooled noise changes with runs, not decisions: it is one of the arguments.
-    found = NEAR_MISSES.get(session, (project.platform, noise_sigma), ranked)[:limit]
+    found = NEAR_MISSES.get(session, (track.id, track.platform, noise_sigma), ranked)[:limit]
     experiments = labelled(session, (n.experiment_id for n in found))
-    kinds = change_kinds.stored(session, list(experiments), project.platform)
-    best = project.best_commit
+    kinds = change_kinds.stored(session, list(experiments), track.platform)
+    best = track.best_commit
     items = []
     for near in found:
         e, agent = experiments[near.experiment_id]
@@ -96,7 +103,7 @@ def near_miss_list(session: Session, repo: ResearchRepo, limit: int) -> NearMiss
                 finished_at=e.finished_at,
             )
         )
-    return NearMissesOut(noise_sigma=noise_sigma, best=best, items=items)
+    return NearMissesOut(track=track.name, noise_sigma=noise_sigma, best=best, items=items)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -124,15 +131,15 @@ def change_view(parsed: bool | None, rows: list[Any]) -> ChangeOut:
 
 def keep_rate_table(
     session: Session,
+    track: TrackState,
     *,
     part: Part | None = None,
     name: str | None = None,
     min_tried: int = 1,
     limit: int = 100,
 ) -> KeepRatesOut:
-    """Keep rates by kind of change on the project's platform and harness (server/keep_rates.py)."""
-    project = load_project(session)
-    pins = (project.platform, project.harness_id)
+    """Keep rates by kind of change of the track, on its platform and harness (server/keep_rates.py)."""
+    pins = (track.id, track.platform, track.harness_id)
     rates: KeepRates = KEEP_RATES.get(
         session, pins, lambda: keep_rates(change_kinds.outcomes(session, *pins))
     )
@@ -144,8 +151,9 @@ def keep_rate_table(
         and entry.tally.tried >= min_tried
     ]
     return KeepRatesOut(
-        platform=project.platform,
-        harness_id=project.harness_id,
+        track=track.name,
+        platform=track.platform,
+        harness_id=track.harness_id,
         overall=KeepRateTotalsOut(unparsed=rates.unparsed, **_tally(rates.overall)),
         kinds_total=len(kinds),
         kinds=[
@@ -212,3 +220,40 @@ def _tally(tally: Tally) -> dict[str, Any]:
         if best
         else None,
     }
+
+
+def transfer_view(session: Session, limit: int = 100) -> TransferOut:
+    """The `limit` newest changes tried on more than one track, with their outcome on each."""
+    found = transfers(tried_on_several_tracks(session))[:limit]
+    ids = {i for t in found for i in (t.first_experiment_id, *t.outcomes.values())}
+    experiments = labelled(session, ids)
+    tracks = track_names(session, (e.track_id for e, _agent in experiments.values()))
+    items = []
+    for change in found:
+        first, agent = experiments[change.first_experiment_id]
+        outcomes = []
+        for experiment_id in change.outcomes.values():
+            e, _agent = experiments[experiment_id]
+            outcomes.append(
+                TransferTrack(
+                    track=tracks[e.track_id],
+                    experiment_id=e.id,
+                    status=e.status,
+                    decision=e.decision,
+                    effect=e.effect,
+                    se=e.effect_se,
+                    runs=e.compared_runs,
+                    reference_runs=e.best_runs,
+                    val_bpb=e.val_bpb,
+                    ported_from=e.ported_from_id,
+                )
+            )
+        items.append(
+            TransferItem(
+                description=first.description,
+                agent=agent,
+                first_experiment_id=first.id,
+                tracks=outcomes,
+            )
+        )
+    return TransferOut(items=items)

@@ -1,9 +1,10 @@
 """The FastAPI application: `create_app(settings)` builds it, `autoresearch serve` runs it.
 
 Starting the app migrates the database (Alembic upgrade), opens the research repo, pins the
-project's harness id and platform, and puts the git `best` branch where the database says it
-is (a crash between the two writes can leave git behind). One process per research repo: git
-writes are serialised by an in-process lock and events are broadcast in-process.
+first track's harness id and platform (from the settings), and puts each track's best branch
+where the database says it is (a crash between the two writes can leave git behind). One
+process per research repo: git writes are serialised by an in-process lock and events are
+broadcast in-process.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from functools import partial
 
 from cachetools import TTLCache
 from fastapi import FastAPI
-from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
 
 from client.events import EventType, Queued
@@ -33,9 +33,9 @@ from server.core.openapi import install_openapi
 from server.core.problems import install_problem_handlers
 from server.core.rate_limit import PerCallerLimit
 from server.core.request_metrics import RequestTimer, request_times
-from server.crud.project import current_best, load_project
 from server.crud.requeue import requeue_unmeasured_best
 from server.crud.tokens import sync_env_admin
+from server.crud.tracks import TrackState, all_tracks, current_best, load_track
 from server.decisions import carry_ahead, queue_best_repeats
 from server.events import Broadcaster
 from server.fleet import Fleet, queued_runs
@@ -43,7 +43,7 @@ from server.flows import leases, summaries, workers
 from server.harness_pin import configured_harness_id, pin
 from server.mcp_http import mount_mcp
 from server.metrics import metrics_registry
-from server.models import Experiment, utcnow
+from server.models import utcnow
 from server.pages import register as register_pages
 from server.presence import Presence
 from server.research_repo import ResearchRepo
@@ -70,18 +70,22 @@ def build_context(settings: ServerSettings) -> AppContext:
     repo = ResearchRepo(repo_path)
     harness_id = configured_harness_id(settings)
     with db.write() as session:
-        project = load_project(session, lock=True)
-        if project.best_commit is None:
+        first = load_track(session, lock=True)
+        if first.best_commit is None:
             raise StartupError(f"the database at {url} has no project: run `autoresearch init` first")
-        pin(project, harness_id, settings.platform or None)
+        pin(first, harness_id, settings.platform or None)
         sync_env_admin(session, settings.admin_token)
-        if repo.best() != project.best_commit:
-            log.warning(
-                "git branch best was at %s; moving it to the database's best %s",
-                repo.best(),
-                project.best_commit,
-            )
-            repo.set_best(project.best_commit)
+        session.flush()
+        for track in all_tracks(session):
+            state = current_best(session, track.id)
+            if state.best_commit is not None and repo.best(state.branch) != state.best_commit:
+                log.warning(
+                    "git branch %s was at %s; moving it to the database's best %s",
+                    state.branch,
+                    repo.best(state.branch),
+                    state.best_commit,
+                )
+                repo.set_best(state.best_commit, state.branch)
     context = AppContext(
         settings=settings,
         db=db,
@@ -99,7 +103,10 @@ def build_context(settings: ServerSettings) -> AppContext:
         note_limit=PerCallerLimit(settings.notes_per_minute, window_s=60.0),
     )
     summaries.backfill(context)  # experiments from before migration 0009: what their changes touched
-    queue_what_the_best_is_due(context)
+    with db.read() as session:
+        tracks = [track.id for track in all_tracks(session, archived=False)]
+    for track_id in tracks:
+        queue_what_the_best_is_due(context, track_id)
     # Experiments decided before change_kinds existed, or while no server ran to summarise them.
     summarised = summaries.summarise_pending(context)
     if summarised:
@@ -107,27 +114,35 @@ def build_context(settings: ServerSettings) -> AppContext:
     return context
 
 
-def queue_what_the_best_is_due(ctx: AppContext) -> None:
-    """At start, one of two things, under the project lock. A measured best gets the repeats it is
-    due (after a migration, or a switch from the greedy rule): it is run again until its value
+def queue_what_the_best_is_due(ctx: AppContext, track_id: int) -> None:
+    """At start, one of two things for a track, under its lock. A measured best gets the repeats it
+    is due (after a migration, or a switch from the greedy rule): it is run again until its value
     rests on its measuring runs (NOISE_RUNS for the baseline, BEST_REPEATS repeats for a kept
     change). A best with no valid measurement because its runs lost
     their workers (e.g. a first start without a working sandbox) is queued again: nothing is
     compared until it is measured."""
     with ctx.transaction() as tx:
-        project = current_best(tx.session, lock=True)
-        if project.best_experiment_id is None:
+        track: TrackState = current_best(tx.session, track_id, lock=True)
+        if track.best_experiment_id is None:
             return
-        again = requeue_unmeasured_best(tx.session, utcnow())
+        again = requeue_unmeasured_best(tx.session, track.id, utcnow())
         if again is not None:
-            log.warning("the best, experiment %d, has no valid measurement: queued again", again.id)
+            log.warning(
+                "the best of track %s, experiment %d, has no valid measurement: queued again",
+                track.name,
+                again.id,
+            )
             tx.emit(
-                Queued(experiment_id=again.id, attempts=0, why="the best has no valid measurement"),
+                Queued(
+                    experiment_id=again.id,
+                    attempts=0,
+                    why="the best has no valid measurement",
+                    track=track.name,
+                ),
             )
             return
-        last = int(tx.session.scalar(select(func.max(Experiment.id))) or 0)
-        if queued := queue_best_repeats(ctx, tx.session, project, last):
-            log.info("queued %d repeat(s) of the best, experiment %d", queued, project.best_experiment_id)
+        if queued := queue_best_repeats(ctx, tx.session, track):
+            log.info("queued %d repeat(s) of the best, experiment %d", queued, track.best_experiment_id)
 
 
 async def _in_background(

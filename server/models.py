@@ -21,6 +21,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
 )
+from sqlalchemy import text as sql
 from sqlalchemy.engine import Dialect, Row
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -89,12 +90,27 @@ NOT_RERUN_STATUSES = tuple(
 TOKEN_KINDS = tuple(TokenKind)
 
 
-class Project(Base):
-    """The single row (id 1) that pins what results mean and where `best` is."""
+# What a row written without a track belongs to: the first track, the project from before tracks
+# (migration 0014), whose best is the research repo's `best` branch.
+FIRST_TRACK_ID = 1
+_FIRST_TRACK = sql(str(FIRST_TRACK_ID))  # the track_id columns' server default
 
-    __tablename__ = "project"
+
+class Track(Base):
+    """One track: a preset on one platform, with its own baseline, best lineage and noise.
+
+    Results are compared only within a track. `platforms` is which devices may serve it (an
+    fnmatch pattern, or several separated by commas; None: any); the first worker accepted pins
+    `platform` (its device) and `harness_id`, unless the server's settings or the admin did, and
+    a worker on another device or harness is not accepted from then on (server/track_rules.py).
+    """
+
+    __tablename__ = "tracks"
 
     id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(40), unique=True)
+    preset: Mapped[str | None] = mapped_column(String(32))
+    platforms: Mapped[str | None] = mapped_column(String(200))
     harness_id: Mapped[str | None] = mapped_column(String(128))
     platform: Mapped[str | None] = mapped_column(String(200))
     baseline_commit: Mapped[str | None] = mapped_column(String(40))
@@ -102,9 +118,11 @@ class Project(Base):
     # The best's value and runs are its experiment's (val_bpb, valid_runs).
     best_experiment_id: Mapped[int | None] = mapped_column(Integer)
     # The last experiment id when the best became the best: the best gets a repeat for every
-    # BEST_RERUN_EVERY experiments after it (server/decisions.py, best_repeats_due).
+    # BEST_RERUN_EVERY experiments of its track after it (server/decisions.py, best_repeats_due).
     best_since_experiment_id: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    archived_at: Mapped[datetime | None]
 
 
 class ApiToken(Base):
@@ -129,6 +147,9 @@ class Worker(Base):
     device: Mapped[str] = mapped_column(String(200))
     memory_gb: Mapped[float] = mapped_column(Float)
     harness_id: Mapped[str] = mapped_column(String(128))
+    preset: Mapped[str | None] = mapped_column(String(32))
+    # Why no track accepts it (None: some track does); shown on the workers page.
+    refused: Mapped[str | None] = mapped_column(Text)
     registered_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
 
@@ -137,6 +158,8 @@ class Experiment(Base):
     __tablename__ = "experiments"
     __table_args__ = (
         Index("ix_experiments_agent", "agent_id", "id"),
+        # A track's experiments, newest first (its pages, its results.tsv, the repeats due).
+        Index("ix_experiments_track", "track_id", "id"),
         Index("ix_experiments_base", "base_commit", "id"),
         Index("ix_experiments_blob", "train_py_blob"),
         Index("ix_experiments_bpb", "val_bpb"),
@@ -146,15 +169,22 @@ class Experiment(Base):
         Index("ix_experiments_changes_parsed", "changes_parsed", "id"),
         # GET /experiments?status=... pages newest first.
         Index("ix_experiments_status_id", "status", "id"),
-        # Per-agent standings read only this index (no table lookups) over all experiments.
+        # Per-agent standings of each track read only this index (no table lookups).
         Index(
-            "ix_experiments_standing", "agent_id", "status", "val_bpb", "best_before_val_bpb", "created_at"
+            "ix_experiments_standing",
+            "track_id",
+            "agent_id",
+            "status",
+            "val_bpb",
+            "best_before_val_bpb",
+            "created_at",
         ),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
+    track_id: Mapped[int] = mapped_column(ForeignKey("tracks.id"), server_default=_FIRST_TRACK)
     agent_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id"))
-    source: Mapped[str] = mapped_column(String(16))  # agent | baseline | rebase
+    source: Mapped[str] = mapped_column(String(16))  # agent | baseline | rebase | port
     description: Mapped[str] = mapped_column(Text)
     hypothesis: Mapped[str | None] = mapped_column(Text)
     base_commit: Mapped[str | None] = mapped_column(String(40))
@@ -184,6 +214,8 @@ class Experiment(Base):
     sigma_df: Mapped[int | None] = mapped_column(Integer)
     rebased_from_id: Mapped[int | None] = mapped_column(ForeignKey("experiments.id"))
     rebased_to_id: Mapped[int | None] = mapped_column(ForeignKey("experiments.id"))
+    # A port: the kept experiment of another track whose change this one carried here.
+    ported_from_id: Mapped[int | None] = mapped_column(ForeignKey("experiments.id"))
     # Its valid runs (ok, on the project's platform and harness): how many, their mean (for
     # sorting and the leaderboard) and sum of squared deviations from it (for the noise estimate).
     valid_runs: Mapped[int] = mapped_column(default=0)
@@ -205,12 +237,14 @@ class Run(Base):
     __tablename__ = "runs"
     __table_args__ = (
         UniqueConstraint("experiment_id", "number"),
-        # Claims: the first queued run, by queue time.
-        Index("ix_runs_queue", "status", "queued_at", "id"),
+        # Claims: the first queued run of the worker's tracks, by queue time.
+        Index("ix_runs_queue", "status", "track_id", "queued_at", "id"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"))
+    # Its experiment's track, on the run itself: a claim picks from the queue on one index.
+    track_id: Mapped[int] = mapped_column(ForeignKey("tracks.id"), server_default=_FIRST_TRACK)
     number: Mapped[int]  # 1, 2, ... within its experiment
     seed: Mapped[int | None] = mapped_column(BigInteger)  # None: run before per-run seeds existed
     kind: Mapped[RunKind] = mapped_column(Word(RunKind))
@@ -222,7 +256,8 @@ class Run(Base):
 
 
 class NoiseEstimate(Base):
-    """The run-to-run noise of val_bpb on one platform and harness, pooled over experiments.
+    """The run-to-run noise of val_bpb of one track (on its platform and harness), pooled over its
+    experiments.
 
     Pooled from the measuring runs of every experiment that has several (server/noise_pool.py,
     winsorized), and stored as sum_sq = df * sigma^2 with df = the sum of their runs minus one, so
@@ -231,6 +266,9 @@ class NoiseEstimate(Base):
 
     __tablename__ = "noise_estimates"
 
+    track_id: Mapped[int] = mapped_column(
+        ForeignKey("tracks.id"), primary_key=True, default=FIRST_TRACK_ID, server_default=_FIRST_TRACK
+    )
     platform: Mapped[str] = mapped_column(String(200), primary_key=True)
     harness_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     sum_sq: Mapped[float] = mapped_column(Float, default=0.0)
@@ -342,6 +380,7 @@ class ImportedResult(Base):
     __tablename__ = "imported_results"
 
     id: Mapped[int] = mapped_column(primary_key=True)
+    track_id: Mapped[int] = mapped_column(ForeignKey("tracks.id"), server_default=_FIRST_TRACK)
     commit: Mapped[str] = mapped_column(String(40))
     val_bpb: Mapped[float] = mapped_column(Float)
     memory_gb: Mapped[float] = mapped_column(Float)
@@ -392,7 +431,7 @@ EXPERIMENTS = cast(Table, Experiment.__table__)
 RUNS = cast(Table, Run.__table__)
 LEASES = cast(Table, Lease.__table__)
 RESULTS = cast(Table, Result.__table__)
-PROJECT = cast(Table, Project.__table__)
+TRACKS = cast(Table, Track.__table__)
 NOISE = cast(Table, NoiseEstimate.__table__)
 CHANGE_KINDS = cast(Table, ChangeKind.__table__)
 INTEGRITY_EVENTS = cast(Table, IntegrityEvent.__table__)

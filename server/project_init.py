@@ -1,17 +1,16 @@
-"""`autoresearch init`: create the research repo from the baseline and queue the baseline."""
+"""`autoresearch init`: create the research repo from the baseline and queue the baseline of the
+first track."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from client.states import ExperimentStatus, RunKind
 from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
 from server.core.migrate import upgrade
-from server.crud.project import load_project
 from server.crud.requeue import requeue_unmeasured_best
-from server.crud.runs import queue_runs
-from server.models import Experiment, utcnow
+from server.crud.tracks import add_baseline, load_track
+from server.models import FIRST_TRACK_ID, utcnow
 from server.research_repo import EXPERIMENT_REF_PREFIX, ResearchRepo, blob_sha, init_research_repo
 
 HARNESS_BASELINE = Path(__file__).resolve().parents[1] / "harness" / "baseline"
@@ -42,8 +41,8 @@ def init_project(
     db = Database(create_db_engine(url, settings.sqlite_busy_timeout_ms))
     try:
         with db.write() as session:
-            if load_project(session, lock=True).best_commit is not None:
-                again = requeue_unmeasured_best(session, utcnow())
+            if load_track(session, lock=True).best_commit is not None:
+                again = requeue_unmeasured_best(session, FIRST_TRACK_ID, utcnow())
                 if again is not None:  # its runs lost their workers: measure it first
                     return again.id
                 raise InitError(
@@ -55,26 +54,8 @@ def init_project(
         except FileExistsError as exc:
             raise InitError(str(exc)) from exc
         with db.write() as session:
-            project = load_project(session, lock=True)
-            baseline = Experiment(
-                agent_id=None,
-                source="baseline",
-                description="baseline",
-                base_commit=None,
-                commit_sha=commit,
-                train_py_blob=blob_sha(train_source),
-                status=ExperimentStatus.QUEUED,
-                cancel_requested=False,
-                created_at=utcnow(),
-                queued_at=utcnow(),
-            )
-            session.add(baseline)
-            session.flush()
-            queue_runs(session, baseline.id, RunKind.FIRST, baseline.queued_at, new=True)
-            project.baseline_commit = project.best_commit = commit
-            project.best_experiment_id = baseline.id
-            project.best_since_experiment_id = baseline.id
-            project.updated_at = utcnow()
+            track = load_track(session, lock=True)
+            baseline = add_baseline(session, track, commit, blob_sha(train_source), utcnow())
             repo = ResearchRepo(repo_path)
             repo.set_experiment_ref(baseline.id, commit)
             repo.close()

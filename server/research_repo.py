@@ -1,6 +1,7 @@
 """The research repo: a bare git repository managed with GitPython.
 
-Layout: branch `best` (HEAD points at it) is the current best; every experiment is one commit
+Layout: branch `best` (HEAD points at it) is the first track's current best, and
+`tracks/<name>/best` each other track's (`best_branch`); every experiment is one commit
 whose parent is its base, on its own ref `refs/experiments/<id>`, so every attempt's diff stays
 browsable (`git fetch <repo> 'refs/experiments/*:refs/experiments/*'`).
 
@@ -37,6 +38,7 @@ from server.patches import carry_over
 TRAIN_PY = "train.py"
 PROGRAM_MD = "program.md"
 BEST_BRANCH = "best"
+TRACK_BRANCH = "tracks/{name}/best"
 EXPERIMENT_REF_PREFIX = "refs/experiments/"
 _BLOB_MODE = 0o100644
 _BLOB, _TREE, _COMMIT = b"blob", b"tree", b"commit"
@@ -67,6 +69,11 @@ class Moved:
 def blob_sha(content: bytes) -> str:
     """The git blob id of `content` (what `git hash-object` prints)."""
     return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+
+
+def best_branch(first: bool, name: str) -> str:
+    """A track's best branch: `best` for the first track (as before tracks), else one of its own."""
+    return BEST_BRANCH if first else TRACK_BRANCH.format(name=name)
 
 
 def _agent_actor(agent: str) -> git.Actor:
@@ -186,9 +193,11 @@ class ResearchRepo:
                 raise UnknownCommit(commit_sha)
             return self._read(blob, _BLOB)
 
-    def best(self) -> str:
+    def best(self, branch: str = BEST_BRANCH) -> str | None:
+        """The commit a best branch points at (None: no such branch yet)."""
         with self.lock:
-            return self.repo.heads[BEST_BRANCH].commit.hexsha
+            ref = git.Reference(self.repo, f"refs/heads/{branch}")
+            return ref.commit.hexsha if ref.is_valid() else None
 
     # Writing -----------------------------------------------------------------------------------
 
@@ -235,6 +244,24 @@ class ResearchRepo:
             if ref.is_valid():
                 git.Reference.delete(self.repo, ref.path)
 
-    def set_best(self, commit_sha: str) -> None:
+    def set_best(self, commit_sha: str, branch: str = BEST_BRANCH) -> None:
         with self.lock:
-            self._write_ref(f"refs/heads/{BEST_BRANCH}", commit_sha)
+            self._write_ref(f"refs/heads/{branch}", commit_sha)
+
+    def delete_best(self, branch: str) -> None:
+        """Remove a best branch (undoing a track that was not created)."""
+        with self.lock:
+            ref = git.Reference(self.repo, f"refs/heads/{branch}")
+            if ref.is_valid():
+                git.Reference.delete(self.repo, ref.path)
+
+    def baseline(self, train_py: bytes, program_md: bytes, message: str) -> str:
+        """A commit with no parent holding `train.py` and `program.md` (a new track's baseline);
+        no ref points at it yet."""
+        tree = self._store_tree(
+            [
+                (self._write_blob(train_py), _BLOB_MODE, TRAIN_PY),
+                (self._write_blob(program_md), _BLOB_MODE, PROGRAM_MD),
+            ]
+        )
+        return self._write_commit(tree, [], message, _SERVER_ACTOR)

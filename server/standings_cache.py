@@ -1,4 +1,4 @@
-"""Per-agent totals for the leaderboard, kept fresh in the background.
+"""Per-agent totals of each track for the leaderboard, kept fresh in the background.
 
 The totals are one aggregate over every experiment (tens of milliseconds at 100,000), so
 requests read the last computed totals instead, and a background task (server/main.py)
@@ -18,16 +18,16 @@ from server.models import AnyRow
 
 class TotalsCache:
     def __init__(self) -> None:
-        self._totals: dict[int, AnyRow] | None = None
+        self._totals: dict[tuple[int, int], AnyRow] | None = None
         self._lock = threading.Lock()
 
-    def current(self, db: Database) -> dict[int, AnyRow]:
+    def current(self, db: Database) -> dict[tuple[int, int], AnyRow]:
         totals = self._totals
         if totals is None:
             return self.refresh(db)
         return totals
 
-    def refresh(self, db: Database) -> dict[int, AnyRow]:
+    def refresh(self, db: Database) -> dict[tuple[int, int], AnyRow]:
         with self._lock:
             with db.read() as session:
                 self._totals = agent_totals(session)

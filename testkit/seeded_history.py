@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 
 from client.states import Decision, ExperimentStatus, LeaseState, RunKind, RunState, TokenKind
 from server.core.db import Database
-from server.crud.project import load_project
 from server.crud.tokens import create_token
+from server.crud.tracks import load_track
 from server.models import ApiToken, Experiment, Lease, Result, Run, Worker
 
 HARNESS_ID = "bench-harness"
@@ -65,7 +65,7 @@ def seed_experiments(
     """
     rng = random.Random(seed)
     with db.write() as session:
-        project = load_project(session)
+        project = load_track(session)
         baseline = session.scalars(select(Experiment).where(Experiment.base_commit.is_(None))).one()
         commit = baseline.commit_sha
         best_experiment = session.get(Experiment, project.best_experiment_id)

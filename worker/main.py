@@ -119,6 +119,7 @@ class Worker:
                     device=self.platform.device,
                     memory_gb=self.platform.memory_gb,
                     harness_id=self.harness_id,
+                    preset=self.settings.preset,
                 ),
                 f"the server at {url} to register",
                 self.stop.finish,
@@ -145,10 +146,11 @@ class Worker:
         self.worker_id = answer.worker_id
         self.heartbeat_seconds = answer.heartbeat_seconds
         log.info(
-            "registered as worker %s (%s, platform %s, lease %s s, heartbeat %s s)",
+            "registered as worker %s (%s, platform %s, tracks %s, lease %s s, heartbeat %s s)",
             self.worker_id,
             self.name,
             answer.platform,
+            ", ".join(answer.tracks) or "-",
             answer.lease_seconds,
             answer.heartbeat_seconds,
         )
@@ -162,6 +164,8 @@ class Worker:
                 log,
             )
         except ApiError as exc:
+            if exc.status == 409:  # a track it served was archived, and no other accepts it
+                raise WorkerError(f"the server gives this worker no more work: {describe(exc)}") from exc
             if exc.status != 404:
                 raise
             # The server no longer knows this worker (e.g. a fresh database): register again.

@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import Query
 from pydantic import BaseModel, Field
 
-from client.schemas import PAGE_LIMIT, SHA_PATTERN, STATES_NUL_FREE
+from client.schemas import PAGE_LIMIT, SHA_PATTERN, STATES_NUL_FREE, TRACK_PATTERN
 from client.states import ExperimentStatus, Part
 from server.core.problems import Problem
 
@@ -35,11 +35,17 @@ AgentName = Annotated[
     str | None, Field(max_length=100, json_schema_extra=STATES_NUL_FREE, description="an agent's name")
 ]
 PageCursor = Annotated[str | None, Field(**_CURSOR)]
+_TRACK = {"pattern": TRACK_PATTERN}  # docs/api.md: default, the only track
+TrackField = Annotated[str | None, Field(**_TRACK)]
+TrackQuery = Annotated[str | None, Query(**_TRACK)]
 
 
 class ExperimentsQuery(BaseModel):
     """GET /experiments; the MCP tool `search`."""
 
+    track: Annotated[
+        str | None, Field(pattern=TRACK_PATTERN, description="only this track's (default: all)")
+    ] = None
     status: ExperimentStatus | None = None
     agent: AgentName = None
     base: Annotated[str | None, Field(pattern=r"^[0-9a-fA-F]{40}$", description="full commit id")] = None
@@ -94,6 +100,7 @@ class NotesQuery(BaseModel):
 class NearMissesQuery(BaseModel):
     """GET /near-misses; the MCP tool `near_misses`."""
 
+    track: TrackField = None
     limit: Annotated[int, Field(ge=1, le=100)] = 20
 
 
@@ -107,6 +114,7 @@ class IntegrityQuery(BaseModel):
 class KeepRatesQuery(BaseModel):
     """GET /keep-rates; the MCP tool `keep_rates`."""
 
+    track: TrackField = None
     part: Annotated[Part | None, Field(description="constant or region (default: both)")] = None
     name: Annotated[
         str | None,

@@ -11,6 +11,7 @@ from server.api.routes import (
     ops,
     project,
     similar,
+    tracks,
     tsv,
     worker,
 )
@@ -26,4 +27,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     similar.router,
     history.router,  # near misses and keep rates
     integrity.router,
+    tracks.router,  # tracks and the transfer view
 )

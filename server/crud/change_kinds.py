@@ -8,9 +8,9 @@ before this). A decided experiment's summary becomes rows of kinds here, outside
 transaction (on SQLite every other writer would wait on it); the experiment's `changes_parsed`
 says that it was done.
 
-Only what counts is read: decided experiments (kept, reverted or stale; a `rebased` one's change
-goes on as its copy) with a base, at least one of whose runs reported on the project's platform
-and harness, and of their kinds those that can change a run on the platform's device (`counts`).
+Only what counts is read: decided experiments of one track (kept, reverted or stale; a `rebased`
+one's change goes on as its copy) with a base, at least one of whose runs reported on the track's
+platform and harness, and of their kinds those that can change a run on the platform's device (`counts`).
 """
 
 from __future__ import annotations
@@ -102,15 +102,16 @@ def store_kinds(session: Session, summaries: dict[int, ChangeSummary]) -> None:
     connection.execute(_MARK, marks)
 
 
-def _counted(platform: str | None, harness_id: str | None) -> Any:
-    """The experiments keep rates count (see the module's docstring)."""
+def _counted(track_id: int, platform: str | None, harness_id: str | None) -> Any:
+    """The experiments of a track keep rates count (see the module's docstring)."""
     on_the_platform = exists().where(
         RESULTS.c.experiment_id == EXPERIMENTS.c.id,
         RESULTS.c.device == platform,
         RESULTS.c.harness_id == harness_id,
     )
     return (
-        EXPERIMENTS.c.decision.in_(COUNTED_DECISIONS)
+        (EXPERIMENTS.c.track_id == track_id)
+        & EXPERIMENTS.c.decision.in_(COUNTED_DECISIONS)
         & EXPERIMENTS.c.base_commit.is_not(None)
         & EXPERIMENTS.c.changes_parsed.is_not(None)
         & on_the_platform
@@ -123,8 +124,9 @@ def counts(part: str, name: str, device: str | None) -> bool:
     return part != Part.CONSTANT or counts_on(name, device)
 
 
-def outcomes(session: Session, platform: str | None, harness_id: str | None) -> list[Outcome]:
-    """Every counted experiment with its kinds on the platform's device, for keep_rates(): one query."""
+def outcomes(session: Session, track_id: int, platform: str | None, harness_id: str | None) -> list[Outcome]:
+    """Every counted experiment of the track with its kinds on the platform's device, for
+    keep_rates(): one query."""
     statement = (
         select(
             EXPERIMENTS.c.id,
@@ -138,7 +140,7 @@ def outcomes(session: Session, platform: str | None, harness_id: str | None) -> 
             CHANGE_KINDS.c.direction,
         )
         .select_from(EXPERIMENTS.outerjoin(CHANGE_KINDS, CHANGE_KINDS.c.experiment_id == EXPERIMENTS.c.id))
-        .where(_counted(platform, harness_id))
+        .where(_counted(track_id, platform, harness_id))
         .order_by(EXPERIMENTS.c.id)
     )
     found = []

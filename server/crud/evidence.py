@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from client.states import DECIDED_STATUS, Rule
 from harness.result import RunResult
 from server.crud import noise as noise_crud
-from server.crud.project import ProjectState
+from server.crud.tracks import TrackState
 from server.failures import cause
 from server.judge import (
     Evidence,
@@ -26,10 +26,11 @@ from server.judge import (
 from server.models import EXPERIMENTS, AnyRow
 from server.noise_pool import bounded_mean
 
-# The oldest experiment of a commit (by_commit), as the sample a candidate is compared with.
+# The oldest experiment of a commit on the track (by_commit), as the sample a candidate is compared
+# with.
 _REFERENCE = (
     select(EXPERIMENTS.c.id, EXPERIMENTS.c.base_commit, EXPERIMENTS.c.valid_runs, EXPERIMENTS.c.val_bpb)
-    .where(EXPERIMENTS.c.commit_sha == bindparam("commit"))
+    .where(EXPERIMENTS.c.commit_sha == bindparam("commit"), EXPERIMENTS.c.track_id == bindparam("track_id"))
     .order_by(EXPERIMENTS.c.id)
     .limit(1)
 )
@@ -39,20 +40,20 @@ _EARLIER = select(EXPERIMENTS.c.base_commit, EXPERIMENTS.c.rebased_from_id).wher
 
 
 def count_run(
-    session: Session, project: ProjectState, experiment: AnyRow, run: AnyRow, result: RunResult
+    session: Session, track: TrackState, experiment: AnyRow, run: AnyRow, result: RunResult
 ) -> noise_crud.RunStats:
     """The experiment's valid runs with this one (when it counts, judge.run_counts); a measuring
     run is pooled into the noise estimate first, so the snapshot reads the estimate with it."""
     before = noise_crud.RunStats(experiment.valid_runs, experiment.val_bpb, experiment.val_bpb_m2)
     if not run_counts(
-        result.status, result.val_bpb, result.device, result.harness_id, project.platform, project.harness_id
+        result.status, result.val_bpb, result.device, result.harness_id, track.platform, track.harness_id
     ):
         return before
     assert result.val_bpb is not None
     if noise_crud.is_measuring(experiment.base_commit is None, run.kind):
         # Recorded already, just before this decision: pooled with all the others.
         noise_crud.update_estimate(
-            session, project.platform or result.device, project.harness_id or result.harness_id
+            session, track.id, track.platform or result.device, track.harness_id or result.harness_id
         )
     return before.with_run(result.val_bpb)
 
@@ -60,7 +61,7 @@ def count_run(
 def snapshot(
     session: Session,
     settings: RuleSettings,
-    project: ProjectState,
+    track: TrackState,
     experiment: AnyRow,
     run: AnyRow,
     result: RunResult,
@@ -70,11 +71,11 @@ def snapshot(
     reference, earlier evidence and the noise are not read."""
     is_baseline = experiment.base_commit is None
     decided = experiment.decision is not None or experiment.status in DECIDED_STATUS.values()
-    noise = None if decided else noise_crud.noise(session, project.platform, project.harness_id)
+    noise = None if decided else noise_crud.noise(session, track.id, track.platform, track.harness_id)
     reference = (
         Reference(Sample(0, None), measured=False)
         if is_baseline or decided
-        else _reference_sample(session, experiment.base_commit, project, settings.rule, noise)
+        else _reference_sample(session, experiment.base_commit, track, settings.rule, noise)
     )
     reference_commit = experiment.commit_sha if is_baseline else experiment.base_commit
     return Snapshot(
@@ -88,26 +89,24 @@ def snapshot(
             harness_id=result.harness_id,
             cause=cause(result.error_message),
         ),
-        platform=project.platform,
-        harness_id=project.harness_id,
+        platform=track.platform,
+        harness_id=track.harness_id,
         candidate=Sample(candidate.n, candidate.mean, identical=candidate.n >= 2 and candidate.m2 == 0.0),
         reference=reference.sample,
         reference_measured=reference.measured,
-        reference_is_best=reference_commit == project.best_commit,
+        reference_is_best=reference_commit == track.best_commit,
         is_baseline=is_baseline,
-        earlier=()
-        if decided
-        else _earlier(session, project, settings.rule, noise, experiment.rebased_from_id),
+        earlier=() if decided else _earlier(session, track, settings.rule, noise, experiment.rebased_from_id),
         noise=noise,
         decided=decided,
         cancel_requested=bool(experiment.cancel_requested),
-        is_best=project.best_experiment_id == experiment.id,
+        is_best=track.best_experiment_id == experiment.id,
     )
 
 
 def _earlier(
     session: Session,
-    project: ProjectState,
+    track: TrackState,
     rule: Rule,
     noise: Noise | None,
     rebased_from_id: int | None,
@@ -121,16 +120,16 @@ def _earlier(
     evidence: list[Evidence] = []
     while rebased_from_id is not None and rule == Rule.NOISE_AWARE:
         row = session.connection().execute(_EARLIER, {"id": rebased_from_id}).one()
-        values = noise_crud.confirmation_runs(session, rebased_from_id, project.platform, project.harness_id)
+        values = noise_crud.confirmation_runs(session, rebased_from_id, track.platform, track.harness_id)
         if values:
-            reference = _reference_sample(session, row.base_commit, project, rule, noise).sample
+            reference = _reference_sample(session, row.base_commit, track, rule, noise).sample
             evidence.append(Evidence(Sample(len(values), sum(values) / len(values)), reference))
         rebased_from_id = row.rebased_from_id
     return tuple(evidence)
 
 
 def _reference_sample(
-    session: Session, commit: str, project: ProjectState, rule: Rule, noise: Noise | None
+    session: Session, commit: str, track: TrackState, rule: Rule, noise: Noise | None
 ) -> Reference:
     """The sample a candidate on `commit` is compared with.
 
@@ -141,14 +140,14 @@ def _reference_sample(
     of the baseline's runs; their mean, each run bounded at a few pooled sigmas from their median
     (noise_pool.bounded_mean: one far run would pin the best's value).
     """
-    row = session.connection().execute(_REFERENCE, {"commit": commit}).first()
+    row = session.connection().execute(_REFERENCE, {"commit": commit, "track_id": track.id}).first()
     if row is None:
         return Reference(Sample(0, None), measured=False)
     measured = row.valid_runs > 0
     if rule == Rule.GREEDY:
         return Reference(Sample(row.valid_runs, row.val_bpb), measured)
     values = noise_crud.measuring_runs(
-        session, row.id, row.base_commit is None, project.platform, project.harness_id
+        session, row.id, row.base_commit is None, track.platform, track.harness_id
     )
     sigma = None if noise is None else noise.sigma
     return Reference(Sample(len(values), bounded_mean(values, sigma) if values else None), measured)

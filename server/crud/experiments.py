@@ -14,7 +14,16 @@ from client.constants import STEP_STARTS, argument_step, entry_step
 from client.schemas import BestBefore, ComparisonOut, ExperimentOut, ExperimentPage, ResultOut, RunOut
 from client.states import AGENT_KINDS, RunState
 from server.crud.runs import runs_of
-from server.models import ApiToken, Experiment, ExperimentChange, ExperimentConstant, Result, Run, Worker
+from server.models import (
+    ApiToken,
+    Experiment,
+    ExperimentChange,
+    ExperimentConstant,
+    Result,
+    Run,
+    Track,
+    Worker,
+)
 
 BASELINE_AGENT = "baseline"
 
@@ -22,10 +31,12 @@ BASELINE_AGENT = "baseline"
 # The statements of what an agent polls, built once (building one costs about what running it does).
 _AGENT_NAMES = select(ApiToken.id, ApiToken.name).where(ApiToken.id.in_(bindparam("ids", expanding=True)))
 _WITH_AGENT = (
-    select(Experiment, ApiToken.name)
+    select(Experiment, ApiToken.name, Track.name)
     .outerjoin(ApiToken, ApiToken.id == Experiment.agent_id)
+    .join(Track, Track.id == Experiment.track_id)
     .where(Experiment.id == bindparam("id"))
 )
+_TRACK_NAMES = select(Track.id, Track.name).where(Track.id.in_(bindparam("ids", expanding=True)))
 _RESULTS = (
     select(Result, Worker.name)
     .outerjoin(Worker, Worker.id == Result.worker_id)
@@ -45,6 +56,12 @@ def agent_label(names: Mapping[int, str], agent_id: int | None, gone: str = BASE
     """An experiment's agent as shown: its token's name (from agent_names); BASELINE_AGENT for the
     baseline's, which has none, and `gone` for a token that is gone."""
     return BASELINE_AGENT if agent_id is None else names.get(agent_id, gone)
+
+
+def track_names(session: Session, track_ids: Iterable[int]) -> dict[int, str]:
+    """Track id -> name, for the ids given, in one query."""
+    ids = set(track_ids)
+    return {row.id: row.name for row in session.execute(_TRACK_NAMES, {"ids": list(ids)})} if ids else {}
 
 
 def labelled(session: Session, ids: Iterable[int]) -> dict[int, tuple[Experiment, str]]:
@@ -80,9 +97,10 @@ def views(
     experiments: Sequence[Experiment],
     with_position: bool = False,
     names: dict[int, str] | None = None,
+    tracks: dict[int, str] | None = None,
 ) -> list[ExperimentOut]:
-    """API views of experiments: their runs (with their places in the queue), their runs' results
-    and agent names (unless given), in three queries at most."""
+    """API views of experiments: their runs (with their places in the queue), their runs' results,
+    agent and track names (unless given), in four queries at most."""
     runs, places = runs_of(session, [e.id for e in experiments], with_places=with_position)
     finished = [r.id for rs in runs.values() for r in rs if r.status == RunState.FINISHED]
     found = session.execute(_RESULTS, {"run_ids": finished}).all() if finished else []
@@ -90,6 +108,8 @@ def views(
     workers = {result.run_id: name for result, name in found}
     if names is None:
         names = agent_names(session, (e.agent_id for e in experiments))
+    if tracks is None:
+        tracks = track_names(session, (e.track_id for e in experiments))
     out = []
     for e in experiments:
         own = runs.get(e.id, [])
@@ -102,6 +122,7 @@ def views(
         out.append(
             ExperimentOut(
                 id=e.id,
+                track=tracks[e.track_id],
                 status=e.status,
                 agent=agent_label(names, e.agent_id),
                 source=e.source,
@@ -125,6 +146,7 @@ def views(
                 comparison=comparison_view(e),
                 rebased_from=e.rebased_from_id,
                 rebased_to=e.rebased_to_id,
+                ported_from=e.ported_from_id,
                 val_bpb=e.val_bpb,
                 valid_runs=e.valid_runs,
                 runs=[run_view(r, results.get(r.id), places.get(r.id)) for r in own],
@@ -155,14 +177,17 @@ def get_view(session: Session, experiment_id: int) -> ExperimentOut | None:
     row = session.execute(_WITH_AGENT, {"id": experiment_id}).first()
     if row is None:
         return None
-    experiment, name = row
+    experiment, name, track = row
     names = {experiment.agent_id: name} if experiment.agent_id is not None and name is not None else {}
-    return views(session, [experiment], with_position=True, names=names)[0]
+    return views(session, [experiment], with_position=True, names=names, tracks={experiment.track_id: track})[
+        0
+    ]
 
 
 def list_page(
     session: Session,
     *,
+    track_id: int | None = None,
     status: str | None,
     agent: str | None,
     base: str | None,
@@ -174,6 +199,8 @@ def list_page(
 ) -> ExperimentPage:
     """Newest first; `before_id` is the cursor (the last id of the previous page)."""
     statement = select(Experiment).order_by(Experiment.id.desc()).limit(limit + 1)
+    if track_id is not None:
+        statement = statement.where(Experiment.track_id == track_id)
     if status is not None:
         statement = statement.where(Experiment.status == status)
     if agent is not None:

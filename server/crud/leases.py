@@ -6,7 +6,8 @@ plain Core, built once here and run on the transaction's connection: no ORM unit
 identity map. Claims are atomic: the queued run is picked with `SELECT ... FOR UPDATE SKIP
 LOCKED` on PostgreSQL (concurrent claims skip each other's rows instead of waiting) and inside a
 `BEGIN IMMEDIATE` transaction on SQLite (one writer at a time), so each run goes to exactly one
-worker. Order is FIFO by `queued_at`, which a run takes from its experiment; a run requeued after
+worker. A worker is given runs of the tracks it serves only (each run carries its experiment's
+track). Order is FIFO by `queued_at`, which a run takes from its experiment; a run requeued after
 a lost lease keeps it too, so it runs before everything submitted after its experiment.
 """
 
@@ -16,22 +17,22 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Update, bindparam, case, delete, func, insert, select, update
+from sqlalchemy import Update, bindparam, case, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from client.schemas import ProgressEventIn
 from client.states import ExperimentStatus, LeaseState, RunState
 from server.crud import integrity
 from server.crud import noise as noise_crud
-from server.crud.project import current_best
 from server.crud.runs import live_runs
+from server.crud.tracks import current_best
 from server.gate import BestMeasurement
 from server.lifecycle import experiment_sources
 from server.models import (
     EXPERIMENTS,
     LEASES,
-    PROJECT,
     RUNS,
+    TRACKS,
     AnyRow,
     Experiment,
     Lease,
@@ -50,18 +51,33 @@ def worker_row(session: Session, worker_id: str) -> Worker | None:
     return session.get(Worker, worker_id)
 
 
-def anything_queued(session: Session) -> bool:
-    return session.scalar(select(Run.id).where(Run.status == RunState.QUEUED).limit(1)) is not None
+_ANYTHING_QUEUED = (
+    select(RUNS.c.id)
+    .where(RUNS.c.status == RunState.QUEUED, RUNS.c.track_id.in_(bindparam("tracks", expanding=True)))
+    .limit(1)
+)
+
+
+def anything_queued(session: Session, tracks: Sequence[int]) -> bool:
+    """Whether a run of one of these tracks is queued."""
+    found = session.connection().execute(_ANYTHING_QUEUED, {"tracks": list(tracks)}).first()
+    return found is not None
+
+
+_OF_TRACKS = RUNS.c.track_id.in_(bindparam("tracks", expanding=True))
 
 
 def _claim_statement(gated: bool) -> Update:
-    """Take the first claimable queued run: one UPDATE ... RETURNING around a locked pick. Runs of
-    experiments held for their agent's integrity event (server/crud/integrity.py) are skipped."""
-    pick = select(RUNS.c.id).where(
-        RUNS.c.status == RunState.QUEUED, RUNS.c.experiment_id.not_in(integrity.HELD_EXPERIMENTS)
+    """Take the first claimable queued run of the tracks bound as `tracks` (and, `gated`, of the
+    experiments bound as `gates`, the bests not yet measured of the worker's other tracks): one
+    UPDATE ... RETURNING around a locked pick. Runs of experiments held for their agent's integrity
+    event (server/crud/integrity.py) are skipped."""
+    mine = (
+        or_(_OF_TRACKS, RUNS.c.experiment_id.in_(bindparam("gates", expanding=True))) if gated else _OF_TRACKS
     )
-    if gated:
-        pick = pick.where(RUNS.c.experiment_id == bindparam("gate"))
+    pick = select(RUNS.c.id).where(
+        RUNS.c.status == RunState.QUEUED, mine, RUNS.c.experiment_id.not_in(integrity.HELD_EXPERIMENTS)
+    )
     pick = pick.order_by(RUNS.c.queued_at, RUNS.c.id).limit(1)
     pick = pick.with_for_update(skip_locked=True)
     return (
@@ -99,23 +115,25 @@ _START_EXPERIMENT = (
             else_=EXPERIMENTS.c.started_at,
         ),
     )
-    .returning(EXPERIMENTS.c.commit_sha, EXPERIMENTS.c.description, EXPERIMENTS.c.base_commit)
+    .returning(
+        EXPERIMENTS.c.commit_sha, EXPERIMENTS.c.description, EXPERIMENTS.c.base_commit, EXPERIMENTS.c.track_id
+    )
 )
-_BEST_COMMIT = select(PROJECT.c.best_commit).where(PROJECT.c.id == 1)
+_BEST_COMMIT = select(TRACKS.c.best_commit).where(TRACKS.c.id == bindparam("track_id"))
 _INSERT_LEASE = insert(LEASES)
 _LOCK_LEASE = select(LEASES).where(LEASES.c.id == bindparam("lease_id")).with_for_update()
 _UPDATE_LEASE = update(LEASES).where(LEASES.c.id == bindparam("lease_id"))
 _INSERT_PROGRESS = insert(ProgressSample)
 
 
-def best_measurement(session: Session) -> BestMeasurement | None:
-    """What the gate reads of the best (server/gate.py); None when there is no best yet."""
-    project = current_best(session)
-    if project.best_experiment_id is None:
+def best_measurement(session: Session, track_id: int) -> BestMeasurement | None:
+    """What the gate reads of the track's best (server/gate.py); None when there is no best yet."""
+    track = current_best(session, track_id)
+    if track.best_experiment_id is None:
         return None
-    best = session.get(Experiment, project.best_experiment_id)
+    best = session.get(Experiment, track.best_experiment_id)
     assert best is not None
-    noise = noise_crud.noise(session, project.platform, project.harness_id)
+    noise = noise_crud.noise(session, track.id, track.platform, track.harness_id)
     return BestMeasurement(
         experiment_id=best.id,
         status=best.status,
@@ -125,22 +143,27 @@ def best_measurement(session: Session) -> BestMeasurement | None:
     )
 
 
-def pick_run(session: Session, now: datetime, gate: int | None) -> AnyRow | None:
-    """The first claimable queued run (of experiment `gate` only, when given), now running: its id,
-    experiment_id, number, seed and attempts; None when there is none."""
+def pick_run(
+    session: Session, now: datetime, tracks: Sequence[int], gates: Sequence[int] = ()
+) -> AnyRow | None:
+    """The first claimable queued run of these tracks, or of the experiments `gates`, now running:
+    its id, experiment_id, number, seed and attempts; None when there is none."""
     connection = session.connection()
-    if gate is None:
-        return connection.execute(_CLAIM, {"now": now}).first()
-    return connection.execute(_CLAIM_GATED, {"now": now, "gate": gate}).first()
+    if not gates:
+        return connection.execute(_CLAIM, {"now": now, "tracks": list(tracks)}).first()
+    return connection.execute(
+        _CLAIM_GATED, {"now": now, "tracks": list(tracks), "gates": list(gates)}
+    ).first()
 
 
 def start_experiment(session: Session, experiment_id: int, now: datetime) -> AnyRow:
-    """Mark the claimed run's experiment running (unless decided); its commit, description, base."""
+    """Mark the claimed run's experiment running (unless decided); its commit, description, base
+    and track."""
     return session.connection().execute(_START_EXPERIMENT, {"experiment_id": experiment_id, "now": now}).one()
 
 
-def best_commit(session: Session) -> str | None:
-    return session.connection().execute(_BEST_COMMIT).scalar()
+def best_commit(session: Session, track_id: int) -> str | None:
+    return session.connection().execute(_BEST_COMMIT, {"track_id": track_id}).scalar()
 
 
 def insert_lease(session: Session, lease: dict[str, Any]) -> None:

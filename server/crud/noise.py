@@ -1,4 +1,5 @@
-"""The noise estimate: each platform and harness's run-to-run sigma of val_bpb, kept current.
+"""The noise estimate: each track's run-to-run sigma of val_bpb (on its platform and harness), kept
+current.
 
 It rests on the runs that were not chosen for being good, the measuring runs (`is_measuring`):
 all of the baseline's, and the repeats of each kept change (the runs it got as the best). A
@@ -6,7 +7,7 @@ candidate's own runs are left out: its first run passed the screen because it wa
 spread around the candidate's mean is wider than the noise (the rule would then need more
 evidence than it should).
 
-Each new measuring run pools them all again (`update`): server/noise_pool.py, a winsorized pooled
+Each new measuring run pools the track's again (`update_estimate`): server/noise_pool.py, a winsorized pooled
 sigma that one far-off run cannot blow up. The row stores it as sum_sq = df * sigma^2 with its df,
 so readers take sigma = sqrt(sum_sq / df). The row is locked while its runs are read and pooled,
 so concurrent results are pooled one after the other and none is left out.
@@ -58,7 +59,7 @@ def measuring_clause(baseline: ColumnElement[bool]) -> ColumnElement[bool]:
 
 def counted_clause() -> ColumnElement[bool]:
     """server.judge.run_counts in SQL, on Result, for the platform and harness bound as
-    `platform` and `harness_id` (never None here: the callers pass the project's, else the run's)."""
+    `platform` and `harness_id` (never None here: the callers pass the track's, else the run's)."""
     return and_(
         Result.status == "ok",
         Result.val_bpb.is_not(None),
@@ -85,12 +86,16 @@ _CONFIRMING = (
     .join(RUNS, RUNS.c.id == Result.run_id)
     .where(Result.experiment_id == bindparam("experiment_id"), RUNS.c.kind == RunKind.CONFIRMATION, _COUNTED)
 )
-# Every experiment's valid measuring runs on a platform and harness.
+# Every valid measuring run of a track's experiments on a platform and harness.
 _ALL_MEASURING = (
     select(Result.experiment_id, Result.val_bpb)
     .join(RUNS, RUNS.c.id == Result.run_id)
     .join(EXPERIMENTS, EXPERIMENTS.c.id == Result.experiment_id)
-    .where(measuring_clause(EXPERIMENTS.c.base_commit.is_(None)), _COUNTED)
+    .where(
+        EXPERIMENTS.c.track_id == bindparam("track_id"),
+        measuring_clause(EXPERIMENTS.c.base_commit.is_(None)),
+        _COUNTED,
+    )
 )
 
 
@@ -120,14 +125,15 @@ def confirmation_runs(
     ]
 
 
-_LOCK = (
-    select(NOISE.c.df)
-    .where(NOISE.c.platform == bindparam("p"), NOISE.c.harness_id == bindparam("h"))
-    .with_for_update()
+_KEY = (
+    NOISE.c.track_id == bindparam("t"),
+    NOISE.c.platform == bindparam("p"),
+    NOISE.c.harness_id == bindparam("h"),
 )
+_LOCK = select(NOISE.c.df).where(*_KEY).with_for_update()
 _SET = (
     update(NOISE)
-    .where(NOISE.c.platform == bindparam("p"), NOISE.c.harness_id == bindparam("h"))
+    .where(*_KEY)
     .values(
         sum_sq=bindparam("sum_sq"),
         df=bindparam("df"),
@@ -137,17 +143,18 @@ _SET = (
     )
 )
 _INSERT = insert(NOISE)
-_READ = select(NOISE.c.sum_sq, NOISE.c.df).where(
-    NOISE.c.platform == bindparam("p"), NOISE.c.harness_id == bindparam("h")
-)
+_READ = select(NOISE.c.sum_sq, NOISE.c.df).where(*_KEY)
 
 
-def update_estimate(session: Session, platform: str, harness_id: str) -> None:
-    """Pool every measuring run on this platform and harness again (after a new one was recorded)."""
+def update_estimate(session: Session, track_id: int, platform: str, harness_id: str) -> None:
+    """Pool every measuring run of the track on this platform and harness again (after a new one
+    was recorded)."""
     connection = session.connection()
-    exists = connection.execute(_LOCK, {"p": platform, "h": harness_id}).first() is not None
+    key = {"t": track_id, "p": platform, "h": harness_id}
+    exists = connection.execute(_LOCK, key).first() is not None
     groups: defaultdict[int, list[float]] = defaultdict(list)
-    for row in connection.execute(_ALL_MEASURING, {"platform": platform, "harness_id": harness_id}):
+    params = {"track_id": track_id, "platform": platform, "harness_id": harness_id}
+    for row in connection.execute(_ALL_MEASURING, params):
         groups[row.experiment_id].append(row.val_bpb)
     pooled = pool(list(groups.values()))
     if pooled is None:
@@ -160,31 +167,42 @@ def update_estimate(session: Session, platform: str, harness_id: str) -> None:
     }
     now = utcnow()
     if exists:
-        connection.execute(_SET, columns | {"p": platform, "h": harness_id, "now": now})
+        connection.execute(_SET, columns | key | {"now": now})
     else:
         connection.execute(
-            _INSERT, columns | {"platform": platform, "harness_id": harness_id, "updated_at": now}
+            _INSERT,
+            columns
+            | {"track_id": track_id, "platform": platform, "harness_id": harness_id, "updated_at": now},
         )
 
 
-def noise(session: Session, platform: str | None, harness_id: str | None) -> Noise | None:
-    """The pooled estimate for a platform and harness, or None before any experiment has two runs."""
+def noise(session: Session, track_id: int, platform: str | None, harness_id: str | None) -> Noise | None:
+    """The track's pooled estimate on a platform and harness, or None before any experiment has two
+    runs."""
     if platform is None or harness_id is None:
         return None
-    row = session.connection().execute(_READ, {"p": platform, "h": harness_id}).first()
+    row = session.connection().execute(_READ, {"t": track_id, "p": platform, "h": harness_id}).first()
     if row is None or row.df < 1:
         return None
     return Noise(sigma=math.sqrt(max(row.sum_sq, 0.0) / row.df), df=row.df)
 
 
-def estimates(session: Session, platform: str | None, harness_id: str | None) -> list[NoiseOut]:
-    """Every platform and harness measured, the project's (the one decisions use) marked current."""
-    rows = session.scalars(select(NoiseEstimate).order_by(NoiseEstimate.platform, NoiseEstimate.harness_id))
-    return [view(e, current=(e.platform, e.harness_id) == (platform, harness_id)) for e in rows]
+def estimates(
+    session: Session, track_id: int, platform: str | None, harness_id: str | None, track: str
+) -> list[NoiseOut]:
+    """Every platform and harness the track measured, its pins' (the one decisions use) marked
+    current."""
+    rows = session.scalars(
+        select(NoiseEstimate)
+        .where(NoiseEstimate.track_id == track_id)
+        .order_by(NoiseEstimate.platform, NoiseEstimate.harness_id)
+    )
+    return [view(e, (e.platform, e.harness_id) == (platform, harness_id), track) for e in rows]
 
 
-def view(estimate: NoiseEstimate, current: bool) -> NoiseOut:
+def view(estimate: NoiseEstimate, current: bool, track: str) -> NoiseOut:
     return NoiseOut(
+        track=track,
         platform=estimate.platform,
         harness_id=estimate.harness_id,
         sigma=math.sqrt(max(estimate.sum_sq, 0.0) / estimate.df) if estimate.df else None,
@@ -196,9 +214,11 @@ def view(estimate: NoiseEstimate, current: bool) -> NoiseOut:
     )
 
 
-def current_view(session: Session, platform: str | None, harness_id: str | None) -> NoiseOut | None:
-    """The estimate decisions use now (the project's platform and harness), if there is one."""
+def current_view(
+    session: Session, track_id: int, platform: str | None, harness_id: str | None, track: str
+) -> NoiseOut | None:
+    """The estimate the track's decisions use now (on its platform and harness), if there is one."""
     if platform is None or harness_id is None:
         return None
-    estimate = session.get(NoiseEstimate, (platform, harness_id))
-    return view(estimate, current=True) if estimate is not None else None
+    estimate = session.get(NoiseEstimate, (track_id, platform, harness_id))
+    return view(estimate, True, track) if estimate is not None else None

@@ -1,9 +1,9 @@
 """Queueing an experiment again after it ended without a verdict on its change.
 
 Two callers: an admin's retry (POST /experiments/{id}/retry, once broken workers are fixed) and
-the best that has no valid measurement, queued again whenever a server starts or `init` runs on
-an existing project (a baseline whose runs all lost their workers would otherwise leave the
-project unable to compare anything, for good).
+a track's best that has no valid measurement, queued again whenever a server starts or `init` runs
+on an existing project (a baseline whose runs all lost their workers would otherwise leave the
+track unable to compare anything, for good).
 """
 
 from __future__ import annotations
@@ -44,20 +44,21 @@ def queue_again(session: Session, experiment: Experiment, now: datetime) -> int:
     return int(result.rowcount or 0)
 
 
-def unmeasured_best(session: Session) -> Experiment | None:
-    """The best, when it has no valid run and nothing that could give it one is queued or running."""
-    best = best_measurement(session)
+def unmeasured_best(session: Session, track_id: int) -> Experiment | None:
+    """The track's best, when it has no valid run and nothing that could give it one is queued or
+    running."""
+    best = best_measurement(session, track_id)
     if best is None or best.valid_runs > 0 or best.live_runs > 0:
         return None
     return session.get(Experiment, best.experiment_id)
 
 
-def requeue_unmeasured_best(session: Session, now: datetime) -> Experiment | None:
-    """Queue the best again when it is unmeasured and ended without a fault of its own (its runs
+def requeue_unmeasured_best(session: Session, track_id: int, now: datetime) -> Experiment | None:
+    """Queue the track's best again when it is unmeasured and ended without a fault of its own (its runs
     lost their workers, or it was cancelled); returns it, or None when there was nothing to do.
     A best whose own run failed (it crashed: a result) is not queued again: it cannot be measured
     as it is, and the first valid result replaces it (docs/api.md, "Decisions")."""
-    best = unmeasured_best(session)
+    best = unmeasured_best(session, track_id)
     if best is None or best.status not in RETRYABLE_STATUSES or has_result(session, best.id):
         return None
     queue_again(session, best, now)

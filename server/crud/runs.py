@@ -41,14 +41,15 @@ _COUNT_LIVE = select(func.count()).where(
 def queue_runs(
     session: Session,
     experiment_id: int,
+    track_id: int,
     kind: RunKind,
     queued_at: datetime,
     count: int = 1,
     *,
     new: bool = False,
 ) -> list[int]:
-    """Queue `count` more runs of an experiment; returns their numbers. `new`: the experiment was
-    inserted in this transaction, so it has no runs yet (one query less)."""
+    """Queue `count` more runs of an experiment (of track `track_id`); returns their numbers. `new`:
+    the experiment was inserted in this transaction, so it has no runs yet (one query less)."""
     last = 0
     if not new:
         last = session.connection().execute(_LAST_NUMBER, {"experiment_id": experiment_id}).scalar() or 0
@@ -59,6 +60,7 @@ def queue_runs(
             [
                 {
                     "experiment_id": experiment_id,
+                    "track_id": track_id,
                     "number": number,
                     "seed": new_seed(),
                     "kind": kind,
@@ -93,7 +95,8 @@ def cancel_queued_runs(session: Session, experiment_id: int, now: datetime) -> i
     return int(result.rowcount or 0)
 
 
-# A queued run's place in the queue: the queued runs claimed before it (queued_at, then id).
+# A queued run's place in its track's queue: the queued runs of the track claimed before it
+# (queued_at, then id).
 _AHEAD = aliased(Run)
 _PLACE = case(
     (
@@ -101,6 +104,7 @@ _PLACE = case(
         select(func.count())
         .where(
             _AHEAD.status == RunState.QUEUED,
+            _AHEAD.track_id == Run.track_id,
             or_(
                 _AHEAD.queued_at < Run.queued_at,
                 and_(_AHEAD.queued_at == Run.queued_at, _AHEAD.id < Run.id),

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from client.schemas import SimilarExperiment
 from client.states import SimilarityKind
 from server.changes import ChangeSummary, ConstantChange, code_of
-from server.crud.experiments import labelled
+from server.crud.experiments import labelled, track_names
 from server.models import (
     NOT_RERUN_STATUSES,
     Experiment,
@@ -196,12 +196,14 @@ def _views(session: Session, change: Change, matches: list[Match]) -> list[Simil
     if not matches:
         return []
     experiments = labelled(session, (m.experiment_id for m in matches))
+    tracks = track_names(session, (e.track_id for e, _agent in experiments.values()))
     out = []
     for match in matches:
         e, agent = experiments[match.experiment_id]
         out.append(
             SimilarExperiment(
                 experiment_id=e.id,
+                track=tracks[e.track_id],
                 kind=match.similarity.kind,
                 distance=match.similarity.distance,
                 detail=match.similarity.detail,

@@ -1,4 +1,4 @@
-"""The best, the leaderboard (kept lineage, best results, per-agent standing) and agents."""
+"""A track's best and leaderboard (kept lineage, best results, per-agent standing), and agents."""
 
 from __future__ import annotations
 
@@ -12,15 +12,16 @@ from client.states import AGENT_KINDS, ExperimentStatus
 from server.crud import integrity
 from server.crud import noise as noise_crud
 from server.crud.experiments import agent_label, agent_names
-from server.crud.project import best_sample, load_project
 from server.crud.tokens import ENV_ADMIN_NAME
+from server.crud.tracks import TrackState, best_sample
 from server.models import AnyRow, ApiToken, Experiment
 
 
 @dataclass(frozen=True)
 class BestState:
-    """The best as the database holds it; its train.py is in git, for the caller to read."""
+    """A track's best as the database holds it; its train.py is in git, for the caller to read."""
 
+    track: str
     commit: str
     val_bpb: float | None  # the mean of its valid runs
     runs: int
@@ -30,29 +31,30 @@ class BestState:
     harness_id: str | None
 
 
-def best(session: Session) -> BestState | None:
-    project = load_project(session)
-    if project.best_commit is None:
+def best(session: Session, track: TrackState) -> BestState | None:
+    if track.best_commit is None:
         return None
-    runs, mean = best_sample(session)
-    estimate = noise_crud.noise(session, project.platform, project.harness_id)
+    runs, mean = best_sample(session, track.id)
+    estimate = noise_crud.noise(session, track.id, track.platform, track.harness_id)
     return BestState(
-        commit=project.best_commit,
+        track=track.name,
+        commit=track.best_commit,
         val_bpb=mean,
         runs=runs,
         se=estimate.sigma / runs**0.5 if estimate is not None and runs else None,
-        experiment_id=project.best_experiment_id,
-        platform=project.platform,
-        harness_id=project.harness_id,
+        experiment_id=track.best_experiment_id,
+        platform=track.platform,
+        harness_id=track.harness_id,
     )
 
 
-def lineage(session: Session) -> list[LineageEntry]:
-    """Every kept experiment in the order it became the best: the path from the baseline."""
+def lineage(session: Session, track_id: int) -> list[LineageEntry]:
+    """Every kept experiment of the track in the order it became the best: the path from its
+    baseline."""
     kept = list(
         session.scalars(
             select(Experiment)
-            .where(Experiment.status == ExperimentStatus.KEPT)
+            .where(Experiment.status == ExperimentStatus.KEPT, Experiment.track_id == track_id)
             .order_by(Experiment.finished_at)
         )
     )
@@ -73,10 +75,13 @@ def lineage(session: Session) -> list[LineageEntry]:
     ]
 
 
-def top_results(session: Session, platform: str | None, limit: int = 20) -> list[RankedResult]:
-    """The lowest val_bpb measured on the project's platform, whatever was decided."""
+def top_results(session: Session, track: TrackState, limit: int = 20) -> list[RankedResult]:
+    """The lowest val_bpb of the track measured on its platform, whatever was decided."""
+    platform = track.platform
     statement = (
-        select(Experiment).where(Experiment.val_bpb.is_not(None)).order_by(Experiment.val_bpb, Experiment.id)
+        select(Experiment)
+        .where(Experiment.val_bpb.is_not(None), Experiment.track_id == track.id)
+        .order_by(Experiment.val_bpb, Experiment.id)
     )
     if platform is not None:
         statement = statement.where(Experiment.platform == platform)
@@ -99,10 +104,10 @@ def _count(condition: ColumnElement[bool]) -> ColumnElement[int]:
     return func.sum(case((condition, 1), else_=0))
 
 
-def agent_totals(session: Session) -> dict[int, AnyRow]:
-    """Per agent id: counts by outcome, best val_bpb, total improvement, last submission.
+def agent_totals(session: Session) -> dict[tuple[int, int], AnyRow]:
+    """Per track and agent id: counts by outcome, best val_bpb, total improvement, last submission.
 
-    One aggregate over all experiments, grouped by agent: it reads only ix_experiments_standing.
+    One aggregate over all experiments, grouped by track and agent.
     """
     improvement = case(
         (Experiment.status == ExperimentStatus.KEPT, Experiment.best_before_val_bpb - Experiment.val_bpb),
@@ -116,6 +121,7 @@ def agent_totals(session: Session) -> dict[int, AnyRow]:
     )
     statement = (
         select(
+            Experiment.track_id,
             Experiment.agent_id,
             # A change re-applied onto a new best is the same submission: its copy replaces the
             # experiment it came from (which ends `rebased`), so each rebased one is not counted.
@@ -130,20 +136,23 @@ def agent_totals(session: Session) -> dict[int, AnyRow]:
             func.max(Experiment.created_at).label("last_submitted_at"),
         )
         .where(Experiment.agent_id.is_not(None))
-        .group_by(Experiment.agent_id)
+        .group_by(Experiment.track_id, Experiment.agent_id)
     )
-    return {row.agent_id: row for row in session.execute(statement)}
+    return {(row.track_id, row.agent_id): row for row in session.execute(statement)}
 
 
-def agent_standings(session: Session, totals: dict[int, AnyRow] | None = None) -> list[AgentStanding]:
-    """Every agent's standing, best first; `totals` from `agent_totals` (computed when not given)."""
+def agent_standings(
+    session: Session, track_id: int, totals: dict[tuple[int, int], AnyRow] | None = None
+) -> list[AgentStanding]:
+    """Every agent's standing on a track, best first; `totals` from `agent_totals` (computed when
+    not given). Tokens and integrity holds are the agent's on every track."""
     if totals is None:
         totals = agent_totals(session)
     tokens = session.execute(select(ApiToken.id, ApiToken.name).where(ApiToken.kind.in_(AGENT_KINDS)))
     held = integrity.open_events(session)
     standings = []
     for token_id, name in tokens:
-        row = totals.get(token_id)
+        row = totals.get((track_id, token_id))
         events = held.get(token_id, [])
         if row is None:
             if name != ENV_ADMIN_NAME:  # the environment's admin token is listed once it submitted

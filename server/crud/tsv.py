@@ -88,9 +88,11 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def export_rows(session: Session) -> Iterator[TsvRow]:
-    """Imported history first, then every decided experiment with a result, in id order."""
-    for imported in session.scalars(select(ImportedResult).order_by(ImportedResult.id)):
+def export_rows(session: Session, track_id: int) -> Iterator[TsvRow]:
+    """A track's imported history first, then every decided experiment of it with a result, in id
+    order."""
+    imports = select(ImportedResult).where(ImportedResult.track_id == track_id).order_by(ImportedResult.id)
+    for imported in session.scalars(imports):
         yield TsvRow(
             imported.commit, imported.val_bpb, imported.memory_gb, imported.status, imported.description
         )
@@ -105,7 +107,7 @@ def export_rows(session: Session) -> Iterator[TsvRow]:
         select(Experiment, memory.c.peak_memory_mb)
         .join(with_result, with_result.c.experiment_id == Experiment.id)
         .outerjoin(memory, memory.c.experiment_id == Experiment.id)
-        .where(Experiment.status.in_(_DECIDED))
+        .where(Experiment.status.in_(_DECIDED), Experiment.track_id == track_id)
         .order_by(Experiment.id)
     )
     for experiment, peak_memory_mb in session.execute(statement):
@@ -168,11 +170,12 @@ def _parse_line(number: int, line: str, extended: bool) -> TsvRow:
     return TsvRow(commit, bpb, memory, status, description)
 
 
-def import_rows(session: Session, rows: list[TsvRow]) -> tuple[int, int]:
-    """Store rows not already imported; return (imported, skipped as already present)."""
+def import_rows(session: Session, rows: list[TsvRow], track_id: int) -> tuple[int, int]:
+    """Store rows not already imported into the track's history; return (imported, skipped as
+    already present)."""
     present = {
         TsvRow(r.commit, r.val_bpb, r.memory_gb, r.status, r.description).line()
-        for r in session.scalars(select(ImportedResult))
+        for r in session.scalars(select(ImportedResult).where(ImportedResult.track_id == track_id))
     }
     imported = 0
     for row in rows:
@@ -181,6 +184,7 @@ def import_rows(session: Session, rows: list[TsvRow]) -> tuple[int, int]:
         present.add(row.line())
         session.add(
             ImportedResult(
+                track_id=track_id,
                 commit=row.commit,
                 val_bpb=row.val_bpb,
                 memory_gb=row.memory_gb,

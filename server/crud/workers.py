@@ -19,7 +19,7 @@ def named(session: Session, principal: Principal, name: str) -> Worker | None:
 
 def refuse_taken_name(session: Session, principal: Principal, name: str) -> None:
     """A worker's name belongs to the token that registered it first: pages and events name workers,
-    so another token must not run under it (registrations are serialised by the project lock)."""
+    so another token must not run under it (registrations are serialised by the tracks' locks)."""
     taken = session.scalar(select(Worker.id).where(Worker.name == name, Worker.token_id != principal.id))
     if taken is not None:
         raise Problem(
@@ -30,5 +30,6 @@ def refuse_taken_name(session: Session, principal: Principal, name: str) -> None
 
 
 def online_count(session: Session, since: datetime) -> int:
-    """Workers seen (register, claim or heartbeat) since `since`."""
-    return int(session.scalar(select(func.count()).where(Worker.last_seen_at >= since)) or 0)
+    """Workers seen (register, claim or heartbeat) since `since`, and accepted by a track."""
+    statement = select(func.count()).where(Worker.last_seen_at >= since, Worker.refused.is_(None))
+    return int(session.scalar(statement) or 0)

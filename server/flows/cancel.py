@@ -15,6 +15,7 @@ from server.core.problems import Problem, unknown_experiment
 from server.crud.requeue import has_result, queue_again
 from server.crud.runs import cancel_queued_runs
 from server.crud.tokens import Principal
+from server.crud.tracks import name_of
 from server.lifecycle import move_experiment
 from server.models import Experiment, utcnow
 
@@ -69,4 +70,5 @@ def retry(ctx: AppContext, admin: Principal, experiment_id: int) -> None:
             raise Problem(409, "has-result", f"experiment {experiment_id} already has a result")
         why = f"queued again by {admin.name} (was {experiment.status})"
         queue_again(tx.session, experiment, utcnow())
-        tx.emit(Queued(experiment_id=experiment_id, attempts=0, why=why))
+        track = name_of(tx.session, experiment.track_id)
+        tx.emit(Queued(experiment_id=experiment_id, attempts=0, why=why, track=track))

@@ -1,8 +1,9 @@
 """The worker side of the queue: claim a run under a lease, heartbeat, progress, release, expiry.
 
-Each is one transaction over the rows of server/crud/leases.py. A claim hands out runs in the
-queue's order (crud.leases.pick_run), except while the best is not measured yet (`gate`); a
-first run whose base is no longer the best is carried over onto the best first
+Each is one transaction over the rows of server/crud/leases.py. A claim hands out runs of the
+tracks the worker serves (server/flows/workers.py, `serving`) in the queue's order
+(crud.leases.pick_run), except, per track, while its best is not measured yet (`gates`); a
+first run whose base is no longer its track's best is carried over onto that best first
 (server.decisions.reapply_before_running), then claimed again. A run that ends without a result
 (released, or its lease expired) is queued again or ended (`back_to_queue`).
 """
@@ -23,7 +24,9 @@ from server.core.problems import Problem
 from server.crud import leases
 from server.crud.runs import cancel_queued_runs
 from server.crud.tokens import Principal
+from server.crud.tracks import name_of
 from server.decisions import reapply_before_running
+from server.flows.workers import serving
 from server.gate import gate_for
 from server.lifecycle import UNDECIDED, move_experiment, move_run
 from server.models import AnyRow, Experiment, Run, utcnow
@@ -59,25 +62,34 @@ def touch(ctx: AppContext, session: Session, worker_id: str) -> None:
         leases.write_seen(session, worker_id)
 
 
-def gate(ctx: AppContext, session: Session) -> int | None:
-    """The one experiment whose runs may be handed out now, or None when any queued run may
-    (server/gate.py). Once the best is measured the gate stays open, so the check is skipped after."""
-    if ctx.gate_open:
-        return None
+def gates(ctx: AppContext, session: Session, tracks: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    """Of these tracks, those any of whose queued runs may be handed out now, and the experiments
+    (unmeasured bests) whose runs alone may be of the others (server/gate.py). Once a track's best
+    is measured its gate stays open, so the check is skipped after."""
     settings = ctx.settings
-    verdict = gate_for(leases.best_measurement(session), settings.decision_rule, settings.noise_runs)
-    ctx.gate_open = verdict.measured
-    return verdict.only
+    open_, only = [], []
+    for track in tracks:
+        if track not in ctx.gate_open:
+            best = leases.best_measurement(session, track)
+            verdict = gate_for(best, settings.decision_rule, settings.noise_runs)
+            if verdict.measured:
+                ctx.gate_open.add(track)
+            elif verdict.only is not None:
+                only.append(verdict.only)
+                continue
+        open_.append(track)
+    return open_, only
 
 
 def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | None:
     """Lease the next queued run to this worker, or None when nothing can run now."""
     check_worker(ctx, principal, worker_id)
+    tracks = serving(ctx, worker_id).ids
     if ctx.db.sqlite:
         # SQLite has one writer for the whole database: look before taking its write lock, so
         # that idle long polls do not queue for it. PostgreSQL's claim below locks one row only.
         with ctx.db.read() as session:
-            anything = leases.anything_queued(session)
+            anything = leases.anything_queued(session, tracks)
         if not anything:
             if ctx.presence.seen_write_due(worker_id):
                 with ctx.transaction() as tx:
@@ -87,15 +99,15 @@ def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | N
         with ctx.transaction() as tx:
             touch(ctx, tx.session, worker_id)
             now = utcnow()
-            picked = leases.pick_run(tx.session, now, gate(ctx, tx.session))
+            picked = leases.pick_run(tx.session, now, *gates(ctx, tx.session, tracks))
             if picked is None:
                 return None
             experiment = leases.start_experiment(tx.session, picked.experiment_id, now)
             if (
                 picked.number == 1
                 and experiment.base_commit is not None
-                and experiment.base_commit != leases.best_commit(tx.session)
-                and reapply_before_running(ctx, tx, picked.experiment_id, picked.id)
+                and experiment.base_commit != leases.best_commit(tx.session, experiment.track_id)
+                and reapply_before_running(ctx, tx, experiment.track_id, picked.experiment_id, picked.id)
             ):
                 continue  # its change went onto the current best: claim again
             lease = {
@@ -230,8 +242,9 @@ def back_to_queue(
         if undecided:
             move_experiment(experiment, ExperimentStatus.QUEUED)
             experiment.started_at = None
+        track = name_of(tx.session, experiment.track_id)
         tx.emit(
-            Queued(experiment_id=experiment.id, run=run.number, attempts=run.attempts, why=why),
+            Queued(experiment_id=experiment.id, run=run.number, attempts=run.attempts, why=why, track=track),
         )
         return
     cancel_queued_runs(tx.session, experiment.id, now)

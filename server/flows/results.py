@@ -15,8 +15,8 @@ from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import evidence, integrity, results
 from server.crud.leases import set_lease
-from server.crud.project import current_best
 from server.crud.tokens import Principal
+from server.crud.tracks import current_best
 from server.decisions import settle
 from server.flows.leases import locked_lease, require_held
 from server.judge import NEEDS_FRESH_BEST, judge
@@ -74,20 +74,20 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
                 val_bpb=measured.val_bpb,
             ),
         )
-        project = current_best(tx.session)
-        after = evidence.count_run(tx.session, project, experiment, run, measured)
+        track = current_best(tx.session, experiment.track_id)
+        after = evidence.count_run(tx.session, track, experiment, run, measured)
         locked = False
         while True:  # a verdict that moves the best or builds on it is reached again on the locked row
             snapshot = evidence.snapshot(
-                tx.session, ctx.settings.rule, project, experiment, run, measured, after
+                tx.session, ctx.settings.rule, track, experiment, run, measured, after
             )
             verdict = judge(snapshot)
             if locked or verdict.action not in NEEDS_FRESH_BEST:
                 break
-            project, locked = current_best(tx.session, lock=True), True
+            track, locked = current_best(tx.session, experiment.track_id, lock=True), True
         changes: dict[str, object] = {"platform": measured.device}
         changes |= {"valid_runs": after.n, "val_bpb": after.mean, "val_bpb_m2": after.m2}
-        changes |= settle(ctx, tx, project, experiment, verdict)
+        changes |= settle(ctx, tx, track, experiment, verdict)
         if measured.error_class in INTEGRITY_CLASSES and experiment.agent_id is not None:
             event = integrity.record_event(
                 tx.session.connection(),

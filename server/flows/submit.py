@@ -2,10 +2,14 @@
 
 Order matters for locks: the candidate commit is written first (repo lock only), then one
 database transaction re-checks duplicates and the agent's queue limit and inserts the row (with
-the project row locked on PostgreSQL, the whole database on SQLite), so that concurrent submits
-cannot exceed limits or queue the same train.py twice. What it answers (the experiment's view and
-the earlier experiments similar to it) is read after that transaction commits: statements under
-the project lock make every other submission wait (on PostgreSQL each is a round trip).
+the track's row locked on PostgreSQL, the whole database on SQLite), so that concurrent submits
+cannot exceed limits or queue the same train.py twice on a track. What it answers (the
+experiment's view and the earlier experiments similar to it) is read after that transaction
+commits: statements under the track lock make every other submission wait (on PostgreSQL each is
+a round trip). Lock order everywhere: a track's row, then experiments' rows, then runs'.
+
+The track: the one the request names, else the base's, else the only one (crud/tracks.py,
+`named_or_only`); a base must be a commit of the track it is submitted to.
 """
 
 from __future__ import annotations
@@ -22,10 +26,10 @@ from server.candidates import Candidate, commit_message, find_same_train_py, que
 from server.changes import summarize
 from server.context import AppContext
 from server.core.problems import Problem
-from server.crud.experiments import get_view, resolve_commit
-from server.crud.project import current_best
+from server.crud.experiments import by_commit, get_view, resolve_commit
 from server.crud.similar import similar_earlier
 from server.crud.tokens import Principal
+from server.crud.tracks import TrackRef, current_best, load_track, named_or_only
 from server.decisions import queue_best_repeats
 from server.edits import EditError, apply_edits
 from server.models import IdempotencyKey
@@ -50,8 +54,10 @@ class SubmitOutcome:
 
 @dataclass(frozen=True)
 class Proposed:
-    """A change of train.py that passed the checks: its base, and the source before and after."""
+    """A change of train.py that passed the checks: its track and base, and the source before and
+    after."""
 
+    track: TrackRef
     base: str
     base_source: str
     new_source: str
@@ -62,13 +68,13 @@ class Proposed:
 
 
 def propose(ctx: AppContext, session: Session, body: SubmitIn | SimilarIn) -> Proposed:
-    """Check a change as a submission is checked (base, patch or file, sizes); Problem if bad."""
-    base = _resolve_base(session, body.base)
+    """Check a change as a submission is checked (track, base, patch or file, sizes); Problem if bad."""
+    track, base = _track_and_base(session, body.track, body.base)
     try:
         base_source = ctx.repo.train_py(base).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise Problem(422, "base-not-text", f"train.py of base {base} is not UTF-8 text") from exc
-    return Proposed(base, base_source, _new_train_py(ctx, body, base_source))
+    return Proposed(track, base, base_source, _new_train_py(ctx, body, base_source))
 
 
 def _request_sha256(body: SubmitIn) -> str:
@@ -88,14 +94,15 @@ def _replayed(session: Session, principal: Principal, key: str, request_sha: str
     return SubmitOutcome(stored.experiment_id, created=stored.status_code == 201)
 
 
-def _resolve_base(session: Session, base: str | None) -> str:
+def _track_and_base(session: Session, name: str | None, base: str | None) -> tuple[TrackRef, str]:
+    """The track a change goes to and the commit it is made on: `base`, else the track's best."""
     if base is None:
-        best = current_best(session).best_commit
-        if best is None:
+        track = named_or_only(session, name)
+        if track.best_commit is None:
             raise Problem(409, "not-initialised", "the project has no baseline yet; run `autoresearch init`")
-        return best
+        return _open(track.id, track.name, track.archived_at is not None), track.best_commit
     try:
-        return resolve_commit(session, base)
+        commit = resolve_commit(session, base)
     except LookupError as exc:
         raise Problem(
             404,
@@ -103,6 +110,25 @@ def _resolve_base(session: Session, base: str | None) -> str:
             f"base {base!r}: {exc}; use the commit of an experiment or of the best (REST: GET /experiments, "
             "GET /best; MCP: search, best)",
         ) from exc
+    own = by_commit(session, commit)
+    assert own is not None  # resolve_commit found an experiment with this commit
+    track = load_track(session, own.track_id) if name is None else named_or_only(session, name)
+    if own.track_id != track.id:
+        other = load_track(session, own.track_id).name
+        raise Problem(
+            422,
+            "base-on-another-track",
+            f"base {commit[:12]} is a commit of track {other}, not of track {track.name}: submit the change "
+            f"to track {other}, or port a kept experiment to {track.name} (POST /experiments/{{id}}/port)",
+        )
+    return _open(track.id, track.name, track.archived_at is not None), commit
+
+
+def _open(track_id: int, name: str, archived: bool) -> TrackRef:
+    """The track, unless it is archived (409 track-archived: it takes no new experiments)."""
+    if archived:
+        raise Problem(409, "track-archived", f"track {name} is archived: it takes no new experiments")
+    return TrackRef(track_id, name)
 
 
 def _new_train_py(ctx: AppContext, body: SubmitIn | SimilarIn, base_source: str) -> str:
@@ -158,7 +184,7 @@ def submit(
             proposed = propose(ctx, session, body)
             new_source = proposed.new_source.encode()
             blob = blob_sha(new_source)
-            existing = find_same_train_py(session, blob)
+            existing = find_same_train_py(session, blob, proposed.track.id)
             if existing is not None and idempotency_key is None:
                 outcome = SubmitOutcome(existing, created=False)
     if outcome is None:
@@ -168,16 +194,16 @@ def submit(
             proposed.base, new_source, commit_message(body.description, body.hypothesis), principal.name
         )
         with ctx.transaction() as tx:
-            project = current_best(tx.session, lock=True)  # serialises submissions on PostgreSQL
+            track = current_best(tx.session, proposed.track.id, lock=True)  # serialises submissions
             if idempotency_key is not None:
                 outcome = _replayed(tx.session, principal, idempotency_key, request_sha)
             if outcome is None:
                 candidate = Candidate(
                     body.description, body.hypothesis, change.base, commit, blob, change.summary
                 )
-                experiment_id, created = queue_submission(ctx, tx, principal, candidate)
+                experiment_id, created = queue_submission(ctx, tx, principal, candidate, proposed.track)
                 if created:
-                    queue_best_repeats(ctx, tx.session, project, experiment_id)
+                    queue_best_repeats(ctx, tx.session, track)
                 outcome = SubmitOutcome(experiment_id, created, queued=(change, blob) if created else None)
                 if idempotency_key is not None:
                     tx.session.add(
@@ -189,7 +215,7 @@ def submit(
                             status_code=201 if created else 200,
                         )
                     )
-    # The answer is read after the commit, not under the project lock (which serialises submits),
+    # The answer is read after the commit, not under the track lock (which serialises submits),
     # in one session for both parts.
     with ctx.db.read() as session:
         return replace(

@@ -5,7 +5,7 @@ cost of the leaderboard, yet it changes only when an experiment finishes or the 
 Each request reads a cheap key (counts and id sums per status, from an index, plus the best's
 runs and the noise estimate: `queries.chart_signature`); when it moved, only the experiments that
 finished after the last one read are fetched, the kept ones' means are read again (a best's
-repeats move its mean), and the chart is redrawn.
+repeats move its mean), and the chart is redrawn. One chart per track.
 Should the rows read so far plus the new ones not add up to the key (an experiment that finished
 "before" the last one read, by a clock that went back), everything is read again. One cache per
 app, so that two apps in one process never share charts.
@@ -20,6 +20,7 @@ from markupsafe import Markup
 from sqlalchemy.orm import Session
 
 from client.states import ExperimentStatus
+from server.models import FIRST_TRACK_ID
 from server.pages import queries
 from server.pages.chart import Finished, build_chart
 from server.pages.templating import templates
@@ -67,21 +68,23 @@ class PlottedView:
 
 class ChartCache:
     def __init__(self) -> None:
-        self._view: PlottedView | None = None
+        self._views: dict[int, PlottedView] = {}  # by track
 
-    def view(self, session: Session, totals: Totals) -> PlottedView:
-        key = queries.chart_signature(session, totals)
-        view = self._view  # one read: another thread may replace it meanwhile, which is fine
+    def view(self, session: Session, totals: Totals, track_id: int = FIRST_TRACK_ID) -> PlottedView:
+        """The track's chart; `totals` are its status totals (queries.status_totals)."""
+        key = queries.chart_signature(session, totals, track_id)
+        view = self._views.get(track_id)  # one read: another thread may replace it, which is fine
         if view is not None and view.key == key:
             return view
         plotted = None
         if view is not None and view.plotted.last is not None:
-            plotted = view.plotted.extended(queries.plotted_rows(session, after=view.plotted.last))
+            rows = queries.plotted_rows(session, after=view.plotted.last, track_id=track_id)
+            plotted = view.plotted.extended(rows)
         if plotted is None or queries.plotted_key(plotted.totals) != key.plotted:
-            plotted = Plotted().extended(queries.plotted_rows(session))
-        plotted = plotted.with_kept(queries.kept_values(session))
+            plotted = Plotted().extended(queries.plotted_rows(session, track_id=track_id))
+        plotted = plotted.with_kept(queries.kept_values(session, track_id))
         chart = build_chart(plotted.points, key.noise.sigma if key.noise is not None else None)
         markup = Markup(templates.get_template("_chart.html").render(chart=chart))
         view = PlottedView(replace(key, plotted=queries.plotted_key(plotted.totals)), plotted, markup)
-        self._view = view
+        self._views[track_id] = view
         return view

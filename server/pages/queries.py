@@ -17,9 +17,9 @@ from client.schemas import NoiseOut
 from client.states import ExperimentStatus, LeaseState, RunState
 from server.crud import noise as noise_crud
 from server.crud.experiments import BASELINE_AGENT
-from server.crud.project import best_sample, load_project
+from server.crud.tracks import best_sample, current_best, load_track
 from server.judge import Noise
-from server.models import ApiToken, Experiment, Lease, Note, Result, Run, Worker, utcnow
+from server.models import FIRST_TRACK_ID, ApiToken, Experiment, Lease, Note, Result, Run, Worker, utcnow
 
 # Statuses that end an experiment with an outcome worth plotting (cancelled ones were stopped,
 # not judged).
@@ -40,7 +40,7 @@ class Summary:
     best_runs: int
     best_unmeasured: bool  # there is a best (the baseline), but it has no valid run yet
     best_se: float | None
-    noise: NoiseOut | None  # the project's platform and harness
+    noise: NoiseOut | None  # the track's, on its platform and harness
     best_experiment_id: int | None
     baseline_val_bpb: float | None
     baseline_experiment_id: int | None
@@ -58,12 +58,12 @@ class Summary:
         return (self.baseline_val_bpb - self.best_val_bpb) / self.baseline_val_bpb * 100.0
 
 
-def status_totals(session: Session) -> dict[str, tuple[int, int]]:
-    """Per status: how many experiments, and the sum of their ids (read from an index alone)."""
+def status_totals(session: Session, track_id: int = FIRST_TRACK_ID) -> dict[str, tuple[int, int]]:
+    """Per status: how many experiments of the track, and the sum of their ids."""
     rows = session.execute(
-        select(Experiment.status, func.count(), func.coalesce(func.sum(Experiment.id), 0)).group_by(
-            Experiment.status
-        )
+        select(Experiment.status, func.count(), func.coalesce(func.sum(Experiment.id), 0))
+        .where(Experiment.track_id == track_id)
+        .group_by(Experiment.status)
     )
     return {status: (int(n), int(ids)) for status, n, ids in rows}
 
@@ -78,12 +78,14 @@ def plotted_key(totals: dict[str, tuple[int, int]]) -> tuple[tuple[int, int], ..
     return tuple(totals.get(status, (0, 0)) for status in PLOTTED_STATUSES)
 
 
-def summary(session: Session, totals: dict[str, tuple[int, int]], crashed_runs: int) -> Summary:
-    """The headline numbers; `crashed_runs` counts reverted experiments without a score (their run
-    crashed, timed out or was invalid), which the chart cache knows."""
-    project = load_project(session)
-    best_runs, best_val_bpb = best_sample(session)
-    noise = noise_crud.current_view(session, project.platform, project.harness_id)
+def summary(
+    session: Session, totals: dict[str, tuple[int, int]], crashed_runs: int, track_id: int = FIRST_TRACK_ID
+) -> Summary:
+    """A track's headline numbers; `crashed_runs` counts reverted experiments without a score (their
+    run crashed, timed out or was invalid), which the chart cache knows."""
+    project = load_track(session, track_id)
+    best_runs, best_val_bpb = best_sample(session, track_id)
+    noise = noise_crud.current_view(session, track_id, project.platform, project.harness_id, project.name)
 
     def total(*statuses: str) -> int:
         return sum(totals.get(status, (0, 0))[0] for status in statuses)
@@ -127,8 +129,11 @@ class PlottedRow(NamedTuple):
     description: str  # only for kept experiments (the chart labels those alone)
 
 
-def plotted_rows(session: Session, after: tuple[datetime, int] | None = None) -> list[PlottedRow]:
-    """Plotted experiments in order of completion: all, or those after `after` (finished_at, id).
+def plotted_rows(
+    session: Session, after: tuple[datetime, int] | None = None, track_id: int = FIRST_TRACK_ID
+) -> list[PlottedRow]:
+    """A track's plotted experiments in order of completion: all, or those after `after`
+    (finished_at, id).
 
     Run as a Core statement on the session's connection: ten thousand plain rows, no ORM
     loading machinery in between.
@@ -144,7 +149,7 @@ def plotted_rows(session: Session, after: tuple[datetime, int] | None = None) ->
             Experiment.valid_runs,
             case((kept, Experiment.description), else_=""),
         )
-        .where(Experiment.status.in_(PLOTTED_STATUSES))
+        .where(Experiment.status.in_(PLOTTED_STATUSES), Experiment.track_id == track_id)
         .order_by(Experiment.finished_at, Experiment.id)
     )
     if after is not None:
@@ -154,10 +159,10 @@ def plotted_rows(session: Session, after: tuple[datetime, int] | None = None) ->
     return [PlottedRow._make(row) for row in session.connection().execute(statement)]
 
 
-def kept_values(session: Session) -> dict[int, tuple[float | None, int]]:
+def kept_values(session: Session, track_id: int = FIRST_TRACK_ID) -> dict[int, tuple[float | None, int]]:
     """Every kept experiment's mean and valid runs now (a best's repeats keep changing them)."""
     statement = select(Experiment.id, Experiment.val_bpb, Experiment.valid_runs).where(
-        Experiment.status == ExperimentStatus.KEPT
+        Experiment.status == ExperimentStatus.KEPT, Experiment.track_id == track_id
     )
     return {row.id: (row.val_bpb, row.valid_runs) for row in session.connection().execute(statement)}
 
@@ -174,11 +179,13 @@ class ChartSignature:
     noise: Noise | None
 
 
-def chart_signature(session: Session, totals: dict[str, tuple[int, int]]) -> ChartSignature:
-    project = load_project(session)
-    runs, mean = best_sample(session)
-    estimate = noise_crud.noise(session, project.platform, project.harness_id)
-    return ChartSignature(plotted_key(totals), project.best_experiment_id, runs, mean, estimate)
+def chart_signature(
+    session: Session, totals: dict[str, tuple[int, int]], track_id: int = FIRST_TRACK_ID
+) -> ChartSignature:
+    track = current_best(session, track_id)
+    runs, mean = best_sample(session, track_id)
+    estimate = noise_crud.noise(session, track_id, track.platform, track.harness_id)
+    return ChartSignature(plotted_key(totals), track.best_experiment_id, runs, mean, estimate)
 
 
 @dataclass(frozen=True)
@@ -209,7 +216,8 @@ def _agent_name() -> ColumnElement[str]:
     return func.coalesce(ApiToken.name, BASELINE_AGENT)
 
 
-def _filtered(statement: Select, status: str | None, agent: str | None) -> Select:
+def _filtered(statement: Select, status: str | None, agent: str | None, track_id: int) -> Select:
+    statement = statement.where(Experiment.track_id == track_id)
     if status is not None:
         statement = statement.where(Experiment.status == status)
     if agent == BASELINE_AGENT:
@@ -220,13 +228,20 @@ def _filtered(statement: Select, status: str | None, agent: str | None) -> Selec
 
 
 def table_page(
-    session: Session, *, status: str | None, agent: str | None, sort: SortKey, descending: bool, page: int
+    session: Session,
+    *,
+    status: str | None,
+    agent: str | None,
+    sort: SortKey,
+    descending: bool,
+    page: int,
+    track_id: int = FIRST_TRACK_ID,
 ) -> TablePage:
-    """One page of the experiments table, filtered and sorted; `page` counts from 1."""
+    """One page of a track's experiments table, filtered and sorted; `page` counts from 1."""
     joined = (
         select(func.count()).select_from(Experiment).outerjoin(ApiToken, Experiment.agent_id == ApiToken.id)
     )
-    total = int(session.scalar(_filtered(joined, status, agent)) or 0)
+    total = int(session.scalar(_filtered(joined, status, agent, track_id)) or 0)
     pages = max(1, -(-total // PAGE_SIZE))
     page = min(page, pages)
     column = {
@@ -265,7 +280,9 @@ def table_page(
         .limit(PAGE_SIZE)
         .offset((page - 1) * PAGE_SIZE)
     )
-    rows = [ExperimentRow(*columns) for columns in session.execute(_filtered(statement, status, agent))]
+    rows = [
+        ExperimentRow(*columns) for columns in session.execute(_filtered(statement, status, agent, track_id))
+    ]
     return TablePage(rows, total, page, pages)
 
 
@@ -297,8 +314,8 @@ class Contribution:
     description: str
 
 
-def best_contributions(session: Session) -> dict[str, Contribution]:
-    """Per agent, the kept experiment that took the most off the best."""
+def best_contributions(session: Session, track_id: int = FIRST_TRACK_ID) -> dict[str, Contribution]:
+    """Per agent, the kept experiment that took the most off the track's best."""
     gain = (Experiment.best_before_val_bpb - Experiment.val_bpb).label("gain")
     ranked = (
         select(
@@ -312,6 +329,7 @@ def best_contributions(session: Session) -> dict[str, Contribution]:
         )
         .join(ApiToken, Experiment.agent_id == ApiToken.id)
         .where(
+            Experiment.track_id == track_id,
             Experiment.status == ExperimentStatus.KEPT,
             Experiment.best_before_val_bpb.is_not(None),
             Experiment.val_bpb.is_not(None),
@@ -335,6 +353,7 @@ class WorkerRow:
     experiment_id: int | None  # what it runs now
     experiment_description: str | None
     results: int  # results it reported
+    refused: str | None  # why no track accepts it (None: some track does)
 
 
 def workers(session: Session, lease_seconds: float) -> list[WorkerRow]:
@@ -367,6 +386,7 @@ def workers(session: Session, lease_seconds: float) -> list[WorkerRow]:
                 experiment_id=current[0] if current else None,
                 experiment_description=current[1] if current else None,
                 results=int(reported.get(worker.id, 0)),
+                refused=worker.refused,
             )
         )
     return out

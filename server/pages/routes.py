@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from client.states import ExperimentStatus
 from server import history
@@ -23,7 +24,8 @@ from server.crud.experiments import get_view
 from server.crud.leases import progress_of
 from server.crud.notes import list_notes
 from server.crud.similar import similar_to_experiment
-from server.models import Experiment, Result
+from server.crud.tracks import TrackState, all_tracks, by_name, current_best
+from server.models import Experiment, Result, Track
 from server.pages import queries
 from server.pages.diff_view import render_diff
 from server.pages.templating import templates
@@ -56,11 +58,30 @@ def _status_filter(value: str | None) -> str | None:
     return status
 
 
+TrackParam = Annotated[str | None, Query(max_length=40)]
+
+
+def _page_track(session: Session, name: str | None) -> tuple[TrackState, list[Track]]:
+    """The track a page shows (`name`, else the first not archived) and every track (the
+    selector); 404 for a name no track has."""
+    tracks = all_tracks(session)
+    name = _optional(name)
+    if name is None:
+        chosen = next((t for t in tracks if t.archived_at is None), tracks[0])
+    else:
+        found = by_name(session, name)
+        if found is None:
+            raise Problem(404, "unknown-track", f"no track named {name[:40]!r}")
+        chosen = found
+    return current_best(session, chosen.id), tracks
+
+
 @router.get("/")
 def leaderboard(
     request: Request,
     ctx: Ctx,
     _reader: Reader,
+    track: TrackParam = None,
     status: Annotated[str | None, Query(max_length=20)] = None,
     agent: Annotated[str | None, Query(max_length=100)] = None,
     sort: queries.SortKey = "id",
@@ -69,15 +90,30 @@ def leaderboard(
 ) -> HTMLResponse:
     status, agent = _status_filter(status), _optional(agent)
     with ctx.db.read() as session:
-        totals = queries.status_totals(session)
-        plotted = request.app.state.pages_chart.view(session, totals)
-        summary = queries.summary(session, totals, plotted.plotted.crashed_runs)
+        shown, tracks = _page_track(session, track)
+        totals = queries.status_totals(session, shown.id)
+        plotted = request.app.state.pages_chart.view(session, totals, shown.id)
+        summary = queries.summary(session, totals, plotted.plotted.crashed_runs, shown.id)
         table = queries.table_page(
-            session, status=status, agent=agent, sort=sort, descending=order == "desc", page=page
+            session,
+            status=status,
+            agent=agent,
+            sort=sort,
+            descending=order == "desc",
+            page=page,
+            track_id=shown.id,
         )
         agents = queries.agent_choices(session)
-        near = history.near_miss_list(session, ctx.repo, NEAR_MISSES_SHOWN)
-    params = {"status": status, "agent": agent, "sort": sort, "order": order, "page": table.page}
+        near = history.near_miss_list(session, ctx.repo, shown, NEAR_MISSES_SHOWN)
+    chosen = shown.name if track is not None else None  # the default track stays out of the links
+    params = {
+        "track": chosen,
+        "status": status,
+        "agent": agent,
+        "sort": sort,
+        "order": order,
+        "page": table.page,
+    }
 
     def table_url(**changes: object) -> str:
         merged = {**params, **changes}
@@ -88,6 +124,8 @@ def leaderboard(
         "leaderboard.html",
         {
             "nav": "leaderboard",
+            "track": shown,
+            "tracks": tracks,
             "live_events": f"{LEADERBOARD_EVENTS},{SUMMARISED}",
             "summary": summary,
             "chart": plotted.markup,
@@ -152,16 +190,19 @@ def experiment_page(
 
 
 @router.get("/agents")
-def agents_page(request: Request, ctx: Ctx, _reader: Reader) -> HTMLResponse:
+def agents_page(request: Request, ctx: Ctx, _reader: Reader, track: TrackParam = None) -> HTMLResponse:
     with ctx.db.read() as session:
-        rows = standings.agent_standings(session)
-        contributions = queries.best_contributions(session)
-        rates = history.keep_rate_table(session, limit=KEEP_RATES_SHOWN)
+        shown, tracks = _page_track(session, track)
+        rows = standings.agent_standings(session, shown.id)
+        contributions = queries.best_contributions(session, shown.id)
+        rates = history.keep_rate_table(session, shown, limit=KEEP_RATES_SHOWN)
     return templates.TemplateResponse(
         request,
         "agents.html",
         {
             "nav": "agents",
+            "track": shown,
+            "tracks": tracks,
             "live_events": f"{DECISION_EVENTS},{SUMMARISED}",
             "agents": rows,
             "contributions": contributions,

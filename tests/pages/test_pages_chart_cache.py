@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from client.states import ExperimentStatus
 from server.core.db import Database, create_db_engine
-from server.crud.project import load_project
+from server.crud.tracks import load_track
 from server.models import Experiment, NoiseEstimate, utcnow
 from server.pages import queries
 from server.pages.chart_cache import ChartCache
@@ -81,11 +81,11 @@ def test_the_best_run_again_moves_its_line_and_band_in_the_cached_chart(db: Data
     with db.write() as session:
         best = session.scalars(select(Experiment).order_by(Experiment.id.desc()).limit(1)).one()
         best.valid_runs = 2
-        load_project(session).best_experiment_id = best.id
+        load_track(session).best_experiment_id = best.id
     cache = ChartCache()
     before, _ = view_markup(cache, db)
     with db.write() as session:
-        project = load_project(session)
+        project = load_track(session)
         project.platform, project.harness_id = "gpu", "harness"  # as a server's start pins them
         best = session.get(Experiment, project.best_experiment_id)
         assert best is not None

@@ -178,8 +178,8 @@ def test_cli_init_token_db_and_serve(tmp_path: Path, baseline_source: str, cli: 
     assert token.code == 0 and token.out.startswith("ara_")
     assert "exists already" in cli(env, "token", "create", "--kind", "agent", "--name", "alice").err
     assert "--name" in cli(env, "token", "create", "--kind", "agent", "--name", "bad name!").err
-    assert cli(env, "db", "current").out.strip() == "0014"
-    assert json.loads(cli(env, "db", "current", "--json").out) == {"revision": "0014"}
+    assert cli(env, "db", "current").out.strip() == "0015"
+    assert json.loads(cli(env, "db", "current", "--json").out) == {"revision": "0015"}
     robot = json.loads(cli(env, "token", "create", "--kind", "worker", "--name", "gpu-1", "--json").out)
     assert robot["kind"] == "worker" and robot["name"] == "gpu-1" and robot["token"].startswith("arw_")
     revoked = cli(env, "token", "revoke", "--kind", "worker", "--name", "gpu-1", "--json")

@@ -9,21 +9,15 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import MetaData, Table, inspect, text
-from sqlalchemy.orm import Session
 
 from server.core.db import create_db_engine
 from server.core.migrate import current_revision, downgrade, upgrade
 from server.models import (
     Base,
-    ChangeKind,
-    Experiment,
-    ExperimentChange,
-    ExperimentCodeLine,
-    ExperimentConstant,
 )
 
 TABLES = {
-    "project",
+    "tracks",
     "api_tokens",
     "workers",
     "experiments",
@@ -41,6 +35,7 @@ TABLES = {
     "experiment_code_lines",
     "integrity_events",
 }
+BEFORE_TRACKS = TABLES - {"tracks"} | {"project"}  # 0013 and before: one project row
 
 
 def _tables(url: str) -> set[str]:
@@ -59,15 +54,17 @@ def hashed_seed(experiment_id: int, number: int) -> int:
 
 def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     upgrade(database_url)
-    assert current_revision(database_url) == "0014"
+    assert current_revision(database_url) == "0015"
     assert _tables(database_url) == TABLES
+    downgrade(database_url, "0014")  # the first track becomes the project again
+    assert _tables(database_url) == BEFORE_TRACKS
     downgrade(database_url, "0009")  # integrity events go
-    assert _tables(database_url) == TABLES - {"integrity_events"}
+    assert _tables(database_url) == BEFORE_TRACKS - {"integrity_events"}
     similar = {"experiment_changes", "experiment_constants", "experiment_code_lines", "integrity_events"}
     downgrade(database_url, "0008")  # what changes touched (for similar experiments) goes
-    assert _tables(database_url) == TABLES - similar
+    assert _tables(database_url) == BEFORE_TRACKS - similar
     downgrade(database_url, "0004")  # notes and change kinds go too, everything else stays
-    assert _tables(database_url) == TABLES - similar - {"notes", "change_kinds"}
+    assert _tables(database_url) == BEFORE_TRACKS - similar - {"notes", "change_kinds"}
     downgrade(database_url, "base")
     assert current_revision(database_url) is None
     assert _tables(database_url) == set()
@@ -331,27 +328,33 @@ def test_summaries_of_changes_are_forgotten_to_be_made_again_with_knobs(
     engine = create_db_engine(database_url)
     derived = ("experiment_code_lines", "experiment_constants", "experiment_changes", "change_kinds")
     try:
-        with Session(engine) as session, session.begin():
-            session.add(
-                Experiment(
+        now = datetime.now(UTC)
+        with engine.begin() as connection:  # the tables as they are at `before`, not as the models say
+            t = {
+                name: Table(name, MetaData(), autoload_with=connection) for name in ("experiments", *derived)
+            }
+            connection.execute(
+                t["experiments"].insert().values(
                     id=1, source="agent", description="wider", base_commit="a" * 40, commit_sha="b" * 40,
-                    status="reverted", decision="revert", changes_parsed=True,
+                    status="reverted", decision="revert", changes_parsed=True, cancel_requested=False,
+                    created_at=now, queued_at=now, valid_runs=0, val_bpb_m2=0.0,
                 )
             )  # fmt: skip
-            session.flush()
-            session.add_all(
-                [
-                    ExperimentChange(
-                        experiment_id=1, parsed=True, lines_sha="c" * 64, shape_sha=None, code_lines=0,
-                        summary={}, touched="",
-                    ),
-                    ExperimentConstant(experiment_id=1, name="WIDTH", value=2.0),
-                    ExperimentCodeLine(experiment_id=1, line_sha="d" * 64),
-                    ChangeKind(
-                        experiment_id=1, part="constant", name="WIDTH", direction="up", old=1.0, new=2.0
-                    ),
-                ]
+            connection.execute(
+                t["experiment_changes"].insert().values(
+                    experiment_id=1, parsed=True, lines_sha="c" * 64, shape_sha=None, code_lines=0,
+                    summary={}, touched="",
+                )
             )  # fmt: skip
+            connection.execute(
+                t["experiment_constants"].insert().values(experiment_id=1, name="WIDTH", value=2.0)
+            )
+            connection.execute(t["experiment_code_lines"].insert().values(experiment_id=1, line_sha="d" * 64))
+            connection.execute(
+                t["change_kinds"]
+                .insert()
+                .values(experiment_id=1, part="constant", name="WIDTH", direction="up", old=1.0, new=2.0)
+            )
         upgrade(database_url, revision)
         with engine.connect() as connection:
             counts = {
@@ -362,3 +365,154 @@ def test_summaries_of_changes_are_forgotten_to_be_made_again_with_knobs(
         engine.dispose()
     assert counts == dict.fromkeys(derived, 0)
     assert tuple(experiment) == ("wider", None)
+
+
+def test_the_project_becomes_the_first_track_with_its_whole_history(database_url: str) -> None:
+    """0015: a single-project database (0014) keeps every experiment, run, result, note, noise
+    estimate, imported row and its best, now the first track's; downgrade gives the project back,
+    and refuses while another track has experiments."""
+    upgrade(database_url, "0014")
+    engine = create_db_engine(database_url)
+    now = datetime.now(UTC)
+    names = ("project", "api_tokens", "workers", "experiments", "runs", "leases", "results", "notes")
+    try:
+        with engine.begin() as connection:
+            t = {name: Table(name, MetaData(), autoload_with=connection) for name in names}
+            t |= {
+                n: Table(n, MetaData(), autoload_with=connection)
+                for n in ("noise_estimates", "imported_results")
+            }
+            connection.execute(
+                t["project"].update().values(
+                    harness_id="h", platform="gpu", baseline_commit="1" * 40, best_commit="2" * 40,
+                    best_experiment_id=2, best_since_experiment_id=3,
+                )
+            )  # fmt: skip
+            connection.execute(
+                t["api_tokens"].insert(),
+                [
+                    {"id": 1, "kind": "worker", "name": "w", "token_hash": "x" * 64, "created_at": now},
+                    {"id": 2, "kind": "agent", "name": "alice", "token_hash": "y" * 64, "created_at": now},
+                ],
+            )
+            connection.execute(
+                t["workers"].insert().values(
+                    id="w1", token_id=1, name="w", device="gpu", memory_gb=80.0, harness_id="h",
+                    registered_at=now, last_seen_at=now,
+                )
+            )  # fmt: skip
+            for id_, base, status in ((1, None, "kept"), (2, "1", "kept"), (3, "2", "queued")):
+                connection.execute(
+                    t["experiments"].insert().values(
+                        id=id_, agent_id=None if base is None else 2, source="agent", description=f"e{id_}",
+                        base_commit=base and base * 40, commit_sha=str(id_) * 40, status=status,
+                        cancel_requested=False, created_at=now, queued_at=now, valid_runs=1, val_bpb_m2=0.0,
+                        val_bpb=None if status == "queued" else 1.0 - id_ / 100,
+                    )
+                )  # fmt: skip
+                finished = status != "queued"
+                connection.execute(
+                    t["runs"].insert().values(
+                        id=id_, experiment_id=id_, number=1, kind="first", attempts=int(finished),
+                        status="finished" if finished else "queued", queued_at=now, seed=id_,
+                    )
+                )  # fmt: skip
+                if finished:
+                    connection.execute(
+                        t["leases"].insert().values(
+                            id=f"l{id_}", experiment_id=id_, run_id=id_, worker_id="w1", attempt=1,
+                            state="finished", claimed_at=now, expires_at=now,
+                        )
+                    )  # fmt: skip
+                    connection.execute(
+                        t["results"].insert().values(
+                            id=f"r{id_}", experiment_id=id_, run_id=id_, lease_id=f"l{id_}", worker_id="w1",
+                            received_at=now, status="ok", val_bpb=1.0 - id_ / 100, device="gpu",
+                            harness_id="h", sandbox=True, log_tail="", extra={},
+                        )
+                    )  # fmt: skip
+            connection.execute(
+                t["notes"].insert().values(author_id=2, text="depth helps", experiment_id=2, created_at=now)
+            )
+            connection.execute(
+                t["noise_estimates"]
+                .insert()
+                .values(
+                    platform="gpu", harness_id="h", sum_sq=2e-6, df=2, runs=3, experiments=1, updated_at=now
+                )
+            )
+            connection.execute(
+                t["imported_results"].insert().values(
+                    commit="abcdef0", val_bpb=0.99, memory_gb=40.0, status="keep", description="old",
+                    imported_at=now,
+                )
+            )  # fmt: skip
+
+        upgrade(database_url)
+        with engine.connect() as connection:
+            track = connection.execute(text("SELECT * FROM tracks")).mappings().one()
+            pins = ("id", "name", "harness_id", "platform", "preset", "platforms")
+            assert [track[k] for k in pins] == [1, "default", "h", "gpu", None, None]
+            assert (track["baseline_commit"], track["best_commit"]) == ("1" * 40, "2" * 40)
+            assert (track["best_experiment_id"], track["best_since_experiment_id"], track["archived_at"]) == (
+                2,
+                3,
+                None,
+            )
+            for table, count in (
+                ("experiments", 3),
+                ("runs", 3),
+                ("imported_results", 1),
+                ("noise_estimates", 1),
+            ):
+                rows = connection.execute(text(f"SELECT track_id FROM {table}")).scalars().all()
+                assert rows == [1] * count, table
+            assert connection.execute(text("SELECT count(*) FROM results")).scalar() == 2
+            assert connection.execute(text("SELECT count(*) FROM leases")).scalar() == 2
+            assert connection.execute(text("SELECT text FROM notes")).scalars().all() == ["depth helps"]
+            noise = connection.execute(
+                text("SELECT platform, harness_id, sum_sq, df FROM noise_estimates")
+            ).one()
+            assert tuple(noise) == ("gpu", "h", pytest.approx(2e-6), 2)
+            statuses = connection.execute(
+                text("SELECT id, status, val_bpb FROM experiments ORDER BY id")
+            ).all()
+            assert [tuple(row) for row in statuses] == [
+                (1, "kept", 0.99),
+                (2, "kept", 0.98),
+                (3, "queued", None),
+            ]
+            refused = connection.execute(text("SELECT refused, preset FROM workers")).one()
+            assert tuple(refused) == (None, None)
+
+        with engine.begin() as connection:  # a second track with an experiment: a downgrade would lose it
+            connection.execute(
+                text("INSERT INTO tracks (id, name, created_at, updated_at) VALUES (2, 'h100', :now, :now)"),
+                {"now": now},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO experiments (id, track_id, source, description, commit_sha, status, "
+                    "cancel_requested, created_at, queued_at, valid_runs, val_bpb_m2) VALUES "
+                    "(4, 2, 'baseline', 'baseline', :c, 'queued', false, :now, :now, 0, 0)"
+                ),
+                {"c": "4" * 40, "now": now},
+            )
+        with pytest.raises(RuntimeError, match="1 experiments belong to tracks other than the first"):
+            downgrade(database_url, "0014")
+        with engine.begin() as connection:
+            connection.execute(text("DELETE FROM experiments WHERE track_id = 2"))
+            connection.execute(text("DELETE FROM tracks WHERE id = 2"))
+        downgrade(database_url, "0014")
+        with engine.connect() as connection:
+            project = connection.execute(
+                text(
+                    "SELECT harness_id, platform, best_commit, best_experiment_id, best_since_experiment_id "
+                    "FROM project"
+                )
+            ).one()
+            assert tuple(project) == ("h", "gpu", "2" * 40, 2, 3)
+            assert connection.execute(text("SELECT count(*) FROM experiments")).scalar() == 3
+            assert connection.execute(text("SELECT df FROM noise_estimates")).scalar() == 2
+    finally:
+        engine.dispose()

@@ -13,6 +13,7 @@ from client.schemas import (
     CancelOut,
     ExperimentOut,
     ExperimentPage,
+    PortIn,
     ProgressOut,
     SimilarOut,
     SubmitIn,
@@ -27,8 +28,9 @@ from server.crud import experiments as crud
 from server.crud.experiments import Touched
 from server.crud.leases import progress_of
 from server.crud.similar import similar_to_experiment
+from server.crud.tracks import named_or_only
 from server.failures import log_with_message
-from server.flows import cancel
+from server.flows import cancel, ports
 from server.flows.submit import submit
 from server.models import Experiment, Result, Run
 from server.patches import make_patch
@@ -39,7 +41,7 @@ RunNumber = Annotated[int | None, Query(ge=1, le=10_000, description="a run's nu
 _ERRORS: Responses = {
     401: {"description": "missing or unknown token"},
     403: {"description": "wrong kind of token"},
-    404: {"description": "no such experiment"},
+    404: {"description": "no such experiment (or track, or base)"},
 }
 
 
@@ -65,9 +67,12 @@ def _commits(ctx: AppContext, experiment_id: int) -> tuple[str, str | None]:
             "model": SubmitOut,
             "description": "the same train.py was already submitted: that experiment",
         },
-        409: {"description": "the project has no baseline yet"},
+        409: {"description": "the project has no baseline yet, or the track is archived"},
         413: {"description": "patch or train.py over the size limit"},
-        422: {"description": "invalid change (precise reason in `detail`)"},
+        422: {
+            "description": "invalid change (precise reason in `detail`), a base of another track, or no "
+            "track named where there are several"
+        },
         429: {"description": "too many queued experiments for this agent"},
         **_ERRORS,
     },
@@ -92,10 +97,11 @@ async def submit_experiment(
 def list_experiments(
     ctx: Ctx, _reader: Reader, query: Annotated[ExperimentsQuery, Query()]
 ) -> ExperimentPage:
-    """Experiments, newest first, one page at a time (follow `next_cursor`)."""
+    """Experiments, newest first, one page at a time (follow `next_cursor`); of one track, or of all."""
     with ctx.db.read() as session:
         return crud.list_page(
             session,
+            track_id=named_or_only(session, query.track).id if query.track is not None else None,
             status=query.status,
             agent=query.agent,
             base=query.base,
@@ -184,6 +190,32 @@ def get_progress(
         run=number,
         events=[ProgressEvent.model_validate(sample, from_attributes=True) for sample in samples],
     )
+
+
+@router.post(
+    "/{experiment_id}/port",
+    status_code=201,
+    responses={
+        200: {
+            "model": SubmitOut,
+            "description": "the same train.py is on that track already: that experiment",
+        },
+        409: {"description": "not kept, the track is archived, or the change does not apply to its best"},
+        422: {"description": "the experiment's own track, or a bad track name"},
+        **_ERRORS,
+    },
+)
+async def port_experiment(
+    ctx: Ctx, agent: Agent, experiment_id: ExperimentId, body: PortIn, response: Response
+) -> SubmitOut:
+    """Carry a kept experiment's change to another track: applied to that track's best as a rebase
+    is, queued as a new experiment of the caller's (`ported_from`), and decided there on its own
+    runs."""
+    outcome = await run_in_threadpool(ports.port, ctx, agent, experiment_id, body)
+    response.status_code = 201 if outcome.created else 200
+    response.headers["Location"] = f"/api/v1/experiments/{outcome.experiment_id}"
+    assert outcome.view is not None
+    return SubmitOut(**dict(outcome.view), similar=outcome.similar)
 
 
 @router.post(

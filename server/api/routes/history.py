@@ -10,9 +10,14 @@ from client.schemas import KeepRatesOut, NearMissesOut
 from server import history
 from server.api.deps import Ctx, Reader, Responses
 from server.api.params import KeepRatesQuery, NearMissesQuery
+from server.crud.tracks import resolve
 
 router = APIRouter(tags=["history"])
-_AUTH: Responses = {401: {"description": "reads need a token (PUBLIC_READS=false)"}}
+_AUTH: Responses = {
+    401: {"description": "reads need a token (PUBLIC_READS=false)"},
+    404: {"description": "no such track"},
+    422: {"description": "a bad parameter, or no track named where there are several"},
+}
 
 
 @router.get("/near-misses", responses=_AUTH)
@@ -20,15 +25,20 @@ def get_near_misses(ctx: Ctx, _reader: Reader, query: Annotated[NearMissesQuery,
     """Reverted experiments that measured a gain short of significance, strongest evidence first:
     candidates to combine (docs/api.md, "Near misses")."""
     with ctx.db.read() as session:
-        return history.near_miss_list(session, ctx.repo, query.limit)
+        return history.near_miss_list(session, ctx.repo, resolve(session, query.track), query.limit)
 
 
 @router.get("/keep-rates", responses=_AUTH)
 def get_keep_rates(ctx: Ctx, _reader: Reader, query: Annotated[KeepRatesQuery, Query()]) -> KeepRatesOut:
     """What was tried and what was kept, per constant (and the way it moved) and per region of
-    train.py, over the decided experiments of the project's platform and harness (docs/api.md,
+    train.py, over the decided experiments of a track on its platform and harness (docs/api.md,
     "Keep rates")."""
     with ctx.db.read() as session:
         return history.keep_rate_table(
-            session, part=query.part, name=query.name, min_tried=query.min_tried, limit=query.limit
+            session,
+            resolve(session, query.track),
+            part=query.part,
+            name=query.name,
+            min_tried=query.min_tried,
+            limit=query.limit,
         )

@@ -1,4 +1,4 @@
-"""The project's state: best, leaderboard, noise, what was tried on a commit, agents."""
+"""A track's state: best, program, leaderboard, noise, agents; and what was tried on a commit."""
 
 from __future__ import annotations
 
@@ -10,18 +10,23 @@ from fastapi.responses import PlainTextResponse
 
 from client.schemas import AgentsOut, BestOut, ChildrenOut, LeaderboardOut, NoiseListOut, RuleOut
 from server.api.deps import Ctx, Reader, Responses
+from server.api.params import TrackQuery
 from server.core.problems import Problem
 from server.crud import noise, standings
 from server.crud.experiments import by_commit, children, resolve_commit
-from server.crud.project import load_project
+from server.crud.tracks import TrackState, resolve
 
 router = APIRouter(tags=["project"])
-_AUTH: Responses = {401: {"description": "reads need a token (PUBLIC_READS=false)"}}
+_AUTH: Responses = {
+    401: {"description": "reads need a token (PUBLIC_READS=false)"},
+    404: {"description": "no such track"},
+    422: {"description": "no track named where there are several"},
+}
 
 
-def _best(ctx: Ctx) -> BestOut:
+def _best(ctx: Ctx, track: TrackState) -> BestOut:
     with ctx.db.read() as session:
-        best = standings.best(session)
+        best = standings.best(session, track)
     if best is None:
         raise Problem(409, "not-initialised", "the project has no baseline yet; run `autoresearch init`")
     return BestOut(
@@ -31,10 +36,15 @@ def _best(ctx: Ctx) -> BestOut:
     )
 
 
+def _track(ctx: Ctx, name: str | None) -> TrackState:
+    with ctx.db.read() as session:
+        return resolve(session, name)
+
+
 @router.get("/best", responses={**_AUTH, 409: {"description": "not initialised"}})
-def get_best(ctx: Ctx, _reader: Reader) -> BestOut:
-    """The current best: commit, val_bpb, its experiment and its train.py."""
-    return _best(ctx)
+def get_best(ctx: Ctx, _reader: Reader, track: TrackQuery = None) -> BestOut:
+    """A track's current best: commit, val_bpb, its experiment and its train.py."""
+    return _best(ctx, _track(ctx, track))
 
 
 class MarkdownResponse(PlainTextResponse):
@@ -44,39 +54,44 @@ class MarkdownResponse(PlainTextResponse):
 @router.get(
     "/program", response_class=MarkdownResponse, responses={**_AUTH, 409: {"description": "not initialised"}}
 )
-def get_program(ctx: Ctx, _reader: Reader) -> MarkdownResponse:
-    """program.md of the best commit: the rules every agent follows (the train.py contract, the
+def get_program(ctx: Ctx, _reader: Reader, track: TrackQuery = None) -> MarkdownResponse:
+    """program.md of a track's best commit: the rules its agents follow (the train.py contract, the
     time budget, the sandbox, how decisions are made)."""
-    return MarkdownResponse(ctx.repo.program_md(_best(ctx).commit).decode("utf-8", "replace"))
+    best = _best(ctx, _track(ctx, track))
+    return MarkdownResponse(ctx.repo.program_md(best.commit).decode("utf-8", "replace"))
 
 
 @router.get("/leaderboard", responses={**_AUTH, 409: {"description": "not initialised"}})
-def get_leaderboard(ctx: Ctx, _reader: Reader) -> LeaderboardOut:
-    """The kept lineage from the baseline, the best results, and each agent's standing."""
-    best = _best(ctx).model_copy(update={"train_py": ""})
+def get_leaderboard(ctx: Ctx, _reader: Reader, track: TrackQuery = None) -> LeaderboardOut:
+    """A track's kept lineage from its baseline, its best results, and each agent's standing on it."""
+    state = _track(ctx, track)
+    best = _best(ctx, state).model_copy(update={"train_py": ""})
     with ctx.db.read() as session:
-        project = load_project(session)
         return LeaderboardOut(
             best=best,
-            noise=noise.current_view(session, project.platform, project.harness_id),
-            lineage=standings.lineage(session),
-            top=standings.top_results(session, project.platform),
-            agents=standings.agent_standings(session, ctx.totals.current(ctx.db)),
+            noise=noise.current_view(session, state.id, state.platform, state.harness_id, state.name),
+            lineage=standings.lineage(session, state.id),
+            top=standings.top_results(session, state),
+            agents=standings.agent_standings(session, state.id, ctx.totals.current(ctx.db)),
         )
 
 
 @router.get("/noise", responses=_AUTH)
-def get_noise(ctx: Ctx, _reader: Reader) -> NoiseListOut:
-    """The decision rule's settings, and the run-to-run noise of val_bpb per platform and harness
-    (sigma, its degrees of freedom, the runs it rests on); `current` marks the one decisions use."""
+def get_noise(ctx: Ctx, _reader: Reader, track: TrackQuery = None) -> NoiseListOut:
+    """The decision rule's settings, and the run-to-run noise of val_bpb of a track per platform and
+    harness (sigma, its degrees of freedom, the runs it rests on); `current` marks the one its
+    decisions use."""
     settings = ctx.settings
     with ctx.db.read() as session:
-        project = load_project(session)
-        estimates = noise.estimates(session, project.platform, project.harness_id)
+        state = resolve(session, track)
+        estimates = noise.estimates(session, state.id, state.platform, state.harness_id, state.name)
     return NoiseListOut(rule=RuleOut.model_validate(settings, from_attributes=True), estimates=estimates)
 
 
-@router.get("/commits/{sha}/children", responses={**_AUTH, 404: {"description": "unknown commit"}})
+@router.get(
+    "/commits/{sha}/children",
+    responses={401: _AUTH[401], 404: {"description": "unknown commit"}},
+)
 def get_children(
     ctx: Ctx,
     _reader: Reader,
@@ -96,8 +111,9 @@ def get_children(
 
 
 @router.get("/agents", responses=_AUTH)
-def get_agents(ctx: Ctx, _reader: Reader) -> AgentsOut:
-    """Every agent with its standing (same ordering as the leaderboard; at most
+def get_agents(ctx: Ctx, _reader: Reader, track: TrackQuery = None) -> AgentsOut:
+    """Every agent with its standing on a track (same ordering as the leaderboard; at most
     STANDINGS_REFRESH_SECONDS old)."""
     with ctx.db.read() as session:
-        return AgentsOut(agents=standings.agent_standings(session, ctx.totals.current(ctx.db)))
+        state = resolve(session, track)
+        return AgentsOut(agents=standings.agent_standings(session, state.id, ctx.totals.current(ctx.db)))

@@ -7,11 +7,17 @@ from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
 from client.schemas import ImportOut
-from server.api.deps import Admin, Ctx, Reader
+from server.api.deps import Admin, Ctx, Reader, Responses
+from server.api.params import TrackQuery
 from server.core.problems import Problem
 from server.crud import tsv
+from server.crud.tracks import named_or_only
 
 router = APIRouter(tags=["results.tsv"])
+_TRACK: Responses = {
+    404: {"description": "no such track"},
+    422: {"description": "no track named where there are several"},
+}
 MAX_IMPORT_BYTES = 20_000_000
 # What `tsv.parse` accepts, as a schema can say it (a little stricter: one number format).
 _NUMBER = r"[0-9]{1,6}(\.[0-9]{1,6})?"
@@ -24,12 +30,13 @@ class TsvResponse(PlainTextResponse):
     media_type = "text/tab-separated-values"
 
 
-@router.get("/results.tsv", response_class=TsvResponse)
-def export_tsv(ctx: Ctx, _reader: Reader) -> TsvResponse:
-    """Every result so far (imported history first): commit, val_bpb, memory_gb, status, description,
-    then each decision's runs, effect, effect_se, best_runs and p_value."""
+@router.get("/results.tsv", response_class=TsvResponse, responses=_TRACK)
+def export_tsv(ctx: Ctx, _reader: Reader, track: TrackQuery = None) -> TsvResponse:
+    """Every result of a track so far (imported history first): commit, val_bpb, memory_gb, status,
+    description, then each decision's runs, effect, effect_se, best_runs and p_value."""
     with ctx.db.read() as session:
-        lines = [tsv.HEADER_WITH_DECISIONS, *(row.line_with_decision() for row in tsv.export_rows(session))]
+        rows = tsv.export_rows(session, named_or_only(session, track).id)
+        lines = [tsv.HEADER_WITH_DECISIONS, *(row.line_with_decision() for row in rows)]
     return TsvResponse("\n".join(lines) + "\n")
 
 
@@ -44,11 +51,12 @@ def export_tsv(ctx: Ctx, _reader: Reader) -> TsvResponse:
     responses={
         401: {"description": "no token"},
         403: {"description": "not an admin"},
-        422: {"description": "bad TSV"},
+        404: {"description": "no such track"},
+        422: {"description": "bad TSV, or no track named where there are several"},
     },
 )
-async def import_tsv(ctx: Ctx, _admin: Admin, request: Request) -> ImportOut:
-    """Bring a results.tsv in as history (never compared with the best). Admin only."""
+async def import_tsv(ctx: Ctx, _admin: Admin, request: Request, track: TrackQuery = None) -> ImportOut:
+    """Bring a results.tsv in as a track's history (never compared with the best). Admin only."""
     body = await request.body()
     if len(body) > MAX_IMPORT_BYTES:
         raise Problem(413, "tsv-too-large", f"the file is {len(body)} bytes; the limit is {MAX_IMPORT_BYTES}")
@@ -58,10 +66,10 @@ async def import_tsv(ctx: Ctx, _admin: Admin, request: Request) -> ImportOut:
         raise Problem(422, "tsv-not-utf8", "results.tsv must be UTF-8 text") from exc
     except tsv.TsvError as exc:
         raise Problem(422, "tsv-invalid", str(exc)) from exc
-    return await run_in_threadpool(_store, ctx, rows)
+    return await run_in_threadpool(_store, ctx, rows, track)
 
 
-def _store(ctx: Ctx, rows: list[tsv.TsvRow]) -> ImportOut:
+def _store(ctx: Ctx, rows: list[tsv.TsvRow], track: str | None) -> ImportOut:
     with ctx.transaction() as tx:
-        imported, skipped = tsv.import_rows(tx.session, rows)
+        imported, skipped = tsv.import_rows(tx.session, rows, named_or_only(tx.session, track).id)
     return ImportOut(imported=imported, skipped=skipped)

@@ -43,11 +43,15 @@ _HELD: Responses = {
     "/register",
     responses={
         **_AUTH,
-        409: {"description": "harness id or platform mismatch, or the name belongs to another token"},
+        409: {
+            "description": "no track accepts the worker (harness id, platform or preset), or the name "
+            "belongs to another token"
+        },
     },
 )
 def register_worker(ctx: Ctx, worker: WorkerToken, body: RegisterIn) -> RegisterOut:
-    """Register (or re-register) a worker; pins the project's harness id and platform on first use."""
+    """Register (or re-register) a worker: the tracks it serves (each pins its harness id and platform
+    on first use); 409 with every track's reason when none accepts it."""
     return register(ctx, worker, body)
 
 
@@ -58,6 +62,7 @@ def register_worker(ctx: Ctx, worker: WorkerToken, body: RegisterIn) -> Register
         **_AUTH,
         204: {"description": "nothing to run within wait_s"},
         404: {"description": "unknown worker"},
+        409: {"description": "no track accepts the worker any more (a track was archived)"},
     },
 )
 async def claim(ctx: Ctx, worker: WorkerToken, body: ClaimIn) -> ClaimOut | Response:
@@ -69,15 +74,19 @@ async def claim(ctx: Ctx, worker: WorkerToken, body: ClaimIn) -> ClaimOut | Resp
     deadline, slot = fleet.start_long_poll(min(body.wait_s, ctx.settings.claim_max_wait_s))
     try:
         while True:
-            if not fleet.known_empty(ctx.bus.queued_events):
+            # The tracks it serves, once known (a claim computes them: server/flows/workers.py).
+            tracks = ctx.presence.serving(body.worker_id, ctx.tracks_version)
+            if tracks is None or not fleet.known_empty(ctx.bus.queued_events, tracks.names):
                 claimed = await ctx.in_worker_thread(leases.claim, ctx, worker, body.worker_id)
                 if claimed is not None:
                     claimed.progress_seconds = fleet.progress_seconds()
                     return claimed
-            # Woken by a "queued" event of this process, or by the look at the queue once a
-            # second that serves all waiting claims (server/fleet.py).
+                tracks = ctx.presence.serving(body.worker_id, ctx.tracks_version)
+            # Woken by a "queued" event of this process for one of its tracks, or by the look at
+            # the queue once a second that serves all waiting claims (server/fleet.py).
             remaining = deadline - fleet.clock()
-            if remaining <= 0 or not await ctx.bus.wait_for_queued(remaining):
+            names = tracks.names if tracks is not None else None
+            if remaining <= 0 or not await ctx.bus.wait_for_queued(remaining, names):
                 return Response(status_code=204)
     finally:
         fleet.end_long_poll(slot)
