@@ -76,10 +76,11 @@ def _draw(
 
 
 def _submit_one(
-    client: Client, rng: random.Random, say: Callable[[str], None], skip_tried: bool
+    client: Client, rng: random.Random, say: Callable[[str], None], skip_tried: bool, track: str | None
 ) -> Submitted | None:
-    """Mutate the current best and submit it; None when the agent's queue is full (429)."""
-    best = client.best()
+    """Mutate the current best of the track and submit it there (its base names the track); None
+    when the agent's queue is full (429)."""
+    best = client.best(track)
     source, change = _draw(client, best, rng, say, skip_tried)
     try:
         experiment = client.submit(
@@ -106,9 +107,11 @@ def run_random_agent(
     poll_s: float = 2.0,
     stop: threading.Event | None = None,
     skip_tried: bool = True,
+    track: str | None = None,
 ) -> Tally:
-    """Submit `count` experiments (0: until `stop` is set), at most `parallel` unfinished at a time;
-    with `skip_tried`, draw again rather than submit a change that was already tried.
+    """Submit `count` experiments to `track` (None: the only one) (0: until `stop` is set), at most
+    `parallel` unfinished at a time; with `skip_tried`, draw again rather than submit a change that
+    was already tried.
 
     Each submission starts from the best at that moment, so with `parallel=1` every change builds
     on the decisions before it. Re-based experiments are followed to their re-runs.
@@ -119,7 +122,7 @@ def run_random_agent(
     queue_full = False
     while not stop.is_set() and (in_flight or count == 0 or len(tally.submitted) < count):
         while len(in_flight) < parallel and (count == 0 or len(tally.submitted) < count):
-            submitted = _submit_one(client, rng, say, skip_tried)
+            submitted = _submit_one(client, rng, say, skip_tried, track)
             if submitted is None:  # the server's per-agent queue limit: wait for decisions first
                 if not queue_full:
                     say("this agent has as many experiments queued as the server allows; waiting")

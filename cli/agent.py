@@ -10,7 +10,7 @@ from types import FrameType
 
 from agent.mutation import NoConstantsError
 from agent.random_agent import run_random_agent
-from cli.connection import add_connection_args, connect, reporting
+from cli.connection import add_connection_args, add_track_arg, connect, reporting, track_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="ask the server whether a draw was already tried (the same change, or the same constants "
         "at nearby values) and draw again if so (default: on)",
     )
+    add_track_arg(parser)
     add_connection_args(parser)
     parser.set_defaults(func=run)
 
@@ -76,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
                 poll_s=args.poll,
                 stop=stop,
                 skip_tried=args.skip_tried,
+                track=track_of(args),
             )
         except (NoConstantsError, SyntaxError) as exc:
             raise SystemExit(f"autoresearch agent: cannot mutate the best train.py: {exc}") from None

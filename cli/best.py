@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from cli import views
-from cli.connection import add_connection_args, connect, reporting
+from cli.connection import add_connection_args, add_track_arg, connect, reporting, track_of
 from cli.output_file import check_output_path, write_output
 
 
@@ -22,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print commit, val_bpb, experiment id and train.py as JSON"
     )
+    add_track_arg(parser)
     add_connection_args(parser)
     parser.set_defaults(func=run)
 
@@ -30,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     check_output_path("best", args.output, "train.py")
     client = connect(args, "best", token_required=False)
     with reporting("best", client):
-        best = client.best()
+        best = client.best(track_of(args))
     if args.json:
         print(views.as_json(best))
         return 0

@@ -18,6 +18,7 @@ from client.api import API_PREFIX
 
 SERVER_ENV = "AUTORESEARCH_SERVER"
 TOKEN_ENV = "AUTORESEARCH_TOKEN"
+TRACK_ENV = "AUTORESEARCH_TRACK"
 TOKEN_HINT = "create one on the server host with `autoresearch token create --kind agent --name NAME`"
 
 
@@ -28,6 +29,19 @@ def add_connection_args(parser: argparse.ArgumentParser, token_kind: str = "agen
     parser.add_argument(
         "--token", help=f"{token_kind} token (default: ${TOKEN_ENV}, which keeps it out of `ps`)"
     )
+
+
+def add_track_arg(parser: argparse.ArgumentParser, what: str = "the track") -> None:
+    parser.add_argument(
+        "--track",
+        metavar="NAME",
+        help=f"{what} (default: ${TRACK_ENV}, else the server's only track; `autoresearch track list`)",
+    )
+
+
+def track_of(args: argparse.Namespace) -> str | None:
+    """--track, else $AUTORESEARCH_TRACK, else None (the server's only track)."""
+    return args.track or os.environ.get(TRACK_ENV) or None
 
 
 def connect(args: argparse.Namespace, command: str, *, token_required: bool) -> Client:

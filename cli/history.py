@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from cli import views
-from cli.connection import add_connection_args, connect, reporting
+from cli.connection import add_connection_args, add_track_arg, connect, reporting, track_of
 from client.schemas import KeepRatesOut, NearMissesOut
 
 
@@ -19,6 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     near.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
     near.add_argument("--json", action="store_true", help="print the API's answer as JSON")
+    add_track_arg(near)
     add_connection_args(near)
     near.set_defaults(func=run_near_misses)
 
@@ -33,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rates.add_argument("--min-tried", type=int, default=1, help="kinds tried at least this often (default 1)")
     rates.add_argument("--limit", type=int, default=100, help="at most this many kinds (default 100)")
     rates.add_argument("--json", action="store_true", help="print the API's answer as JSON")
+    add_track_arg(rates)
     add_connection_args(rates)
     rates.set_defaults(func=run_keep_rates)
 
@@ -40,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_near_misses(args: argparse.Namespace) -> int:
     client = connect(args, "near-misses", token_required=False)
     with reporting("near-misses", client):
-        answer = client.near_misses(limit=args.limit)
+        answer = client.near_misses(limit=args.limit, track=track_of(args))
     print(views.as_json(answer) if args.json else near_misses_table(answer))
     return 0
 
@@ -48,7 +50,9 @@ def run_near_misses(args: argparse.Namespace) -> int:
 def run_keep_rates(args: argparse.Namespace) -> int:
     client = connect(args, "keep-rates", token_required=False)
     with reporting("keep-rates", client):
-        answer = client.keep_rates(part=args.part, name=args.name, min_tried=args.min_tried, limit=args.limit)
+        answer = client.keep_rates(
+            part=args.part, name=args.name, min_tried=args.min_tried, limit=args.limit, track=track_of(args)
+        )
     print(views.as_json(answer) if args.json else keep_rates_table(answer))
     return 0
 

@@ -27,6 +27,7 @@ from cli import (
     status,
     submit,
     token,
+    tracks,
     up,
     watch,
     work,
@@ -36,6 +37,7 @@ from cli import (
 # adds its command(s) and sets `func`.
 COMMANDS: tuple[ModuleType, ...] = (work, prepare, serve, db, init, token, up, submit, status, best)
 COMMANDS += (results_tsv, agent, run, retry, notes, mcp, similar, search, cancel, history, watch, integrity)
+COMMANDS += (tracks,)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from cli import views
-from cli.connection import add_connection_args, connect, reporting
+from cli.connection import add_connection_args, add_track_arg, connect, reporting, track_of
 from cli.output_file import check_output_path, write_output
 
 
@@ -25,6 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument(
         "-o", "--output", type=Path, metavar="FILE", help="write to FILE (results.tsv), the count to stderr"
     )
+    add_track_arg(export)
     add_connection_args(export)
     export.set_defaults(func=run_export)
 
@@ -38,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     imports.add_argument("file", metavar="FILE", type=Path, help="results.tsv to import")
     imports.add_argument("--json", action="store_true", help="print the imported and skipped counts as JSON")
+    add_track_arg(imports, "the track whose history it becomes")
     add_connection_args(imports, token_kind="admin")
     imports.set_defaults(func=run_import)
 
@@ -46,7 +48,7 @@ def run_export(args: argparse.Namespace) -> int:
     check_output_path("export", args.output, "results.tsv")
     client = connect(args, "export", token_required=False)
     with reporting("export", client):
-        tsv = client.results_tsv()
+        tsv = client.results_tsv(track_of(args))
     if args.output is None:
         sys.stdout.write(tsv)
         return 0
@@ -67,7 +69,7 @@ def run_import(args: argparse.Namespace) -> int:
         raise SystemExit(f"autoresearch import: {args.file}: not UTF-8 text") from None
     client = connect(args, "import", token_required=True)
     with reporting("import", client):
-        answer = client.import_results_tsv(text)
+        answer = client.import_results_tsv(text, track_of(args))
     if args.json:
         print(views.as_json(answer))
         return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from cli import views
-from cli.connection import add_connection_args, connect, reporting
+from cli.connection import add_connection_args, add_track_arg, connect, reporting, track_of
 from client.schemas import PAGE_LIMIT
 from client.states import ExperimentStatus
 
@@ -25,6 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--state", choices=list(ExperimentStatus), help="only experiments in this state")
     parser.add_argument("-n", "--limit", type=int, default=20, help="at most this many (default 20)")
     parser.add_argument("--json", action="store_true", help="print the API's answer as JSON")
+    add_track_arg(parser, "only this track's experiments (default: $AUTORESEARCH_TRACK, else every track's)")
     add_connection_args(parser)
     parser.set_defaults(func=run)
 
@@ -40,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     client = connect(args, "search", token_required=False)
     with reporting("search", client):
         page = client.search(
+            track=track_of(args),
             constant=args.constant,
             line=args.line,
             text=args.text,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from cli import views
-from cli.connection import add_connection_args, connect, reporting
+from cli.connection import add_connection_args, add_track_arg, connect, reporting, track_of
 from cli.submit import CHANGE_KINDS, change_fields, read_change
 
 
@@ -26,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--base", metavar="COMMIT", help="commit FILE applies to (default: the best)")
     parser.add_argument("--as", dest="kind", choices=CHANGE_KINDS, help="how to read FILE (default: guessed)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_track_arg(parser, "the track whose best FILE applies to")
     add_connection_args(parser)
     parser.set_defaults(func=run)
 
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             kind, text = read_change(args.file, args.kind, command="similar")
             change = change_fields(kind, text, args.file, command="similar")
-            answer = client.similar(base=args.base, **change)
+            answer = client.similar(base=args.base, track=track_of(args), **change)
     if args.json:
         print(views.as_json(answer))
     elif not answer.similar and args.experiment is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from cli import views
-from cli.connection import add_connection_args, connect, reporting
+from cli.connection import add_connection_args, add_track_arg, connect, reporting, track_of
 from client import ApiError, Client
 from client.schemas import PAGE_LIMIT, BestOut
 from client.states import ExperimentStatus
@@ -38,6 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--diff", action="store_true", help="with IDs: also print each change (unified diff)")
     parser.add_argument("--log", action="store_true", help="with IDs: also print the end of each run's log")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_track_arg(parser)
     add_connection_args(parser)
     parser.set_defaults(func=run)
 
@@ -79,14 +80,14 @@ def show_experiments(client: Client, args: argparse.Namespace) -> None:
             print(client.log(experiment.id).rstrip("\n") or "(no result yet)")
 
 
-def _count(client: Client, state: ExperimentStatus) -> str:
-    page = client.search(status=state, limit=PAGE_LIMIT)
+def _count(client: Client, state: ExperimentStatus, track: str | None) -> str:
+    page = client.search(status=state, limit=PAGE_LIMIT, track=track)
     return f"{len(page.items)}{'+' if page.next_cursor else ''}"
 
 
-def _best(client: Client) -> BestOut | None:
+def _best(client: Client, track: str | None) -> BestOut | None:
     try:
-        return client.best()
+        return client.best(track)
     except ApiError as error:
         if error.status == 409:  # no project yet: say so below instead of failing
             return None
@@ -94,7 +95,9 @@ def _best(client: Client) -> BestOut | None:
 
 
 def show_overview(client: Client, args: argparse.Namespace) -> None:
-    best = _best(client)
+    track = track_of(args)
+    best = _best(client, track)
+    track = track or (best.track if best is not None else None)
     if args.on_best and best is not None:
         children = client.children(best.commit).children
         recent = [
@@ -103,11 +106,12 @@ def show_overview(client: Client, args: argparse.Namespace) -> None:
             if args.agent in (None, experiment.agent) and args.state in (None, experiment.status)
         ][: args.limit]
     else:
-        recent = client.search(agent=args.agent, status=args.state, limit=args.limit).items
+        recent = client.search(agent=args.agent, status=args.state, limit=args.limit, track=track).items
     counts = {
-        state.value: _count(client, state) for state in (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING)
+        state.value: _count(client, state, track)
+        for state in (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING)
     }
-    noise = next((e for e in client.noise().estimates if e.current), None) if best is not None else None
+    noise = next((e for e in client.noise(track).estimates if e.current), None) if best is not None else None
     if args.json:
         overview: dict[str, object] = {
             "best": None if best is None else best.model_dump(mode="json", exclude={"train_py"}),

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from cli import views
-from cli.connection import add_connection_args, connect, reporting
+from cli.connection import add_connection_args, add_track_arg, connect, reporting, track_of
 from cli.follow import follow
 from client.schemas import Edits
 from client.states import ExperimentStatus
@@ -49,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     output = parser.add_mutually_exclusive_group()
     output.add_argument("-q", "--quiet", action="store_true", help="print only the experiment id")
     output.add_argument("--json", action="store_true", help="print the experiment as JSON")
+    add_track_arg(parser, "the track to run it on (with --base: the base's)")
     add_connection_args(parser)
     parser.set_defaults(func=run)
 
@@ -117,7 +118,9 @@ def run(args: argparse.Namespace) -> int:
     client = connect(args, "submit", token_required=True)
     with reporting("submit", client):
         change = change_fields(kind, text, args.file)
-        experiment = client.submit(args.description, base=args.base, hypothesis=args.hypothesis, **change)
+        experiment = client.submit(
+            args.description, base=args.base, hypothesis=args.hypothesis, track=track_of(args), **change
+        )
         # With -q or --json, stdout carries only the id or the JSON; the live report goes to stderr.
         stream = sys.stderr if args.quiet or args.json else sys.stdout
         if args.quiet:

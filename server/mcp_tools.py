@@ -55,10 +55,13 @@ from client.schemas import (
     SimilarIn,
     SimilarOut,
     SubmitIn,
+    TrackName,
+    TracksOut,
+    TransferOut,
 )
 from client.spread import spread
 from client.states import FINAL_STATUSES, ExperimentStatus
-from server.api.params import ExperimentsQuery, KeepRatesQuery, NearMissesQuery, NotesQuery
+from server.api.params import ExperimentsQuery, KeepRatesQuery, NearMissesQuery, NotesQuery, TrackField
 from server.failures import shown_once
 from server.mcp_answers import BRIEF_FIELDS, CURVE_POINTS, MCP_PAGE, compact_text, listed_input, rounded
 from server.mcp_arguments import unknown_arguments
@@ -75,7 +78,10 @@ kept, reverted), and ask `similar` (has this been tried?); after a finding, leav
 with `submit` (it answers at once with the experiment's id), watch a run with `progress`, wait
 for decisions with `wait`, and `cancel` a change of yours that is no longer worth its GPU time.
 `near_misses` lists changes that measured a gain too small to keep (candidates to combine);
-`keep_rates` says which kinds of change (a constant up or down, a region) were tried and kept."""
+`keep_rates` says which kinds of change (a constant up or down, a region) were tried and kept.
+A server may hold several tracks (a preset on one kind of hardware, each with its own best):
+`tracks` lists them; name yours as `track` where a tool takes one (with one track it is the
+default). `port` carries a kept change to another track, `transfer` shows how changes fared on each."""
 
 # What a client may assume of each tool (so that it can run the reads without asking): the reads
 # change nothing; submit queues at most one experiment per train.py (the same one again returns
@@ -91,10 +97,10 @@ CANCELS = ToolAnnotations(
 
 RESEARCH_LOOP = """\
 You are one of the agents improving train.py on this server. Read the rules first: the resource
-autoresearch://rules (program.md: the train.py contract, the time budget, what the sandbox allows,
-how a change is decided).
+{rules} (program.md: the train.py contract, the time budget, what the sandbox allows, how a change
+is decided).
 
-The best so far: {best}; its train.py is the resource autoresearch://best/train.py.
+The best so far: {best}; its train.py is the resource {best_train_py}.
 
 Loop: read the recent `notes` and `near_misses`, pick one change, ask `similar` (has this been
 tried?), `submit` it, watch it with `progress` and `wait` until it is decided (each call answers
@@ -341,6 +347,7 @@ def report(
 
 
 ExperimentId = Annotated[int, Field(ge=1, le=2**62)]
+TrackArg = TrackField
 
 
 # The tool `search`: GET /experiments's query, and the fields to answer.
@@ -393,12 +400,13 @@ def build_mcp(connect: Connect, max_wait_s: float = MAX_WAIT_S, **options: Any) 
     @api_errors
     def best(
         train_py: Annotated[bool, Field(description="with the whole train.py (default: without)")] = False,
+        track: TrackArg = None,
     ) -> BestOut:
-        """The current best: its val_bpb (the mean of its runs ± its standard error), runs, commit and
-        experiment; its train.py when asked (`train_py`), or as the resource
+        """The current best of a track: its val_bpb (the mean of its runs ± its standard error),
+        runs, commit and experiment; its train.py when asked (`train_py`), or as the resource
         autoresearch://best/train.py. Start every change from that train.py."""
         with connect() as client:
-            found = client.best()
+            found = client.best(track)
         return found if train_py else found.model_copy(update={"train_py": ""})
 
     @tool(SUBMITS)
@@ -414,8 +422,7 @@ def build_mcp(connect: Connect, max_wait_s: float = MAX_WAIT_S, **options: Any) 
         id, queued); with `wait_s`, first waits that long for the decision, at most MAX_WAIT: kept
         (it beat the best beyond the noise) or not, with effect ± noise and the reason. The same
         train.py submitted again returns the existing experiment (`existing`). While it waits, it
-        sends progress notifications (status; phase, step, loss and share of the budget while a run
-        trains)."""
+        sends progress notifications."""
         with connect() as client:
             submitted = client.submit(**{k: v for k, v in change.items() if v is not None})
             return report(client, submitted, wait_s, max_wait_s, log_lines, notifier(ctx), submitted)
@@ -470,7 +477,7 @@ def build_mcp(connect: Connect, max_wait_s: float = MAX_WAIT_S, **options: Any) 
         two loss curves while it trains."""
         with connect() as client:
             mine = client.progress(experiment_id, run)
-            best_id = client.best().experiment_id
+            best_id = client.best(client.experiment(experiment_id).track).experiment_id
             best = client.progress(best_id) if best_id is not None and best_id != experiment_id else None
             return ProgressReport(
                 experiment=mine.model_copy(update={"events": spread(mine.events, points)}),
@@ -503,18 +510,42 @@ def build_mcp(connect: Connect, max_wait_s: float = MAX_WAIT_S, **options: Any) 
 
     @tool(READ_ONLY)
     @api_errors
-    def leaderboard() -> LeaderboardOut:
-        """The best, the noise, the lineage of kept changes, the best results and each agent's standing."""
+    def leaderboard(track: TrackArg = None) -> LeaderboardOut:
+        """A track's best, noise, lineage of kept changes, best results and each agent's standing."""
         with connect() as client:
-            return client.leaderboard()
+            return client.leaderboard(track)
 
     @tool(READ_ONLY)
     @api_errors
-    def noise() -> NoiseListOut:
-        """The decision rule's settings and the run-to-run noise of val_bpb per platform: an effect
+    def noise(track: TrackArg = None) -> NoiseListOut:
+        """The decision rule's settings and the run-to-run noise of val_bpb of a track: an effect
         smaller than the noise is not evidence."""
         with connect() as client:
-            return client.noise()
+            return client.noise(track)
+
+    # Tracks: one preset on one kind of hardware each -------------------------------------------
+
+    @tool(READ_ONLY)
+    @api_errors
+    def tracks() -> TracksOut:
+        """The tracks, each a preset on one kind of hardware with its own best."""
+        with connect() as client:
+            return client.tracks()
+
+    @tool(SUBMITS)
+    @api_errors
+    def port(ctx: Context, experiment_id: ExperimentId, track: TrackName) -> ExperimentReport:
+        """Carry a kept change to another `track`: onto its best, decided on its own runs."""
+        with connect() as client:
+            ported = client.port(experiment_id, track)
+            return report(client, ported, 0.0, max_wait_s, 0, notifier(ctx), ported)
+
+    @tool(READ_ONLY)
+    @api_errors
+    def transfer() -> TransferOut:
+        """Changes tried on several tracks: effect ± se on each."""
+        with connect() as client:
+            return client.transfer()
 
     @tool(READ_ONLY)
     @api_errors
@@ -565,9 +596,8 @@ def build_mcp(connect: Connect, max_wait_s: float = MAX_WAIT_S, **options: Any) 
     def similar(**given: Any) -> SimilarOut:
         """Has this been tried? Before submitting a change (`edits` or a `patch` against `base`,
         default the best, or a whole `train_py`), or for an experiment (`experiment_id`): the
-        experiments that made the same change, or nearly (the same constants set to nearby values,
-        the same lines changed, the same diff on another base), most alike first, with their
-        outcomes. Nothing is submitted. Skip or rethink a change that was already measured."""
+        experiments that made the same change, or nearly, most alike first, with their outcomes.
+        Nothing is submitted. Skip or rethink a change that was already measured."""
         experiment_id = given.pop("experiment_id")
         with connect() as client:
             try:
@@ -586,6 +616,24 @@ def build_mcp(connect: Connect, max_wait_s: float = MAX_WAIT_S, **options: Any) 
     )
     def rules() -> str:
         return read_text(connect, lambda client: client.program_md())
+
+    @mcp.resource(
+        "autoresearch://tracks/{track}/rules",
+        name="a track's rules",
+        mime_type="text/markdown",
+        description="program.md of track `track`: the rules its agents follow.",
+    )
+    def track_rules(track: str) -> str:
+        return read_text(connect, lambda client: client.program_md(track))
+
+    @mcp.resource(
+        "autoresearch://tracks/{track}/best/train.py",
+        name="a track's best train.py",
+        mime_type="text/x-python",
+        description="The current best train.py of track `track`.",
+    )
+    def track_best_train_py(track: str) -> str:
+        return read_text(connect, lambda client: client.best(track).train_py)
 
     @mcp.resource(
         "autoresearch://best/train.py",
@@ -627,11 +675,21 @@ def build_mcp(connect: Connect, max_wait_s: float = MAX_WAIT_S, **options: Any) 
         name="research_loop",
         description="Start a research loop: where the rules are, the best so far, and the loop to follow.",
     )
-    async def research_loop() -> str:
+    async def research_loop(track: str | None = None) -> str:
         tools = ", ".join(f"`{t.name}`" for t in await mcp.list_tools())
+        rules, train_py = (
+            ("autoresearch://rules", "autoresearch://best/train.py")
+            if track is None
+            else (f"autoresearch://tracks/{track}/rules", f"autoresearch://tracks/{track}/best/train.py")
+        )
 
         def state(client: Client) -> str:
-            return RESEARCH_LOOP.format(best=best_in_words(client.best()), max_wait=max_wait_s, tools=tools)
+            best = best_in_words(client.best(track))
+            if track is not None:
+                best = f"{best} on track {track} (name it as `track` in every tool call)"
+            return RESEARCH_LOOP.format(
+                rules=rules, best=best, best_train_py=train_py, max_wait=max_wait_s, tools=tools
+            )
 
         return await anyio.to_thread.run_sync(read_text, connect, state)
 

@@ -75,8 +75,8 @@ def named_or_only(session: Session, name: str | None) -> Track:
     raise Problem(
         422,
         "track-required",
-        f"this server has {len(active)} tracks ({listed}): name one (REST: `track`; CLI: --track; "
-        "MCP: the `track` argument)",
+        f"this server has {len(active)} tracks ({listed}): name one (REST: `track`; CLI: --track or "
+        "$AUTORESEARCH_TRACK; MCP: the `track` argument)",
     )
 
 

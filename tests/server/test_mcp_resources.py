@@ -78,6 +78,8 @@ def test_resources_and_the_prompt_answer_what_the_api_answers(project: Any, tran
     assert out["templates"] == {
         "autoresearch://experiments/{experiment_id}/train.py",
         "autoresearch://experiments/{experiment_id}/diff",
+        "autoresearch://tracks/{track}/rules",
+        "autoresearch://tracks/{track}/best/train.py",
     }
     with Client(live.url, token) as reader:
         best = reader.best()

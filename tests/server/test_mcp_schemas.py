@@ -95,9 +95,10 @@ def test_every_tool_says_what_it_changes_and_the_server_its_version() -> None:
     annotations = {tool.name: tool.annotations for tool in asyncio.run(server.list_tools())}
     assert all(a is not None and a.open_world_hint is False for a in annotations.values()), annotations
     reads = {name for name, a in annotations.items() if a is not None and a.read_only_hint}
-    assert reads == set(annotations) - {"submit", "post_note", "cancel"}
+    assert reads == set(annotations) - {"submit", "port", "post_note", "cancel"}
     submit, post_note, cancel = annotations["submit"], annotations["post_note"], annotations["cancel"]
     assert submit is not None and submit.idempotent_hint and submit.destructive_hint is False
+    assert annotations["port"] == submit  # a port queues one experiment per train.py, as a submission
     assert post_note is not None and post_note.idempotent_hint is False
     assert cancel is not None and cancel.destructive_hint and cancel.idempotent_hint
     assert server.version == importlib.metadata.version("autoresearch-server") != ""

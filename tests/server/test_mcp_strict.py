@@ -45,9 +45,9 @@ def test_an_unknown_argument_names_the_one_it_probably_meant() -> None:
     text, _ = refusal("progress", {"experiment": 1})
     assert text == "bad-arguments: progress: experiment: unknown argument; did you mean `experiment_id`?"
     text, _ = refusal("best", {"verbose": True})  # nothing alike: what it takes instead
-    assert text == "bad-arguments: best: verbose: unknown argument; it takes train_py"
+    assert text == "bad-arguments: best: verbose: unknown argument; it takes track, train_py"
     text, _ = refusal("noise", {"platfrm": "cpu"})
-    assert text == "bad-arguments: noise: platfrm: unknown argument; it takes none"
+    assert text == "bad-arguments: noise: platfrm: unknown argument; it takes track"
     assert meant("zzz", {"status", "agent"}) is None
 
 

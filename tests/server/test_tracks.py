@@ -3,13 +3,18 @@ and kept changes ported between them (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import subprocess
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from sqlalchemy import select
 
 from client import ApiError, Client
 from server.models import Experiment, Run, Worker
+from tests.mcp_session import call, connect_mcp, tool_error
 from tests.server.conftest import DEVICE, HARNESS_ID, SimWorker
 
 H100, H100_HARNESS = "NVIDIA H100 80GB HBM3", "h100-harness"
@@ -204,7 +209,7 @@ def test_each_track_measures_its_own_noise_before_anything_is_compared(
 def test_bad_track_arguments_are_precise_and_change_nothing(live, baseline_source: str) -> None:
     admin, agent, reader = live.admin(), live.client("agent"), live.client()
     assert agent.best().track == "default" and reader.tracks().tracks[0].name == "default"
-    for call, status, kind in (
+    for request, status, kind in (
         (lambda: reader.best("nope"), 404, "unknown-track"),
         (lambda: reader.leaderboard("Bad Name"), 422, "validation-error"),
         (lambda: agent.submit("x", train_py=baseline_source + "#\n", track="nope"), 404, "unknown-track"),
@@ -222,7 +227,7 @@ def test_bad_track_arguments_are_precise_and_change_nothing(live, baseline_sourc
         (lambda: admin.archive_track("nope"), 404, "unknown-track"),
     ):
         with pytest.raises(ApiError) as refused:
-            call()
+            request()
         assert refused.value.status == status and refused.value.type.endswith(kind), refused.value.problem
         assert refused.value.problem["type"].startswith("https://") and refused.value.detail
     assert [t.name for t in admin.tracks().tracks] == ["default"]
@@ -255,3 +260,102 @@ def test_a_port_that_does_not_apply_and_a_base_of_another_track_are_refused(
     assert "port a kept experiment" in crossed.value.detail
     with live.ctx.db.read() as session:
         assert session.scalar(select(Experiment.id).where(Experiment.source == "port")) is None
+
+
+@pytest.fixture
+def cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., tuple[int, str]]:
+    """Run `autoresearch ARGS` in this process with extra environment: (exit status, stdout)."""
+    from cli.main import main
+
+    def run(env: dict[str, str], *args: str) -> tuple[int, str]:
+        with monkeypatch.context() as patch:
+            for name, value in env.items():
+                patch.setenv(name, value)
+            code = main(list(args))
+        return code, capsys.readouterr().out
+
+    return run
+
+
+def test_the_cli_creates_tracks_submits_to_one_ports_and_shows_the_transfer(
+    live, worker_factory, baseline_source: str, cli, tmp_path
+) -> None:
+    agent_env = {"AUTORESEARCH_SERVER": live.url, "AUTORESEARCH_TOKEN": live.token("agent", "bob")}
+    admin_env = {**agent_env, "AUTORESEARCH_TOKEN": "admin-secret"}
+    code, out = cli(admin_env, "track", "create", "h100", "--preset", "h100", "--platforms", "NVIDIA H100*")
+    assert code == 0 and "track h100 created on branch tracks/h100/best" in out
+    code, out = cli(agent_env, "track", "list")
+    assert [line.split()[0] for line in out.splitlines()] == ["TRACK", "default", "h100"]
+    assert "(NVIDIA H100*)" in out
+    cpu, gpu = worker_factory(live, "cpu-0"), gpu_worker(live)
+    cpu.run_next(1.0)
+    gpu.run_next(0.9)
+    change = tmp_path / "train.py"
+    change.write_text(with_depth(baseline_source, 5))
+    with pytest.raises(SystemExit) as unnamed:
+        cli(agent_env, "submit", str(change), "-m", "depth 5")
+    assert "422 Track required" in str(unnamed.value) and "$AUTORESEARCH_TRACK" in str(unnamed.value)
+    code, out = cli(
+        {**agent_env, "AUTORESEARCH_TRACK": "default"}, "submit", str(change), "-m", "depth 5", "-q"
+    )
+    submitted = int(out)
+    assert cpu.run_next(0.95).decision == "keep"
+    code, out = cli(agent_env, "port", str(submitted), "--to", "h100", "--json")
+    ported = json.loads(out)
+    assert (ported["track"], ported["ported_from"], ported["source"]) == ("h100", submitted, "port")
+    assert gpu.run_next(0.85).decision == "keep"  # better there too
+    code, out = cli(agent_env, "transfer")
+    assert out.splitlines()[0] == f"depth 5 (first: experiment {submitted}, bob)"
+    assert "keep      -0.0500" in out.splitlines()[1] and "keep      -0.0500" in out.splitlines()[2]
+    code, out = cli({**agent_env, "AUTORESEARCH_TRACK": "h100"}, "best", "--json")
+    assert json.loads(out)["experiment_id"] == ported["id"]
+    code, out = cli(agent_env, "status", "--track", "h100", "--json")
+    assert json.loads(out)["best"]["track"] == "h100"
+    with pytest.raises(SystemExit) as not_admin:
+        cli(agent_env, "track", "archive", "h100")
+    assert "403" in str(not_admin.value)
+    code, out = cli(admin_env, "track", "archive", "h100")
+    assert (code, out.strip()) == (0, "track h100 is archived")
+
+
+def test_mcp_tools_name_the_track_port_and_show_the_transfer(
+    live, worker_factory, baseline_source: str
+) -> None:
+    live.admin().create_track("h100", platforms="NVIDIA H100*", program_md="# H100 rules\n")
+    cpu, gpu = worker_factory(live, "cpu-0"), gpu_worker(live)
+    cpu.run_next(1.0)
+    gpu.run_next(0.9)
+    token = live.token("agent", "carol")
+
+    async def scenario() -> dict[str, Any]:
+        async with connect_mcp(live.url, token, "http") as client:
+            out: dict[str, Any] = {"tracks": await call(client, "tracks", {})}
+            out["unnamed"] = await tool_error(client, "best", {})
+            out["h100"] = await call(client, "best", {"track": "h100"})
+            edits = [{"old": "DEPTH = 4", "new": "DEPTH = 5"}]
+            submitted = await call(
+                client, "submit", {"description": "depth 5", "edits": edits, "track": "default"}
+            )
+            out["submitted"] = submitted["experiment"]
+            cpu.run_next(0.95)
+            out["ported"] = (
+                await call(client, "port", {"experiment_id": submitted["experiment"]["id"], "track": "h100"})
+            )["experiment"]
+            out["bad_track"] = await tool_error(client, "leaderboard", {"track": "nope"})
+            gpu.run_next(0.95)
+            out["transfer"] = await call(client, "transfer", {})
+            out["rules"] = (await client.read_resource("autoresearch://tracks/h100/rules")).contents[0].text
+            return out
+
+    out = asyncio.run(scenario())
+    assert [t["name"] for t in out["tracks"]["tracks"]] == ["default", "h100"]
+    assert out["unnamed"][0].startswith("track-required (422)")
+    assert out["h100"]["track"] == "h100" and out["h100"]["val_bpb"] == 0.9
+    assert out["submitted"]["track"] == "default"
+    assert (out["ported"]["track"], out["ported"]["ported_from"]) == ("h100", out["submitted"]["id"])
+    assert out["bad_track"][0].startswith("unknown-track (404)")
+    (item,) = out["transfer"]["items"]
+    assert [(t["track"], t["decision"]) for t in item["tracks"]] == [("default", "keep"), ("h100", "revert")]
+    assert out["rules"] == "# H100 rules\n"

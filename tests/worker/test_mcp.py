@@ -38,6 +38,7 @@ TOOLS = {
 }
 TOOLS |= {"near_misses", "keep_rates"}  # has this been tried (tests/server/test_history_mcp.py)
 TOOLS |= {"wait", "progress", "cancel"}  # following without blocking (tests/server/test_mcp_follow.py)
+TOOLS |= {"tracks", "port", "transfer"}  # tracks (tests/server/test_tracks.py)
 
 
 @pytest.fixture(scope="module")
