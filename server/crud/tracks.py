@@ -18,8 +18,26 @@ from sqlalchemy.orm import Session
 from client.states import ExperimentStatus, RunKind, RunState
 from server.core.problems import Problem
 from server.crud.runs import queue_runs
-from server.models import EXPERIMENTS, FIRST_TRACK_ID, RUNS, TRACKS, Experiment, Track
+from server.models import EXPERIMENTS, FIRST_TRACK_ID, RUNS, TRACKS, Experiment, Track, Worker
 from server.research_repo import best_branch
+from server.track_rules import Offer, Pins
+
+
+def pins_of(track: Track) -> Pins:
+    """A track as the acceptance rule reads it (server/track_rules.py)."""
+    return Pins(
+        name=track.name,
+        preset=track.preset,
+        platforms=track.platforms,
+        platform=track.platform,
+        harness_id=track.harness_id,
+        archived=track.archived_at is not None,
+    )
+
+
+def offer_of(worker: Worker) -> Offer:
+    """What a worker registered with, as the acceptance rule reads it."""
+    return Offer(device=worker.device, harness_id=worker.harness_id, preset=worker.preset)
 
 
 def load_track(session: Session, track_id: int = FIRST_TRACK_ID, lock: bool = False) -> Track:

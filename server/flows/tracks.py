@@ -23,7 +23,7 @@ from server.core.problems import Problem
 from server.crud import tracks as crud
 from server.crud.runs import cancel_queued_runs
 from server.crud.tokens import Principal
-from server.flows.workers import offer_of, pins_of
+from server.crud.tracks import offer_of, pins_of
 from server.lifecycle import move_experiment
 from server.models import FIRST_TRACK_ID, Track, Worker, utcnow
 from server.research_repo import best_branch, blob_sha

@@ -17,28 +17,13 @@ from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import workers
 from server.crud.tokens import Principal
-from server.crud.tracks import all_tracks
+from server.crud.tracks import all_tracks, offer_of, pins_of
 from server.harness_pin import pin
 from server.models import Track, Worker, utcnow
 from server.presence import Serving
-from server.track_rules import Offer, Pins, Refusal, refusal
+from server.track_rules import Refusal, refusal
 
 log = logging.getLogger(__name__)
-
-
-def pins_of(track: Track) -> Pins:
-    return Pins(
-        name=track.name,
-        preset=track.preset,
-        platforms=track.platforms,
-        platform=track.platform,
-        harness_id=track.harness_id,
-        archived=track.archived_at is not None,
-    )
-
-
-def offer_of(worker: Worker) -> Offer:
-    return Offer(device=worker.device, harness_id=worker.harness_id, preset=worker.preset)
 
 
 def accept(worker: Worker, tracks: list[Track]) -> tuple[list[Track], list[Refusal]]:

@@ -6,6 +6,7 @@ fast with tens of thousands of experiments (bench/pages.py measures it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, NamedTuple
@@ -17,9 +18,21 @@ from client.schemas import NoiseOut
 from client.states import ExperimentStatus, LeaseState, RunState
 from server.crud import noise as noise_crud
 from server.crud.experiments import BASELINE_AGENT
-from server.crud.tracks import best_sample, current_best, load_track
+from server.crud.tracks import best_sample, current_best, load_track, offer_of, pins_of
 from server.judge import Noise
-from server.models import FIRST_TRACK_ID, ApiToken, Experiment, Lease, Note, Result, Run, Worker, utcnow
+from server.models import (
+    FIRST_TRACK_ID,
+    ApiToken,
+    Experiment,
+    Lease,
+    Note,
+    Result,
+    Run,
+    Track,
+    Worker,
+    utcnow,
+)
+from server.track_rules import refusal
 
 # Statuses that end an experiment with an outcome worth plotting (cancelled ones were stopped,
 # not judged).
@@ -354,10 +367,12 @@ class WorkerRow:
     experiment_description: str | None
     results: int  # results it reported
     refused: str | None  # why no track accepts it (None: some track does)
+    tracks: list[str]  # the tracks it serves
 
 
-def workers(session: Session, lease_seconds: float) -> list[WorkerRow]:
-    """Every registered worker; online means seen within two lease periods (as in /metrics)."""
+def workers(session: Session, lease_seconds: float, tracks: Sequence[Track] = ()) -> list[WorkerRow]:
+    """Every registered worker with the tracks it serves (or why none accepts it); online means
+    seen within two lease periods (as in /metrics)."""
     cutoff = utcnow() - timedelta(seconds=2 * lease_seconds)
     running = dict(
         (worker_id, (experiment_id, description))
@@ -387,6 +402,7 @@ def workers(session: Session, lease_seconds: float) -> list[WorkerRow]:
                 experiment_description=current[1] if current else None,
                 results=int(reported.get(worker.id, 0)),
                 refused=worker.refused,
+                tracks=[t.name for t in tracks if refusal(pins_of(t), offer_of(worker)) is None],
             )
         )
     return out

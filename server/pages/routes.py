@@ -162,6 +162,7 @@ def experiment_page(
             .limit(1)
         ).first()
         progress_run, stored = progress_of(session, experiment_id)
+        several_tracks = len(all_tracks(session)) > 1
     new = ctx.repo.train_py(view.commit).decode("utf-8", "replace")
     old = ctx.repo.train_py(view.base).decode("utf-8", "replace") if view.base else ""
     samples = [[s.step, s.loss, s.fraction, s.elapsed_s, s.phase, s.tokens_per_s] for s in stored]
@@ -174,6 +175,7 @@ def experiment_page(
             "live_events": f"queued,started,progress,note,{DECISION_EVENTS}",
             "live_experiment": experiment_id,
             "e": view,
+            "several_tracks": several_tracks,
             "place": place,
             "notes": notes,
             "similar": similar,
@@ -214,7 +216,7 @@ def agents_page(request: Request, ctx: Ctx, _reader: Reader, track: TrackParam =
 @router.get("/workers")
 def workers_page(request: Request, ctx: Ctx, _reader: Reader) -> HTMLResponse:
     with ctx.db.read() as session:
-        rows = queries.workers(session, ctx.settings.lease_seconds)
+        rows = queries.workers(session, ctx.settings.lease_seconds, all_tracks(session))
     return templates.TemplateResponse(
         request,
         "workers.html",
@@ -225,6 +227,24 @@ def workers_page(request: Request, ctx: Ctx, _reader: Reader) -> HTMLResponse:
             "live_every_s": max(5, int(ctx.settings.lease_seconds / 3)),
             "workers": rows,
             "online_window_s": int(2 * ctx.settings.lease_seconds),
+        },
+    )
+
+
+@router.get("/transfer")
+def transfer_page(request: Request, ctx: Ctx, _reader: Reader) -> HTMLResponse:
+    with ctx.db.read() as session:
+        answer = history.transfer_view(session)
+        names = [t.name for t in all_tracks(session)]
+    shown = {t.track for item in answer.items for t in item.tracks}
+    return templates.TemplateResponse(
+        request,
+        "transfer.html",
+        {
+            "nav": "transfer",
+            "live_events": DECISION_EVENTS,
+            "items": answer.items,
+            "track_names": [name for name in names if name in shown],
         },
     )
 
