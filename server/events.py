@@ -16,6 +16,7 @@ import itertools
 import json
 import threading
 from collections import Counter, OrderedDict, deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,20 +113,36 @@ class Broadcaster:
     def wake_claims(self, count: int, track: str | None = None) -> None:
         """Wake the `count` claims that have waited longest (all of them, if fewer wait), of
         workers that serve `track` (None: any)."""
-        if track is None:
-            while count > 0 and self._claim_waiters:
-                waiter, _ = self._claim_waiters.popitem(last=False)
-                if not waiter.done():  # else it timed out or its client hung up, and it is leaving
-                    waiter.set_result(True)
-                    count -= 1
+        if track is not None:
+            self.wake_by_track({track: count})
             return
+        while count > 0 and self._claim_waiters:
+            waiter, _ = self._claim_waiters.popitem(last=False)
+            if not waiter.done():  # else it timed out or its client hung up, and it is leaving
+                waiter.set_result(True)
+                count -= 1
+
+    def wake_by_track(self, counts: Mapping[str | None, int]) -> None:
+        """Wake, oldest first and in one pass over the waiting claims, up to counts[t] claims of
+        workers that serve track t (counts[None]: of any worker)."""
+        left = {track: n for track, n in counts.items() if n > 0}
+        anyone = left.pop(None, 0)
         woken = []
         for waiter, tracks in self._claim_waiters.items():
-            if count == 0:
+            if not left and not anyone:
                 break
-            if not waiter.done() and (tracks is None or track in tracks):
-                woken.append(waiter)
-                count -= 1
+            if waiter.done():  # it timed out or its client hung up, and it is leaving
+                continue
+            served = next((t for t in (left if tracks is None else tracks) if t in left), None)
+            if served is not None:
+                left[served] -= 1
+                if not left[served]:
+                    del left[served]
+            elif anyone:
+                anyone -= 1
+            else:
+                continue
+            woken.append(waiter)
         for waiter in woken:
             del self._claim_waiters[waiter]
             waiter.set_result(True)

@@ -43,7 +43,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
-from sqlalchemy import func, select
+from sqlalchemy import func, literal, select, union_all
 from starlette.concurrency import run_in_threadpool
 
 from client.states import RunState
@@ -144,11 +144,10 @@ class Fleet:
         (`count_queued(n)`: how many by track, up to n each; a plain number: on any track)."""
         looked_at, queued_events = self.clock(), bus.queued_events
         counted = await count_queued(bus.claims_waiting)
-        queued = {ANY_TRACK: counted} if isinstance(counted, int) else dict(counted)
+        queued: dict[str | None, int] = {ANY_TRACK: counted} if isinstance(counted, int) else dict(counted)
         self._looked_at, self._looked_queued_events = looked_at, queued_events
         self._queued = frozenset(track for track, count in queued.items() if count)
-        for track, count in queued.items():
-            bus.wake_claims(count, track)
+        bus.wake_by_track(queued)
 
 
 def quietest_slot(ends: Mapping[int, int], first: int, last: int, draw: float) -> int:
@@ -160,17 +159,30 @@ def quietest_slot(ends: Mapping[int, int], first: int, last: int, draw: float) -
     return quietest[int(draw * len(quietest))]
 
 
+_ACTIVE_TRACKS = select(TRACKS.c.id, TRACKS.c.name).where(TRACKS.c.archived_at.is_(None))
+
+
 def queued_runs(db: Database, limit: int) -> dict[str | None, int]:
-    """How many runs are queued on each track, counting at most `limit` of each (on the queue
-    index)."""
-    counts: dict[str | None, int] = {}
+    """How many runs are queued on each track not archived, counting at most `limit` of each (on
+    the queue index), in one statement."""
     with db.read() as session:
-        for track_id, name in session.execute(select(TRACKS.c.id, TRACKS.c.name)):
-            queued = (
-                select(RUNS.c.id)
-                .where(RUNS.c.status == RunState.QUEUED, RUNS.c.track_id == track_id)
-                .limit(limit)
-                .subquery()
+        tracks = session.execute(_ACTIVE_TRACKS).all()
+        if not tracks:
+            return {}
+        counts = [
+            select(
+                literal(track_id).label("track_id"),
+                select(func.count())
+                .select_from(
+                    select(RUNS.c.id)
+                    .where(RUNS.c.status == RunState.QUEUED, RUNS.c.track_id == track_id)
+                    .limit(limit)
+                    .subquery()
+                )
+                .scalar_subquery()
+                .label("queued"),
             )
-            counts[name] = session.scalar(select(func.count()).select_from(queued)) or 0
-    return counts
+            for track_id, _name in tracks
+        ]
+        found = {row.track_id: int(row.queued or 0) for row in session.execute(union_all(*counts))}
+    return {name: found.get(track_id, 0) for track_id, name in tracks}

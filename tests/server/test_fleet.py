@@ -248,3 +248,25 @@ def test_waiting_claims_see_work_queued_without_an_event(live, worker_factory) -
     # A claim answers with a run only when woken: at its deadline it answers 204 at once.
     assert sorted(claim.experiment_id for claim in claims if claim is not None) == sorted(queued)
     assert claims.count(None) == 1
+
+
+def test_a_look_and_a_queued_event_wake_the_claims_of_the_track_the_work_is_on() -> None:
+    """Tracks: work queued on one track wakes claims of workers that serve it, oldest first; a
+    claim whose tracks are not known yet may take any."""
+
+    async def scenario() -> list[bool | None]:
+        bus, fleet = Broadcaster(), Fleet(fleet_progress_per_s=50.0, clock=Clock())
+        bus.bind(asyncio.get_running_loop())
+        tracks = [frozenset({"a"}), frozenset({"b"}), frozenset({"a"}), None, frozenset({"b"})]
+        waits = [asyncio.create_task(bus.wait_for_queued(0.5, t)) for t in tracks]
+        await asyncio.sleep(0)
+
+        async def look(_limit: int) -> dict[str | None, int]:
+            return {"a": 1, "c": 3}
+
+        await fleet.look_once(look, bus)  # the oldest claim of track a; nobody serves c but the unknown one
+        assert fleet.known_empty(bus.queued_events, ["b"]) and not fleet.known_empty(bus.queued_events, ["a"])
+        bus.publish([Event(EventType.QUEUED, {"experiment_id": 7, "track": "b"})])  # the oldest of b
+        return list(await asyncio.gather(*waits))
+
+    assert asyncio.run(scenario()) == [True, True, False, True, False]
