@@ -43,7 +43,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -63,7 +63,7 @@ from server.core.request_metrics import BUCKETS
 from server.crud.runs import new_seed
 from server.crud.tokens import create_token
 from server.crud.tracks import load_track
-from server.models import ApiToken, Experiment, Lease, Result, Run
+from server.models import FIRST_TRACK_ID, ApiToken, Experiment, Lease, Result, Run
 from server.patches import make_patch
 from server.project_init import DEFAULT_PROGRAM_MD, DEFAULT_TRAIN_PY, init_project
 from server.research_repo import blob_sha
@@ -261,8 +261,10 @@ async def agent_loop(http: LeanClient, token: str, stop: float, stats: Stats) ->
         await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
 
 
-async def register(http: httpx.AsyncClient | LeanClient, token: str, name: str) -> str:
-    body = {"name": name, "device": PLATFORM, "memory_gb": 80.0, "harness_id": HARNESS_ID}
+async def register(
+    http: httpx.AsyncClient | LeanClient, token: str, name: str, device: str = PLATFORM
+) -> str:
+    body = {"name": name, "device": device, "memory_gb": 80.0, "harness_id": HARNESS_ID}
     response = await http.post(
         "/api/v1/worker/register", json=body, headers={"Authorization": f"Bearer {token}"}
     )
@@ -271,13 +273,13 @@ async def register(http: httpx.AsyncClient | LeanClient, token: str, name: str) 
     return response.json()["worker_id"]
 
 
-def result_body(val_bpb: float) -> dict:
+def result_body(val_bpb: float, device: str = PLATFORM) -> dict:
     return {
         "result_id": str(uuid.uuid4()),
         "result": {
             "status": "ok",
             "val_bpb": val_bpb,
-            "device": PLATFORM,
+            "device": device,
             "harness_id": HARNESS_ID,
             "training_seconds": 300.0,
             "total_seconds": 330.0,
@@ -439,19 +441,29 @@ async def submit_rate_phase(
 # Phase 3: claim-and-report cycles ------------------------------------------------------------------
 
 
-def seed_queue(db: Database, count: int, baseline: str, blob: str, agent_id: int) -> None:
-    """`count` queued experiments, each with its first run queued."""
+def seed_queue(
+    db: Database,
+    count: int,
+    baseline: str,
+    blob: str,
+    agent_id: int,
+    tracks: Sequence[tuple[int, str]] = (),
+) -> None:
+    """`count` queued experiments, each with its first run queued; with `tracks` (id, baseline
+    commit), spread over them in turn, each on its track's baseline (else the first track's)."""
     now = datetime.now(UTC)
+    tracks = tracks or [(FIRST_TRACK_ID, baseline)]
     with db.write() as session:
         first = (session.scalar(select(func.max(Experiment.id))) or 0) + 1
         rows = [
             {
                 "id": first + i,
+                "track_id": tracks[i % len(tracks)][0],
                 "agent_id": agent_id,
                 "source": "agent",
                 "description": f"queued {i}",
-                "base_commit": baseline,
-                "commit_sha": baseline,
+                "base_commit": tracks[i % len(tracks)][1],
+                "commit_sha": tracks[i % len(tracks)][1],
                 "train_py_blob": blob,
                 "status": "queued",
                 "cancel_requested": False,
@@ -466,6 +478,7 @@ def seed_queue(db: Database, count: int, baseline: str, blob: str, agent_id: int
             [
                 {
                     "experiment_id": first + i,
+                    "track_id": row["track_id"],
                     "number": 1,
                     "seed": new_seed(),
                     "kind": "first",

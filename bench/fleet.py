@@ -1,7 +1,7 @@
 """A fleet of simulated workers at the h100 budget against one real server on PostgreSQL.
 
     python bench/fleet.py [--workers 100,1000] [--runs 3] [--busy 120] [--idle 30] [--run-s 330]
-                          [--postgres-url URL]
+                          [--tracks 20] [--postgres-url URL]
 
 Each simulated worker does what `autoresearch work` does, on a keep-alive connection of its own
 (bench/lean_http.py: one asyncio process simulates the whole fleet cheaply): register, claim
@@ -26,6 +26,11 @@ The reference, measured in the same phase: GET /healthz every 100 ms from one mo
 endpoint with the server process under one core (its CPU time over the phase, from /proc; the
 load generator's and PostgreSQL's are reported apart: they share the machine's cores). With
 `--runs N` every fleet size is measured N times and the worst figures are summed up at the end.
+With `--tracks N` (N > 1) each fleet size is measured twice in every run, one after the other:
+with the whole fleet on one track, then on N tracks (N - 1 created through POST /tracks, each
+pinned to a device of its own; worker i serves track i mod N, and the queue is spread over them),
+and the worst figures of the N tracks are compared with those of one track (ratios; the target
+is at most 1.2x the p99 and the CPU).
 Errors (an unexpected status or a transport error) make the exit status 1.
 """
 
@@ -75,7 +80,7 @@ from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
 from server.crud.tokens import create_token
 from server.crud.tracks import load_track
-from server.models import ApiToken
+from server.models import ApiToken, Track
 from server.project_init import init_project
 from server.research_repo import blob_sha
 from testkit.pg_scratch import free_port, new_database, scratch_cluster
@@ -85,6 +90,8 @@ from worker.main import CLAIM_WAIT_S
 STEPS_PER_S = 3.0  # the h100 baseline's pace: about 950 steps in 300 s
 WARMUP_S = 20.0  # the busy phase's first seconds (the claims that start it) are not measured
 TARGET_P99_MS = 200.0
+TARGET_RATIO = 1.2  # N tracks against one, the same fleet: p99 and server CPU
+ADMIN = "bench-admin"
 ENDPOINTS = ("claim", "heartbeat", "progress", "result")
 
 
@@ -117,6 +124,7 @@ class Simulated:
     heartbeat_s: float
     progress_s: float = 1.0
     runs: int = 0
+    device: str = PLATFORM  # its track's platform
 
 
 @dataclass
@@ -125,7 +133,8 @@ class FleetRun:
     token: str
     run_s: float
     record: Record
-    results: SimulatedResults = field(default_factory=SimulatedResults)
+    # By track (a worker's device): each track's best follows its own keeps.
+    results: defaultdict[str, SimulatedResults] = field(default_factory=lambda: defaultdict(SimulatedResults))
     queue_filled: asyncio.Event = field(default_factory=asyncio.Event)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -197,10 +206,11 @@ class FleetRun:
                 if beat is not None and "progress_seconds" in beat:
                     worker.progress_s = float(beat["progress_seconds"])
                 next_beat = now + worker.heartbeat_s
-        body = result_body(self.results.value(claimed["experiment_id"]))
+        results = self.results[worker.device]
+        body = result_body(results.value(claimed["experiment_id"]), worker.device)
         outcome = await self.call(worker, "result", f"{base}/result", body, 200)
         if outcome is not None:
-            self.results.answered(outcome)
+            results.answered(outcome)
 
     async def probe(self) -> None:
         """The reference: GET /healthz every 100 ms on a connection of its own."""
@@ -290,17 +300,37 @@ def set_up(database_url: str, folder: Path) -> tuple[Database, str, str, int]:
     return db, token, baseline, agent_id
 
 
-async def register_fleet(fleet: FleetRun, size: int) -> list[Simulated]:
+async def create_tracks(db: Database, url: str, count: int) -> tuple[list[str], list[tuple[int, str]]]:
+    """`count` tracks in all (the first exists): each one's device, and its id and baseline commit."""
+    devices, tracks = [PLATFORM], []
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}) as http:
+        for index in range(1, count):
+            device = f"{PLATFORM}-{index}"
+            body = {"name": f"track-{index}", "platform": device, "harness_id": HARNESS_ID}
+            answer = await http.post("/api/v1/tracks", json=body, timeout=60)
+            if answer.status_code != 201:
+                raise RuntimeError(f"create track: {answer.status_code} {answer.text[:200]}")
+            devices.append(device)
+    with db.read() as session:
+        tracks = [(t.id, t.baseline_commit or "") for t in session.scalars(select(Track).order_by(Track.id))]
+    return devices, tracks
+
+
+async def register_fleet(fleet: FleetRun, size: int, devices: list[str]) -> list[Simulated]:
+    """`size` workers, worker i on devices[i mod len(devices)] (so of the track of that platform)."""
+
     async def one(index: int) -> Simulated:
         http = LeanClient(fleet.url)
+        device = devices[index % len(devices)]
         answer = await http.post(
             "/api/v1/worker/register",
-            json={"name": f"gpu{index}", "device": PLATFORM, "memory_gb": 80.0, "harness_id": HARNESS_ID},
+            json={"name": f"gpu{index}", "device": device, "memory_gb": 80.0, "harness_id": HARNESS_ID},
             headers=fleet.headers,
         )
         if answer.status_code != 200:
             raise RuntimeError(f"register: {answer.status_code} {answer.text[:200]}")
-        return Simulated(http, answer.json()["worker_id"], float(answer.json()["heartbeat_seconds"]))
+        heartbeat_s = float(answer.json()["heartbeat_seconds"])
+        return Simulated(http, answer.json()["worker_id"], heartbeat_s, device=device)
 
     workers: list[Simulated] = []
     for first in range(0, size, 50):  # registrations lock the project row: a few at a time
@@ -308,11 +338,12 @@ async def register_fleet(fleet: FleetRun, size: int) -> list[Simulated]:
     return workers
 
 
-async def measure_baseline(fleet: FleetRun, worker: Simulated) -> None:
-    """Claim and report the baseline's runs at once: until the noise estimate rests on them (NOISE_RUNS
-    runs under the default, noise-aware rule) nothing else is handed out. The values differ a little,
-    as real runs of one commit do, so the estimate is not zero."""
-    token_worker = await register(worker.http, fleet.token, "baseline-runner")
+async def measure_baseline(fleet: FleetRun, worker: Simulated, device: str = PLATFORM) -> None:
+    """Claim and report the baseline's runs of the track of `device` at once: until the noise
+    estimate rests on them (NOISE_RUNS runs under the default, noise-aware rule) nothing else is
+    handed out there. The values differ a little, as real runs of one commit do, so the estimate is
+    not zero."""
+    token_worker = await register(worker.http, fleet.token, f"baseline-runner-{device}", device)
     for number in itertools.count():
         answer = await worker.http.post(
             "/api/v1/worker/claim", json={"worker_id": token_worker, "wait_s": 1}, headers=fleet.headers
@@ -322,7 +353,7 @@ async def measure_baseline(fleet: FleetRun, worker: Simulated) -> None:
         claimed = answer.json()
         await worker.http.post(
             f"/api/v1/worker/leases/{claimed['lease_id']}/result",
-            json=result_body(1.0 + 0.002 * (number % 3 - 1)),
+            json=result_body(1.0 + 0.002 * (number % 3 - 1), device),
             headers=fleet.headers,
         )
 
@@ -333,8 +364,10 @@ async def fleet_phases(
     size = args.size
     record = Record()
     fleet = FleetRun(server.url, token, args.run_s, record)
-    workers = await register_fleet(fleet, size)
-    await measure_baseline(fleet, workers[0])
+    devices, tracks = await create_tracks(db, server.url, args.tracks_now)
+    workers = await register_fleet(fleet, size, devices)
+    for device in devices:
+        await measure_baseline(fleet, workers[0], device)
     tasks = [asyncio.create_task(fleet.worker(worker)) for worker in workers]
     tasks.append(asyncio.create_task(fleet.probe()))
     try:
@@ -343,17 +376,18 @@ async def fleet_phases(
         start, before = time.monotonic(), Usage.now(server)
         await asyncio.sleep(args.idle)
         end = time.monotonic()
-        idle = report(f"idle: {size} long polls", record, start, end, Usage.now(server).since(before), server)
+        label = f"{size} long polls, {args.tracks_now} track{'s' if args.tracks_now > 1 else ''}"
+        idle = report(f"idle: {label}", record, start, end, Usage.now(server).since(before), server)
         # Busy: enough queued work for every worker, for the whole phase.
         runs = size * (2 + int((WARMUP_S + args.busy) / args.run_s))
         blob = blob_sha(baseline_source()[0].read_bytes())
-        await asyncio.to_thread(seed_queue, db, runs, baseline, blob, agent_id)
+        await asyncio.to_thread(seed_queue, db, runs, baseline, blob, agent_id, tracks)
         await asyncio.sleep(WARMUP_S)
         start, before = time.monotonic(), Usage.now(server)
         await asyncio.sleep(args.busy)
         end = time.monotonic()
         busy = report(
-            f"busy: {size} workers running {args.run_s:.0f} s experiments",
+            f"busy: {size} workers on {args.tracks_now} track(s) running {args.run_s:.0f} s experiments",
             record,
             start,
             end,
@@ -387,7 +421,7 @@ def targets(size: int, idle: Phase, busy: Phase) -> list[str]:
 
 def run_size(database_url: str, folder: Path, args: argparse.Namespace) -> tuple[Phase, Phase, bool]:
     db, token, baseline, agent_id = set_up(database_url, folder)
-    with running_server(server_env(folder, database_url), free_port()) as server:
+    with running_server(server_env(folder, database_url, ADMIN_TOKEN=ADMIN), free_port()) as server:
         idle, busy, record = asyncio.run(fleet_phases(server, db, token, baseline, agent_id, args))
     db.dispose()
     print(f"  progress interval the workers were told: {busy.progress_s:g} s (median)")
@@ -409,6 +443,66 @@ def raise_open_files() -> None:
     print(f"open files: {soft} -> {hard} (the server inherits it)")
 
 
+@dataclass(frozen=True)
+class Worst:
+    """The worst of a fleet size's runs on one number of tracks."""
+
+    busy_p99: dict[str, float]
+    late: float  # idle long poll answered late by, p99
+    cpu_busy: float  # server cores
+    cpu_idle: float
+    peak_mib: float
+    health: float  # reference GET /healthz p99, busy
+
+    @staticmethod
+    def of(phases: list[tuple[Phase, Phase]]) -> Worst:
+        return Worst(
+            busy_p99={name: max(b.p99.get(name, 0.0) for _i, b in phases) for name in ENDPOINTS},
+            late=max(i.p99.get("long poll (late by)", 0.0) for i, _b in phases),
+            cpu_busy=max(b.usage.server / b.seconds for _i, b in phases),
+            cpu_idle=max(i.usage.server / i.seconds for i, _b in phases),
+            peak_mib=max(b.peak_mib for _i, b in phases),
+            health=max(b.p99.get("healthz (reference)", 0.0) for _i, b in phases),
+        )
+
+    def line(self) -> str:
+        return (
+            "p99 "
+            + ", ".join(f"{name} {value:.0f} ms" for name, value in self.busy_p99.items())
+            + f", long poll late by {self.late:.0f} ms; server CPU busy {self.cpu_busy:.2f} / idle "
+            f"{self.cpu_idle:.2f} cores, peak memory {self.peak_mib:.0f} MiB; reference healthz p99 "
+            f"{self.health:.0f} ms"
+        )
+
+
+def ratios(many: Worst, one: Worst) -> list[tuple[str, float, float, float]]:
+    """N tracks against one track, the same fleet: each p99 and the server CPU, as (what, N tracks'
+    value, one track's value, their ratio)."""
+    pairs = [(f"p99 {name}", many.busy_p99[name], one.busy_p99[name]) for name in ENDPOINTS]
+    pairs += [
+        ("p99 idle long poll late by", many.late, one.late),
+        ("server CPU busy", many.cpu_busy, one.cpu_busy),
+        ("server CPU idle", many.cpu_idle, one.cpu_idle),
+    ]
+    return [(name, value, ref, _ratio(value, ref)) for name, value, ref in pairs]
+
+
+def _ratio(value: float, reference: float) -> float:
+    """value / reference; a reference at or below 0 (long polls that all ended early) is matched
+    by a value at or below it (1.0), else infinitely passed."""
+    if reference > 0:
+        return value / reference
+    return 1.0 if value <= reference else float("inf")
+
+
+def ratio_lines(found: list[tuple[str, float, float, float]]) -> list[str]:
+    return [
+        f"  {'met ' if ratio <= TARGET_RATIO else 'MISS'}  {name}: {value:.2f} / {ref:.2f} = {ratio:.2f}x "
+        f"(<= {TARGET_RATIO}x)"
+        for name, value, ref, ratio in found
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", default="100,1000", help="fleet sizes, comma-separated")
@@ -416,38 +510,50 @@ def main() -> int:
     parser.add_argument("--busy", type=float, default=120.0, help="seconds measured with every worker busy")
     parser.add_argument("--idle", type=float, default=30.0, help="seconds measured with every worker idle")
     parser.add_argument("--run-s", type=float, default=330.0, help="one experiment: h100 budget and scoring")
+    parser.add_argument(
+        "--tracks", type=int, default=1, help="also measure each size on this many tracks (against one)"
+    )
     parser.add_argument("--postgres-url", default=os.environ.get("TEST_POSTGRES_URL"))
     args = parser.parse_args()
     # A stop (SIGTERM) unwinds like Ctrl-C, so the server and PostgreSQL started below are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     raise_open_files()
     sizes = [int(size) for size in args.workers.split(",")]
-    worst: dict[int, list[tuple[Phase, Phase]]] = defaultdict(list)
+    counts = [1] if args.tracks <= 1 else [1, args.tracks]
+    worst: dict[tuple[int, int], list[tuple[Phase, Phase]]] = defaultdict(list)
     ok = True
     with postgres_server(args.postgres_url) as postgres, tempfile.TemporaryDirectory(prefix="fleet-") as tmp:
         for run in range(args.runs):
             for size in sizes:
-                print(f"\n=== run {run + 1}: {size} workers ({machine_load()}) ===", flush=True)
-                folder = Path(tmp) / f"run{run}-{size}"
-                folder.mkdir()
-                args.size = size
-                idle, busy, clean = run_size(new_database(postgres), folder, args)
-                worst[size].append((idle, busy))
-                ok = ok and clean
+                for tracks in counts:
+                    print(
+                        f"\n=== run {run + 1}: {size} workers, {tracks} track(s) ({machine_load()}) ===",
+                        flush=True,
+                    )
+                    folder = Path(tmp) / f"run{run}-{size}-{tracks}"
+                    folder.mkdir()
+                    args.size, args.tracks_now = size, tracks
+                    idle, busy, clean = run_size(new_database(postgres), folder, args)
+                    worst[(size, tracks)].append((idle, busy))
+                    ok = ok and clean
     print(f"\n=== worst of {args.runs} run(s) ===")
-    for size, phases in worst.items():
-        busy_p99 = {name: max(b.p99.get(name, 0.0) for _i, b in phases) for name in ENDPOINTS}
-        late = max(i.p99.get("long poll (late by)", 0.0) for i, _b in phases)
-        cpu_busy = max(b.usage.server / b.seconds for _i, b in phases)
-        cpu_idle = max(i.usage.server / i.seconds for i, _b in phases)
-        peak = max(b.peak_mib for _i, b in phases)
-        health = max(b.p99.get("healthz (reference)", 0.0) for _i, b in phases)
+    for (size, tracks), phases in worst.items():
+        print(f"{size:5d} workers, {tracks:2d} track(s): {Worst.of(phases).line()}")
+    if len(counts) > 1:
         print(
-            f"{size:5d} workers: p99 "
-            + ", ".join(f"{name} {value:.0f} ms" for name, value in busy_p99.items())
-            + f", long poll late by {late:.0f} ms; server CPU busy {cpu_busy:.2f} / idle {cpu_idle:.2f} "
-            f"cores, peak memory {peak:.0f} MiB; reference healthz p99 {health:.0f} ms"
+            f"\n=== {args.tracks} tracks against one track, the same fleet (worst of {args.runs} run(s)) ==="
         )
+        for size in sizes:
+            print(f"{size} workers:")
+            for line in ratio_lines(ratios(Worst.of(worst[(size, args.tracks)]), Worst.of(worst[(size, 1)]))):
+                print(line)
+            # Each run's pair, measured one after the other: the ratios without the machine's drift
+            # between runs (the worst of each side may come from different runs).
+            for run, (many, one) in enumerate(zip(worst[(size, args.tracks)], worst[(size, 1)], strict=True)):
+                paired = ratios(Worst.of([many]), Worst.of([one]))
+                print(
+                    f"  run {run + 1}: " + ", ".join(f"{name} {ratio:.2f}x" for name, _v, _r, ratio in paired)
+                )
     return 0 if ok else 1
 
 
