@@ -75,7 +75,10 @@ def test_copy_out_keeps_nothing_past_its_caps(tmp_path: Path, monkeypatch: pytes
         os.close(folder)
 
 
-def test_copy_out_keeps_nothing_of_a_tree_too_deep_or_with_too_many_folders(tmp_path: Path) -> None:
+def test_copy_out_keeps_nothing_of_a_tree_too_deep_or_with_too_many_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compile_cache, "MAX_FILES", 50)  # the rule, without making 20,001 folders
     deep = tmp_path / "deep"
     (deep / Path(*["d"] * (compile_cache.MAX_DEPTH + 1))).mkdir(parents=True)  # one level too many
     wide = tmp_path / "wide"
