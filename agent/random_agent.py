@@ -6,7 +6,7 @@ budget has not learned anything from the results.
 
 Before submitting, it asks "has this been tried?" (POST /similar): a draw whose change was
 already measured, or is being measured (the same train.py, the same change, or the same
-constants set to nearby values: server/similarity.py), is drawn again, so that runs go to values
+constants set to nearby values: server/rules/similarity.py), is drawn again, so that runs go to values
 not yet measured (bench/tried.py measures what that buys).
 """
 

@@ -64,9 +64,9 @@ from server.crud.runs import new_seed
 from server.crud.tokens import create_token
 from server.crud.tracks import load_track
 from server.models import FIRST_TRACK_ID, ApiToken, Experiment, Lease, Result, Run
-from server.patches import make_patch
 from server.project_init import DEFAULT_PROGRAM_MD, DEFAULT_TRAIN_PY, init_project
-from server.research_repo import blob_sha
+from server.trainpy.patches import make_patch
+from server.trainpy.research_repo import blob_sha
 from testkit.pg_scratch import free_port, new_database, scratch_cluster
 
 HARNESS_ID, PLATFORM = "bench-harness", "bench-device"

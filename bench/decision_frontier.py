@@ -6,11 +6,11 @@
 bench/decisions.py is the proof of issue #12's targets: the real queue, database and git, four
 workers, 3,000 submissions in minutes. This is its fast companion: one worker, no database, no
 git, so each decision is made the moment its run is in and 10,000 submissions take seconds. Where
-the decision is made it uses the real parts: `judge` (server/judge.py) decides every run, and the
+the decision is made it uses the real parts: `judge` (server/rules/judge.py) decides every run, and the
 noise it is given is `noise_pool.pool` over the same measuring runs the server pools (the
 baseline's NOISE_RUNS runs, the BEST_REPEATS repeats of every kept change, one more run of the
 best every BEST_RERUN_EVERY submissions), recomputed whenever one is added; the best's value is
-theirs, `noise_pool.bounded_mean`, as server/decisions.py makes it. Submissions and noise
+theirs, `noise_pool.bounded_mean`, as server/flows/decisions.py makes it. Submissions and noise
 are bench/decisions.py's: 90 % null changes, 10 % real improvements of 1, 2 and 3 sigma.
 
 It prints, for each effect size, how its submissions ended: kept, or reverted after 1 run (the
@@ -40,8 +40,8 @@ import numpy as np
 
 from bench.decisions import EFFECTS, HARNESS_ID, PLATFORM, SHARES, SIGMA, TARGETS, unit_noise
 from server.core.config import ServerSettings
-from server.judge import Action, JudgedRun, Noise, Sample, Snapshot, judge
-from server.noise_pool import Pooled, bounded_mean, pool
+from server.rules.judge import Action, JudgedRun, Noise, Sample, Snapshot, judge
+from server.rules.noise_pool import Pooled, bounded_mean, pool
 
 
 @dataclass

@@ -82,7 +82,7 @@ from server.crud.tokens import create_token
 from server.crud.tracks import load_track
 from server.models import ApiToken, Track
 from server.project_init import init_project
-from server.research_repo import blob_sha
+from server.trainpy.research_repo import blob_sha
 from testkit.pg_scratch import free_port, new_database, scratch_cluster
 from worker.lease import MAX_BUFFERED_EVENTS, MAX_EVENTS_PER_CALL
 from worker.main import CLAIM_WAIT_S

@@ -30,13 +30,13 @@ from sqlalchemy import insert, select, update
 from agent.mutation import mutate_constants
 from bench.pages import new_project, p95, seed_experiments, timings
 from server import history
-from server.changes import summarize
 from server.core.db import Database, create_db_engine
 from server.crud import change_kinds
 from server.main import create_app
 from server.models import CHANGE_KINDS, Experiment
-from server.research_repo import ResearchRepo
 from server.serving import served_in_thread
+from server.trainpy.changes import summarize
+from server.trainpy.research_repo import ResearchRepo
 
 
 def give_real_changes(db: Database, repo: ResearchRepo, commits: int, seed: int = 0) -> list[float]:

@@ -34,7 +34,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from server.worker_offsets import Measured
+from server.rules.worker_offsets import Measured
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Corrections:
     stale_hours: float = 0.0  # a best's value rests on its runs of the last this many hours (0: all)
     control: float = 0.0  # control-chart limit on the best's repeats, in sigmas (0: none)
     # A reverted change is a near miss, which agents propose again on a later best, while its
-    # t = effect / se is below this (0: measured better, server/near_misses.py today).
+    # t = effect / se is below this (0: measured better, server/rules/near_misses.py today).
     near_miss_t: float = 0.0
     rerun_slow: float = 0.0  # a run this many sigmas worse than its reference is run again (0: never)
 

@@ -46,8 +46,8 @@ from server.core.db import Database, create_db_engine
 from server.crud.tokens import create_token
 from server.crud.tracks import load_track
 from server.main import create_app
-from server.patches import make_patch
 from server.project_init import DEFAULT_PROGRAM_MD, DEFAULT_TRAIN_PY, init_project
+from server.trainpy.patches import make_patch
 from testkit.pg_scratch import new_database, scratch_cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

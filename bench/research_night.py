@@ -15,7 +15,7 @@ Two loops on the same simulated fleet, the same ideas and the same noise model:
 (b) this server: every GPU serves one queue, one lineage. The real `judge` (noise-aware rule,
     the server's settings) decides each run; the noise is `noise_pool.pool` over the measuring
     runs (the baseline's NOISE_RUNS, each kept change's BEST_REPEATS repeats), the best's value
-    `noise_pool.bounded_mean`. The scheduling is the server's (server/decisions.py, crud/leases.py):
+    `noise_pool.bounded_mean`. The scheduling is the server's (server/flows/decisions.py, crud/leases.py):
     runs claimed in the order of their experiment's submission (a confirmation or repeat takes
     its experiment's place), the gate (only the baseline's runs until the noise rests on them),
     a change whose base is no longer the best re-applied onto the best before its first run and
@@ -70,9 +70,19 @@ from bench.night_effects import H100, HISTORIES, Effects, read_history
 from bench.night_rules import Corrections, best_out_of_limits, recent, slowed, windows
 from client.states import Rule
 from server.core.config import ServerSettings
-from server.judge import Action, Evidence, JudgedRun, Noise, RuleSettings, Sample, Snapshot, Verdict, judge
-from server.noise_pool import Pooled, bounded_mean, pool
-from server.worker_offsets import NO_OFFSETS, Measured, Offsets, corrected, worker_offsets
+from server.rules.judge import (
+    Action,
+    Evidence,
+    JudgedRun,
+    Noise,
+    RuleSettings,
+    Sample,
+    Snapshot,
+    Verdict,
+    judge,
+)
+from server.rules.noise_pool import Pooled, bounded_mean, pool
+from server.rules.worker_offsets import NO_OFFSETS, Measured, Offsets, corrected, worker_offsets
 
 HOURS = 8.0  # a night
 # One run's cycle on a worker at the h100 budget: 300 s of training + 28.9 s startup + 2.1 s
@@ -442,7 +452,7 @@ class Server:
 
     def claim(self, worker: int, now: float) -> tuple[int, str] | None:
         """The first live queued run (only the best's while the gate is shut); a change whose base
-        is a former best is re-applied onto the best first (server/decisions.py,
+        is a former best is re-applied onto the best first (server/flows/decisions.py,
         reapply_before_running)."""
         calibration = self._calibration(worker, now)
         if calibration is not None:

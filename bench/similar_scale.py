@@ -32,13 +32,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agent.mutation import mutate_constants
-from server.changes import summarize
 from server.core.db import Database, create_db_engine
 from server.core.migrate import upgrade
 from server.crud.experiments import list_page
 from server.crud.similar import find_similar, store_change
 from server.models import Experiment
-from server.similarity import Change
+from server.rules.similarity import Change
+from server.trainpy.changes import summarize
 from testkit.pg_scratch import new_database, scratch_cluster
 
 BASELINE = (ROOT / "harness" / "baseline" / "train.py").read_text()

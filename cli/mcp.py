@@ -2,7 +2,7 @@
 
 The server URL and the agent token come from $AUTORESEARCH_SERVER and $AUTORESEARCH_TOKEN (or
 --server / --token), as for the other agent commands; each tool call is a REST call to that server
-(server/mcp_tools.py). docs/agents.md shows the agent's MCP settings.
+(server/mcp/tools.py). docs/agents.md shows the agent's MCP settings.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from server.mcp_tools import build_mcp  # the MCP SDK is only loaded by this command
+    from server.mcp.tools import build_mcp  # the MCP SDK is only loaded by this command
 
     connect(args, "mcp", token_required=True).close()  # the settings' errors now, before serving
 

@@ -11,7 +11,7 @@ nested as deep as the literal goes.
 A knob set per device is one knob per device.
 
 Shared by the random agent (which rewrites their values, agent/mutation.py) and the server (which
-tells what a change set, server/changes.py).
+tells what a change set, server/trainpy/changes.py).
 """
 
 from __future__ import annotations

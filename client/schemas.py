@@ -80,7 +80,7 @@ class Strict(Input):
 
 
 class Edit(Strict):
-    """One search/replace edit of train.py (server/edits.py)."""
+    """One search/replace edit of train.py (server/trainpy/edits.py)."""
 
     old: Text = Field(min_length=1, description="text of train.py to replace: it must occur exactly once")
     new: Text = Field(description="what replaces it (empty: delete it)")
@@ -562,7 +562,7 @@ class ConstantSetOut(BaseModel):
 
 
 class ChangeOut(BaseModel):
-    """What a change made (server/changes.py), as stored when it was decided."""
+    """What a change made (server/trainpy/changes.py), as stored when it was decided."""
 
     parsed: bool | None = Field(
         description="both train.py files parse; when not, its constants and regions are unknown"
@@ -635,7 +635,7 @@ class KeepRatesOut(BaseModel):
     kinds: list[KeepRateOut] = Field(description="most tried first")
 
 
-# Has this been tried? (server/similarity.py: the rule; docs/api.md, "Similar experiments")
+# Has this been tried? (server/rules/similarity.py: the rule; docs/api.md, "Similar experiments")
 
 
 class SimilarIn(Strict):

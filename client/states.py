@@ -72,7 +72,7 @@ class RunKind(StrEnum):
     REPEAT = "repeat"  # another run of the best: its noise and its value get more precise
 
 
-class Rule(StrEnum):  # how the server decides keep or revert (server/judge.py)
+class Rule(StrEnum):  # how the server decides keep or revert (server/rules/judge.py)
     NOISE_AWARE = "noise_aware"
     GREEDY = "greedy"
 

@@ -26,8 +26,8 @@ from server.crud.tokens import Principal
 from server.events import Broadcaster
 from server.fleet import Fleet
 from server.presence import Presence
-from server.research_repo import ResearchRepo
 from server.standings_cache import TotalsCache
+from server.trainpy.research_repo import ResearchRepo
 from server.transaction import Transaction
 
 log = logging.getLogger(__name__)

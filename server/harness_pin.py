@@ -3,7 +3,7 @@
 Results are only comparable under one harness id and on one platform, so each track pins both in
 the database the first time they are known and refuses a mismatch from then on: the first track
 from the server's configuration (HARNESS_ID, else the prepared data's manifest; PLATFORM), any
-track from the admin who creates it, and from the first worker it accepts (server/track_rules.py).
+track from the admin who creates it, and from the first worker it accepts (server/rules/tracks.py).
 """
 
 from __future__ import annotations

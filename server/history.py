@@ -1,7 +1,7 @@
 """What history says before an agent proposes: near misses (candidates to combine), keep rates
 by kind of change and how changes transferred between tracks, as the API and the pages show them.
-The rules are pure functions (server/near_misses.py, server/keep_rates.py, server/transfer.py);
-this module reads their inputs and builds views.
+The rules are pure functions (server/rules/near_misses.py, server/rules/keep_rates.py,
+server/rules/transfer.py); this module reads their inputs and builds views.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from server.crud import noise as noise_crud
 from server.crud.experiments import labelled, track_names
 from server.crud.tracks import TrackState
 from server.crud.transfer import tried_on_several_tracks
-from server.keep_rates import KeepRates, Tally, keep_rates
 from server.models import EXPERIMENTS
-from server.near_misses import Measured, NearMiss, near_misses
-from server.patches import PatchError
-from server.research_repo import ResearchRepo, UnknownCommit
-from server.transfer import transfers
+from server.rules.keep_rates import KeepRates, Tally, keep_rates
+from server.rules.near_misses import Measured, NearMiss, near_misses
+from server.rules.transfer import transfers
+from server.trainpy.patches import PatchError
+from server.trainpy.research_repo import ResearchRepo, UnknownCommit
 
 T = TypeVar("T")
 _REVERTED_AND_MEASURED = select(
@@ -57,7 +57,7 @@ _REVERTED_AND_MEASURED = select(
 
 
 def near_miss_list(session: Session, repo: ResearchRepo, track: TrackState, limit: int) -> NearMissesOut:
-    """The `limit` strongest near misses of the track, on its platform (server/near_misses.py)."""
+    """The `limit` strongest near misses of the track, on its platform (server/rules/near_misses.py)."""
     estimate = noise_crud.noise(session, track.id, track.platform, track.harness_id)
     noise_sigma = estimate.sigma if estimate is not None else None
     # Most reverted experiments measured worse: only gains are read (the rule is near_misses()).
@@ -138,7 +138,7 @@ def keep_rate_table(
     min_tried: int = 1,
     limit: int = 100,
 ) -> KeepRatesOut:
-    """Keep rates by kind of change of the track, on its platform and harness (server/keep_rates.py)."""
+    """Keep rates by kind of change of the track, on its platform and harness (server/rules/keep_rates.py)."""
     pins = (track.id, track.platform, track.harness_id)
     rates: KeepRates = KEEP_RATES.get(
         session, pins, lambda: keep_rates(change_kinds.outcomes(session, *pins))

@@ -36,18 +36,18 @@ from server.core.request_metrics import RequestTimer, request_times
 from server.crud.requeue import requeue_unmeasured_best
 from server.crud.tokens import sync_env_admin
 from server.crud.tracks import TrackState, all_tracks, current_best, load_track
-from server.decisions import carry_ahead, queue_best_repeats
 from server.events import Broadcaster
 from server.fleet import Fleet, queued_runs
 from server.flows import leases, summaries, workers
+from server.flows.decisions import carry_ahead, queue_best_repeats
 from server.harness_pin import configured_harness_id, pin
-from server.mcp_http import mount_mcp
+from server.mcp.http import mount_mcp
 from server.metrics import metrics_registry
 from server.models import utcnow
 from server.pages import register as register_pages
 from server.presence import Presence
-from server.research_repo import ResearchRepo
 from server.standings_cache import TotalsCache
+from server.trainpy.research_repo import ResearchRepo
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
@@ -228,7 +228,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                 )
             ),
             # After each keep, the changes queued on the former best are carried onto the new one
-            # with no lock held, so that the claims re-applying them find it done (server/carry.py).
+            # with no lock held, so that the claims re-applying them find it done (server/trainpy/carry.py).
             asyncio.create_task(
                 _in_background(_each_keep(ctx), partial(carry_ahead, ctx), "carrying queued changes")
             ),

@@ -102,7 +102,7 @@ class Track(Base):
     Results are compared only within a track. `platforms` is which devices may serve it (an
     fnmatch pattern, or several separated by commas; None: any); the first worker accepted pins
     `platform` (its device) and `harness_id`, unless the server's settings or the admin did, and
-    a worker on another device or harness is not accepted from then on (server/track_rules.py).
+    a worker on another device or harness is not accepted from then on (server/rules/tracks.py).
     """
 
     __tablename__ = "tracks"
@@ -118,7 +118,7 @@ class Track(Base):
     # The best's value and runs are its experiment's (val_bpb, valid_runs).
     best_experiment_id: Mapped[int | None] = mapped_column(Integer)
     # The last experiment id when the best became the best: the best gets a repeat for every
-    # BEST_RERUN_EVERY experiments of its track after it (server/decisions.py, best_repeats_due).
+    # BEST_RERUN_EVERY experiments of its track after it (server/flows/decisions.py, best_repeats_due).
     best_since_experiment_id: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -199,7 +199,7 @@ class Experiment(Base):
     decision: Mapped[Decision | None] = mapped_column(Word(Decision))  # once decided
     # The latest judgement in words: the decision's reason, or why it is still running.
     decision_reason: Mapped[str | None] = mapped_column(Text)
-    # The comparison the latest judgement made (server/judge.py): the reference (the best, or the
+    # The comparison the latest judgement made (server/rules/judge.py): the reference (the best, or the
     # base when the best moved) as it was, effect = mean - reference mean and its standard error,
     # the runs on each side, the one-sided p-value, and the noise estimate it used.
     best_before_commit: Mapped[str | None] = mapped_column(String(40))
@@ -222,7 +222,7 @@ class Experiment(Base):
     val_bpb: Mapped[float | None] = mapped_column(Float)
     val_bpb_m2: Mapped[float] = mapped_column(Float, default=0.0)
     platform: Mapped[str | None] = mapped_column(String(200))
-    # Whether both train.py files of its change parsed (server/changes.py), once decided and
+    # Whether both train.py files of its change parsed (server/trainpy/changes.py), once decided and
     # summarised into change_kinds; None until then.
     changes_parsed: Mapped[bool | None] = mapped_column(Boolean)
 
@@ -259,7 +259,7 @@ class NoiseEstimate(Base):
     """The run-to-run noise of val_bpb of one track (on its platform and harness), pooled over its
     experiments.
 
-    Pooled from the measuring runs of every experiment that has several (server/noise_pool.py,
+    Pooled from the measuring runs of every experiment that has several (server/rules/noise_pool.py,
     winsorized), and stored as sum_sq = df * sigma^2 with df = the sum of their runs minus one, so
     sigma = sqrt(sum_sq / df). Pooled again whenever a measuring run arrives.
     """
@@ -410,7 +410,7 @@ class Note(Base):
 
 
 class ChangeKind(Base):
-    """One kind of change a decided experiment made (server/keep_rates.py): a constant it set, with
+    """One kind of change a decided experiment made (server/rules/keep_rates.py): a constant it set, with
     the way its value moved and both values, or a region of train.py it touched. Written shortly
     after the experiment is decided (server/crud/change_kinds.py), so that keep rates and near
     misses never diff train.py files on a request."""
@@ -437,12 +437,12 @@ CHANGE_KINDS = cast(Table, ChangeKind.__table__)
 INTEGRITY_EVENTS = cast(Table, IntegrityEvent.__table__)
 
 
-# "Has this been tried?" (server/similarity.py, server/crud/similar.py): what each experiment's
+# "Has this been tried?" (server/rules/similarity.py, server/crud/similar.py): what each experiment's
 # change touched, stored when it is queued so that finding similar changes reads rows, not git.
 
 
 class ExperimentChange(Base):
-    """The change an experiment made to its base's train.py (server/changes.py's summary)."""
+    """The change an experiment made to its base's train.py (server/trainpy/changes.py's summary)."""
 
     __tablename__ = "experiment_changes"
     __table_args__ = (

@@ -11,7 +11,7 @@ from server.core.migrate import upgrade
 from server.crud.requeue import requeue_unmeasured_best
 from server.crud.tracks import add_baseline, load_track
 from server.models import FIRST_TRACK_ID, utcnow
-from server.research_repo import EXPERIMENT_REF_PREFIX, ResearchRepo, blob_sha, init_research_repo
+from server.trainpy.research_repo import EXPERIMENT_REF_PREFIX, ResearchRepo, blob_sha, init_research_repo
 
 HARNESS_BASELINE = Path(__file__).resolve().parents[1] / "harness" / "baseline"
 DEFAULT_TRAIN_PY = HARNESS_BASELINE / "train.py"

@@ -1,7 +1,7 @@
 """Query parameters, each defined once with its checks: those that several routes take, and the
 listing routes' parameters as pydantic models. A route takes a model as a FastAPI query model
 (`Annotated[ExperimentsQuery, Query()]`); the MCP tool that mirrors the route takes the model's
-fields as its inputs (server/mcp_tools.py), so both have the same names, limits and descriptions."""
+fields as its inputs (server/mcp/tools.py), so both have the same names, limits and descriptions."""
 
 from __future__ import annotations
 

@@ -16,10 +16,10 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from client.states import Rule
-from server.judge import RuleSettings
+from server.rules.judge import RuleSettings
 
 # The longest an MCP tool call waits for decisions: under a client's read timeout of 10 s (a common
-# one), with room for the answer (server/mcp_waits.py).
+# one), with room for the answer (server/mcp/waits.py).
 MCP_MAX_WAIT_S = 8.0
 
 

@@ -25,10 +25,10 @@ from sqlalchemy.orm import Session
 from client.constants import counts_on
 from client.states import Decision, Direction, Part
 from harness.runner.devices import platform_device
-from server.changes import ChangeSummary
 from server.crud.similar import stored_summary
-from server.keep_rates import Kind, Outcome, kinds_of
 from server.models import CHANGE_KINDS, EXPERIMENTS, RESULTS, Experiment, ExperimentChange
+from server.rules.keep_rates import Kind, Outcome, kinds_of
+from server.trainpy.changes import ChangeSummary
 
 # A change that sets more constants (or touches more regions) than this is a rewrite, not a kind
 # of change: it counts under its first ones only, so that one submission cannot write thousands

@@ -1,6 +1,6 @@
 """What the judge looks at when a run's result arrives, read inside the result's transaction:
 the run counted into its experiment's sample (and into the noise estimate when it measures), and
-the snapshot (server/judge.py) of the candidate, its reference, its earlier evidence and the noise.
+the snapshot (server/rules/judge.py) of the candidate, its reference, its earlier evidence and the noise.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from client.states import DECIDED_STATUS, Rule
 from harness.result import RunResult
 from server.crud import noise as noise_crud
 from server.crud.tracks import TrackState
-from server.failures import cause
-from server.judge import (
+from server.models import EXPERIMENTS, AnyRow
+from server.rules.failures import cause
+from server.rules.judge import (
     Evidence,
     JudgedRun,
     Noise,
@@ -23,8 +24,7 @@ from server.judge import (
     Snapshot,
     run_counts,
 )
-from server.models import EXPERIMENTS, AnyRow
-from server.noise_pool import bounded_mean
+from server.rules.noise_pool import bounded_mean
 
 # The oldest experiment of a commit on the track (by_commit), as the sample a candidate is compared
 # with.

@@ -2,7 +2,7 @@
 holds its agent's queued experiments until an admin clears the event (docs/api.md, "Integrity").
 
 An honest train.py cannot end `non_causal` or `score_over_budget`; a candidate that does tried to
-inflate its score. Its own experiment is reverted like any invalid run (server/judge.py); the
+inflate its score. Its own experiment is reverted like any invalid run (server/rules/judge.py); the
 event makes a retry cost something: the agent's other undecided experiments are not handed to
 workers (HELD_EXPERIMENTS, used by the claim) until an admin has looked at the evidence (the
 run's result, kept) and cleared every open event of that agent.

@@ -26,8 +26,6 @@ from server.crud import integrity
 from server.crud import noise as noise_crud
 from server.crud.runs import live_runs
 from server.crud.tracks import current_best
-from server.gate import BestMeasurement
-from server.lifecycle import experiment_sources
 from server.models import (
     EXPERIMENTS,
     LEASES,
@@ -41,6 +39,8 @@ from server.models import (
     Worker,
     utcnow,
 )
+from server.rules.gate import BestMeasurement
+from server.rules.lifecycle import experiment_sources
 
 
 def write_seen(session: Session, worker_id: str) -> None:
@@ -127,7 +127,7 @@ _INSERT_PROGRESS = insert(ProgressSample)
 
 
 def best_measurement(session: Session, track_id: int) -> BestMeasurement | None:
-    """What the gate reads of the track's best (server/gate.py); None when there is no best yet."""
+    """What the gate reads of the track's best (server/rules/gate.py); None when there is no best yet."""
     track = current_best(session, track_id)
     if track.best_experiment_id is None:
         return None

@@ -7,10 +7,10 @@ candidate's own runs are left out: its first run passed the screen because it wa
 spread around the candidate's mean is wider than the noise (the rule would then need more
 evidence than it should).
 
-Each new measuring run pools the track's again (`update_estimate`): server/noise_pool.py, a winsorized pooled
-sigma that one far-off run cannot blow up. The row stores it as sum_sq = df * sigma^2 with its df,
-so readers take sigma = sqrt(sum_sq / df). The row is locked while its runs are read and pooled,
-so concurrent results are pooled one after the other and none is left out.
+Each new measuring run pools the track's again (`update_estimate`): server/rules/noise_pool.py, a
+winsorized pooled sigma that one far-off run cannot blow up. The row stores it as sum_sq = df *
+sigma^2 with its df, so readers take sigma = sqrt(sum_sq / df). The row is locked while its runs
+are read and pooled, so concurrent results are pooled one after the other and none is left out.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from sqlalchemy.orm import Session
 
 from client.schemas import NoiseOut
 from client.states import RunKind
-from server.judge import Noise
 from server.models import EXPERIMENTS, NOISE, RUNS, NoiseEstimate, Result, utcnow
-from server.noise_pool import pool
+from server.rules.judge import Noise
+from server.rules.noise_pool import pool
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def measuring_clause(baseline: ColumnElement[bool]) -> ColumnElement[bool]:
 
 
 def counted_clause() -> ColumnElement[bool]:
-    """server.judge.run_counts in SQL, on Result, for the platform and harness bound as
+    """server.rules.judge.run_counts in SQL, on Result, for the platform and harness bound as
     `platform` and `harness_id` (never None here: the callers pass the track's, else the run's)."""
     return and_(
         Result.status == "ok",

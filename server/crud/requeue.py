@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 
 from client.states import RETRYABLE_STATUSES, ExperimentStatus, RunState
 from server.crud.leases import best_measurement
-from server.lifecycle import move_experiment
 from server.models import RUNS, Experiment, Result
+from server.rules.lifecycle import move_experiment
 
 
 def has_result(session: Session, experiment_id: int) -> bool:

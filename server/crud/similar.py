@@ -1,11 +1,11 @@
 """Has this been tried? Storing what each experiment's change touched, and finding the experiments
-whose change resembles one (the rule itself is server/similarity.py).
+whose change resembles one (the rule itself is server/rules/similarity.py).
 
 Every queued experiment gets its change summary stored with it (`store_change`, in the
 transaction that inserts it); experiments from before that are summarized when the server
 starts (server/flows/summaries.py, `backfill`). Finding similar experiments reads no git: the
 rule's candidates come from index lookups, each a necessary condition of one kind of match, and
-the rule (server/similarity.py) then runs on those alone:
+the rule (server/rules/similarity.py) then runs on those alone:
 - the same content hash (`identical`);
 - the same removed and added lines (`lines_sha`: same_change, same_change_other_base);
 - the same constants set and the same code lines (`shape_sha`), with the first constant's new
@@ -25,7 +25,6 @@ from sqlalchemy.orm import Session
 
 from client.schemas import SimilarExperiment
 from client.states import SimilarityKind
-from server.changes import ChangeSummary, ConstantChange, code_of
 from server.crud.experiments import labelled, track_names
 from server.models import (
     NOT_RERUN_STATUSES,
@@ -34,7 +33,7 @@ from server.models import (
     ExperimentCodeLine,
     ExperimentConstant,
 )
-from server.similarity import (
+from server.rules.similarity import (
     Change,
     Match,
     Similarity,
@@ -43,6 +42,7 @@ from server.similarity import (
     rank,
     sort_key,
 )
+from server.trainpy.changes import ChangeSummary, ConstantChange, code_of
 
 MAX_SIMILAR = 20  # the most alike first; more is rarely read
 # A change contained in one that sets more constants than this is found through its first ones
@@ -159,7 +159,7 @@ def _candidates(session: Session, change: Change, exclude: set[int], before_id: 
 
 # The experiments with this exact train.py that were run or will be (not cancelled or
 # infra-failed): built once (building one costs about what running it does), every submit runs
-# it; server/candidates.py takes the first of them.
+# it; server/flows/candidates.py takes the first of them.
 SAME_TRAIN_PY = select(Experiment.id).where(
     Experiment.train_py_blob == bindparam("blob"), Experiment.status.in_(NOT_RERUN_STATUSES)
 )

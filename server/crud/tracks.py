@@ -19,12 +19,12 @@ from client.states import ExperimentStatus, RunKind, RunState
 from server.core.problems import Problem
 from server.crud.runs import queue_runs
 from server.models import EXPERIMENTS, FIRST_TRACK_ID, RUNS, TRACKS, Experiment, Track, Worker
-from server.research_repo import best_branch
-from server.track_rules import Offer, Pins
+from server.rules.tracks import Offer, Pins
+from server.trainpy.research_repo import best_branch
 
 
 def pins_of(track: Track) -> Pins:
-    """A track as the acceptance rule reads it (server/track_rules.py)."""
+    """A track as the acceptance rule reads it (server/rules/tracks.py)."""
     return Pins(
         name=track.name,
         preset=track.preset,
@@ -116,7 +116,7 @@ class TrackState:
     platform: str | None
     best_commit: str | None
     best_experiment_id: int | None
-    # The last experiment id when the best became the best (server/decisions.py, best_repeats_due).
+    # The last experiment id when the best became the best (server/flows/decisions.py, best_repeats_due).
     best_since_experiment_id: int | None
 
     @property

@@ -1,4 +1,4 @@
-"""The experiments of changes tried on more than one track (server/transfer.py is the rule)."""
+"""The experiments of changes tried on more than one track (server/rules/transfer.py is the rule)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from sqlalchemy import distinct, func, select
 from sqlalchemy.orm import Session
 
 from server.models import Experiment, ExperimentChange, Track
-from server.transfer import Tried
+from server.rules.transfer import Tried
 
 # The changes (their removed and added lines) that experiments of two tracks or more made.
 _SHARED = (

@@ -16,8 +16,8 @@ from server.crud.requeue import has_result, queue_again
 from server.crud.runs import cancel_queued_runs
 from server.crud.tokens import Principal
 from server.crud.tracks import name_of
-from server.lifecycle import move_experiment
 from server.models import Experiment, utcnow
+from server.rules.lifecycle import move_experiment
 
 
 def cancel(ctx: AppContext, agent: Principal, experiment_id: int) -> None:

@@ -4,7 +4,7 @@ Each is one transaction over the rows of server/crud/leases.py. A claim hands ou
 tracks the worker serves (server/flows/workers.py, `serving`) in the queue's order
 (crud.leases.pick_run), except, per track, while its best is not measured yet (`gates`); a
 first run whose base is no longer its track's best is carried over onto that best first
-(server.decisions.reapply_before_running), then claimed again. A run that ends without a result
+(server.flows.decisions.reapply_before_running), then claimed again. A run that ends without a result
 (released, or its lease expired) is queued again or ended (`back_to_queue`).
 """
 
@@ -25,11 +25,11 @@ from server.crud import leases
 from server.crud.runs import cancel_queued_runs
 from server.crud.tokens import Principal
 from server.crud.tracks import name_of
-from server.decisions import reapply_before_running
+from server.flows.decisions import reapply_before_running
 from server.flows.workers import serving
-from server.gate import gate_for
-from server.lifecycle import UNDECIDED, move_experiment, move_run
 from server.models import AnyRow, Experiment, Run, utcnow
+from server.rules.gate import gate_for
+from server.rules.lifecycle import UNDECIDED, move_experiment, move_run
 from server.transaction import Transaction
 
 
@@ -64,7 +64,7 @@ def touch(ctx: AppContext, session: Session, worker_id: str) -> None:
 
 def gates(ctx: AppContext, session: Session, tracks: tuple[int, ...]) -> tuple[list[int], list[int]]:
     """Of these tracks, those any of whose queued runs may be handed out now, and the experiments
-    (unmeasured bests) whose runs alone may be of the others (server/gate.py). Once a track's best
+    (unmeasured bests) whose runs alone may be of the others (server/rules/gate.py). Once a track's best
     is measured its gate stays open, so the check is skipped after."""
     settings = ctx.settings
     open_, only = [], []

@@ -2,10 +2,10 @@
 
 Does a finding on one GPU hold on another? The change (the diff from the kept experiment's base
 to its commit) is applied to the other track's best exactly as a rebase applies a change
-(server/carry.py: exact context, the train.py limits), and queued there as a new experiment of
+(server/trainpy/carry.py: exact context, the train.py limits), and queued there as a new experiment of
 the caller's (`source: port`, `ported_from`: the kept one). It starts with no evidence: its
 runs on the other track alone decide it (its origin's runs were on other hardware, or another
-preset), and the transfer view (server/transfer.py) sets its effect beside its origin's.
+preset), and the transfer view (server/rules/transfer.py) sets its effect beside its origin's.
 """
 
 from __future__ import annotations
@@ -14,18 +14,18 @@ from dataclasses import dataclass, replace
 
 from client.schemas import PortIn
 from client.states import ExperimentStatus
-from server.candidates import Candidate, commit_message, find_same_train_py, queue_submission
-from server.carry import carried
 from server.context import AppContext
 from server.core.problems import Problem, unknown_experiment
 from server.crud.experiments import get_view
 from server.crud.similar import similar_earlier
 from server.crud.tokens import Principal
 from server.crud.tracks import TrackRef, current_best, load_track, named_or_only
-from server.decisions import queue_best_repeats
+from server.flows.candidates import Candidate, commit_message, find_same_train_py, queue_submission
+from server.flows.decisions import queue_best_repeats
 from server.flows.submit import SubmitOutcome
 from server.models import Experiment
-from server.train_py_limits import Limits
+from server.trainpy.carry import carried
+from server.trainpy.limits import Limits
 
 TRIES = 3  # the target's best moved while the change was carried: carried again onto the new one
 

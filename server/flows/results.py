@@ -1,8 +1,8 @@
 """Recording a worker's result for one run and deciding on it, exactly once per result_id.
 
 One result, one pass through the layers: the result stored (server/crud/results.py), the run
-counted and the judge's snapshot read (server/crud/evidence.py), the verdict (server/judge.py,
-pure), its effects (server/decisions.py), the experiment's row written.
+counted and the judge's snapshot read (server/crud/evidence.py), the verdict (server/rules/judge.py,
+pure), its effects (server/flows/decisions.py), the experiment's row written.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from server.crud import evidence, integrity, results
 from server.crud.leases import set_lease
 from server.crud.tokens import Principal
 from server.crud.tracks import current_best
-from server.decisions import settle
+from server.flows.decisions import settle
 from server.flows.leases import locked_lease, require_held
-from server.judge import NEEDS_FRESH_BEST, judge
-from server.lifecycle import check_experiment_move, check_run_move
 from server.models import utcnow
+from server.rules.judge import NEEDS_FRESH_BEST, judge
+from server.rules.lifecycle import check_experiment_move, check_run_move
 
 
 def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: ResultIn) -> ResultOutcome:

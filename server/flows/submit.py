@@ -22,21 +22,21 @@ from dataclasses import dataclass, field, replace
 from sqlalchemy.orm import Session
 
 from client.schemas import ExperimentOut, SimilarExperiment, SimilarIn, SubmitIn
-from server.candidates import Candidate, commit_message, find_same_train_py, queue_submission
-from server.changes import summarize
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud.experiments import by_commit, get_view, resolve_commit
 from server.crud.similar import similar_earlier
 from server.crud.tokens import Principal
 from server.crud.tracks import TrackRef, current_best, load_track, named_or_only
-from server.decisions import queue_best_repeats
-from server.edits import EditError, apply_edits
+from server.flows.candidates import Candidate, commit_message, find_same_train_py, queue_submission
+from server.flows.decisions import queue_best_repeats
 from server.models import IdempotencyKey
-from server.patches import PatchError, apply_patch, parse_patch
-from server.research_repo import blob_sha
-from server.similarity import Change
-from server.train_py_limits import Limits, refusal
+from server.rules.similarity import Change
+from server.trainpy.changes import summarize
+from server.trainpy.edits import EditError, apply_edits
+from server.trainpy.limits import Limits, refusal
+from server.trainpy.patches import PatchError, apply_patch, parse_patch
+from server.trainpy.research_repo import blob_sha
 
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 
 from client.events import Summarised
-from server.changes import summarize
 from server.context import AppContext
 from server.crud import change_kinds, similar
+from server.trainpy.changes import summarize
 
 log = logging.getLogger(__name__)
 

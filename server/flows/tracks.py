@@ -24,12 +24,12 @@ from server.crud import tracks as crud
 from server.crud.runs import cancel_queued_runs
 from server.crud.tokens import Principal
 from server.crud.tracks import offer_of, pins_of
-from server.lifecycle import move_experiment
 from server.models import FIRST_TRACK_ID, Track, Worker, utcnow
-from server.research_repo import best_branch, blob_sha
-from server.track_rules import refusal
-from server.train_py_limits import Limits
-from server.train_py_limits import refusal as train_py_refusal
+from server.rules.lifecycle import move_experiment
+from server.rules.tracks import refusal
+from server.trainpy.limits import Limits
+from server.trainpy.limits import refusal as train_py_refusal
+from server.trainpy.research_repo import best_branch, blob_sha
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Worker registration: which tracks accept the worker (pinning what they had no pin for).
 
-A worker serves every track that accepts its device, harness id and preset (server/track_rules.py).
+A worker serves every track that accepts its device, harness id and preset (server/rules/tracks.py).
 Registration records it either way: one that no track accepts is answered 409 with every track's
 reason, and the workers page shows that reason. A claim uses the tracks computed here, again after
 the admin created or archived a track (`serving`).
@@ -21,7 +21,7 @@ from server.crud.tracks import all_tracks, offer_of, pins_of
 from server.harness_pin import pin
 from server.models import Track, Worker, utcnow
 from server.presence import Serving
-from server.track_rules import Refusal, refusal
+from server.rules.tracks import Refusal, refusal
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
-from server.patches import make_patch, split_lines
+from server.trainpy.patches import make_patch, split_lines
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@")
 # stripnl=False keeps leading blank lines, so that output line i is input line i.

@@ -19,7 +19,6 @@ from client.states import ExperimentStatus, LeaseState, RunState
 from server.crud import noise as noise_crud
 from server.crud.experiments import BASELINE_AGENT
 from server.crud.tracks import best_sample, current_best, load_track, offer_of, pins_of
-from server.judge import Noise
 from server.models import (
     FIRST_TRACK_ID,
     ApiToken,
@@ -32,7 +31,8 @@ from server.models import (
     Worker,
     utcnow,
 )
-from server.track_rules import refusal
+from server.rules.judge import Noise
+from server.rules.tracks import refusal
 
 # Statuses that end an experiment with an outcome worth plotting (cancelled ones were stopped,
 # not judged).

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fastapi.templating import Jinja2Templates
 
-from server.judge import fmt_p
+from server.rules.judge import fmt_p
 
 SERVER_DIR = Path(__file__).resolve().parents[1]
 TEMPLATES_DIR = SERVER_DIR / "templates"

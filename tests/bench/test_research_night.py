@@ -22,7 +22,7 @@ from bench.research_night import (
     make_fleet,
 )
 from server.core.config import ServerSettings
-from server.worker_offsets import Measured, corrected, worker_offsets
+from server.rules.worker_offsets import Measured, corrected, worker_offsets
 
 SETTINGS = ServerSettings(data_dir=Path(tempfile.gettempdir()))
 

@@ -12,7 +12,7 @@ import pytest
 
 from cli.main import build_parser
 from client import Client
-from server.mcp_tools import build_mcp
+from server.mcp.tools import build_mcp
 from tests.kit.cli_commands import commands
 from tests.server.api_document import openapi
 

@@ -13,7 +13,7 @@ from fastapi.routing import APIRoute
 
 from cli.main import build_parser
 from server.api.router import ROUTERS
-from server.mcp_tools import build_mcp
+from server.mcp.tools import build_mcp
 from server.project_init import DEFAULT_PROGRAM_MD
 
 TEXT = DEFAULT_PROGRAM_MD.read_text()

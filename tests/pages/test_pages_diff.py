@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from server.pages.diff_view import highlight_lines, render_diff
-from server.patches import make_patch, split_lines
+from server.trainpy.patches import make_patch, split_lines
 
 _TAG = re.compile(r"<[^>]+>")
 

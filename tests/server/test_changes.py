@@ -1,4 +1,4 @@
-"""What a change touches (server/changes.py), on the real baseline and the random agent's real
+"""What a change touches (server/trainpy/changes.py), on the real baseline and the random agent's real
 mutations, and as properties of any pair of sources."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from agent.mutation import mutate_constants
 from client.constants import counts_on, find_constants, knob_device
 from harness.runner.devices import platform_device
-from server.changes import MODULE, ConstantChange, summarize
+from server.trainpy.changes import MODULE, ConstantChange, summarize
 
 BASELINE = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from server.failures import cause, in_short, log_with_message, shown_once
+from server.rules.failures import cause, in_short, log_with_message, shown_once
 from tests.mcp_session import TRANSPORTS, call, connect_mcp
 from tests.server.conftest import Live
 

@@ -12,8 +12,8 @@ from collections import Counter
 import pytest
 from sqlalchemy import update
 
-from server.carry import carried
 from server.models import Experiment
+from server.trainpy.carry import carried
 
 
 def git(live, *args: str) -> str:
@@ -117,7 +117,7 @@ def test_a_claim_carries_a_change_onto_the_new_best_before_it_runs(
     """A first run queued on a former best is not handed out: its change goes onto the new best
     and the claim hands out the re-applied experiment instead. The change was carried onto the
     new best in the background right after the keep, and the rebase under the lock finds it done
-    (server/carry.py)."""
+    (server/trainpy/carry.py)."""
     live = live_any_db
     worker, agent = worker_factory(live), live.client("agent")
     worker.run_next(1.0)
@@ -160,7 +160,7 @@ def test_carrying_ahead_goes_on_past_a_change_it_cannot_carry(
     with live.ctx.db.write() as session:  # queued first, so it is carried first
         session.execute(update(Experiment).where(Experiment.id == lost.id).values(base_commit="0" * 40))
     carried.cache_clear()
-    with caplog.at_level(logging.ERROR, logger="server.decisions"):
+    with caplog.at_level(logging.ERROR, logger="server.flows.decisions"):
         assert worker.run_next(0.95).decision == "keep"
         deadline = time.monotonic() + 10
         while carried.cache_info().currsize == 0:
@@ -254,7 +254,7 @@ def test_a_change_carried_past_the_train_py_limits_goes_stale(
     live, worker_factory, baseline_source: str
 ) -> None:
     """Two changes that each fit the limits can make, carried one onto the other, a train.py that
-    does not: here each carries half of a table spelled as names (server/train_py_limits.py). The
+    does not: here each carries half of a table spelled as names (server/trainpy/limits.py). The
     carried file is held to the limits a submitted one is, so the second goes stale."""
     worker, agent = worker_factory(live), live.client("agent")
     worker.run_next(1.0)

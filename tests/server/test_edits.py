@@ -1,4 +1,4 @@
-"""Search/replace edits alone (server/edits.py): applied in order, each naming exactly one place;
+"""Search/replace edits alone (server/trainpy/edits.py): applied in order, each naming exactly one place;
 with hypothesis, that an edit of a unique span is the splice it says."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from client.schemas import Edit
-from server.edits import EditError, apply_edits
+from server.trainpy.edits import EditError, apply_edits
 
 # Text as the API lets it in (client.schemas refuses NUL characters, and JSON carries no lone
 # surrogates, before any edit is applied).

@@ -1,4 +1,4 @@
-"""The gate (server/gate.py) as a rule on plain data: every small case, each against the
+"""The gate (server/rules/gate.py) as a rule on plain data: every small case, each against the
 sentence of the rule it follows; the claims that apply it are in test_noise_decisions.py and
 tests/worker."""
 
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from client.states import RETRYABLE_STATUSES, ExperimentStatus, Rule
-from server.gate import BestMeasurement, Gate, gate_for
+from server.rules.gate import BestMeasurement, Gate, gate_for
 
 BEST = 7
 NOISE_RUNS = 3

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from client import Client
 from server.main import create_app
-from server.mcp_answers import MCP_PAGE, rounded
+from server.mcp.answers import MCP_PAGE, rounded
 from tests.mcp_session import TRANSPORTS, call, connect_mcp
 from tests.server.conftest import Live, init_with_small_baseline, make_settings, serve
 from tests.server.history_play import NOISE, SOURCE, play_history
@@ -52,7 +52,7 @@ def test_history_tools_answer_what_the_api_answers(history: Any, transport: str)
 
     out = asyncio.run(scenario())
     with Client(live.url) as reader:
-        # The API's answers, numbers rounded as every MCP answer is (server.mcp_answers); the
+        # The API's answers, numbers rounded as every MCP answer is (server.mcp.answers); the
         # listing tools' first page is MCP_PAGE long.
         def api(answer: BaseModel) -> Any:
             return rounded(answer.model_dump(mode="json"))

@@ -1,4 +1,4 @@
-"""The decision rule alone: `judge(snapshot) -> Verdict`, no database, no git (server/judge.py).
+"""The decision rule alone: `judge(snapshot) -> Verdict`, no database, no git (server/rules/judge.py).
 
 Every rule has a unit test; hypothesis checks the statistical properties: p-values are uniform
 when nothing changed (so a keep at level alpha is wrong at most alpha of the time), the p-value
@@ -20,7 +20,8 @@ from sqlalchemy import create_engine, insert, select
 
 from client.states import Rule
 from server.crud.noise import counted_clause
-from server.judge import (
+from server.models import Base, Result
+from server.rules.judge import (
     Action,
     Evidence,
     JudgedRun,
@@ -33,8 +34,7 @@ from server.judge import (
     run_counts,
     t_quantile,
 )
-from server.judge import t_cdf as server_t_cdf
-from server.models import Base, Result
+from server.rules.judge import t_cdf as server_t_cdf
 
 RULE = RuleSettings(
     rule=Rule.NOISE_AWARE, alpha=0.05, min_delta=0.0005, screen_margin=0.4, futility_margin=1.0, max_runs=4

@@ -1,4 +1,4 @@
-"""Keep rates by kind of change, the pure aggregation alone (server/keep_rates.py): the kinds of
+"""Keep rates by kind of change, the pure aggregation alone (server/rules/keep_rates.py): the kinds of
 real changes, how a multi-constant change counts, and, with hypothesis, the totals and every
 count against a brute-force count of the same outcomes."""
 
@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from client.states import Direction, Part
-from server.changes import summarize
-from server.keep_rates import Kind, Outcome, keep_rates, kinds_of
+from server.rules.keep_rates import Kind, Outcome, keep_rates, kinds_of
+from server.trainpy.changes import summarize
 
 BASELINE = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()
 LR_UP = Kind(Part.CONSTANT, "LR", Direction.UP)

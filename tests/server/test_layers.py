@@ -11,7 +11,7 @@ SERVER = Path(__file__).resolve().parents[2] / "server"
 # Above persistence: the decision rules' effects, the app context (transactions, events), the flows
 # and the HTTP layer.
 ABOVE_CRUD = (
-    "server.decisions",
+    "server.flows.decisions",
     "server.context",
     "server.flows",
     "server.api",

@@ -1,4 +1,4 @@
-"""The tables of allowed status moves (server/lifecycle.py), checked for every pair of states, and
+"""The tables of allowed status moves (server/rules/lifecycle.py), checked for every pair of states, and
 the claim's plain statement against the same table on a real database."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from sqlalchemy.exc import StatementError
 
 from client.states import DECIDED_STATUS, FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus, RunState
 from server.crud.leases import _START_EXPERIMENT
-from server.lifecycle import (
+from server.models import EXPERIMENTS, Base, Experiment, Run, utcnow
+from server.rules.lifecycle import (
     EXPERIMENT_MOVES,
     RUN_MOVES,
     UNDECIDED,
@@ -26,7 +27,6 @@ from server.lifecycle import (
     move_run,
     run_sources,
 )
-from server.models import EXPERIMENTS, Base, Experiment, Run, utcnow
 
 
 def test_every_status_has_a_row_and_only_known_targets() -> None:

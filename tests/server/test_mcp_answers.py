@@ -1,4 +1,4 @@
-"""The rules that keep MCP answers short (server.mcp_answers), on generated data: rounding keeps
+"""The rules that keep MCP answers short (server.mcp.answers), on generated data: rounding keeps
 5 significant digits, dropping empty fields loses nothing else, thinning keeps the curve's ends."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from client.spread import spread
-from server.mcp_answers import SIGNIFICANT_DIGITS, compact_text, rounded, without_empty
+from server.mcp.answers import SIGNIFICANT_DIGITS, compact_text, rounded, without_empty
 
 json_data = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),

@@ -13,7 +13,7 @@ from mcp.shared.exceptions import MCPError
 
 from client import Client
 from server.main import create_app
-from server.mcp_answers import rounded
+from server.mcp.answers import rounded
 from tests.mcp_session import TRANSPORTS, connect_mcp
 from tests.server.conftest import Live, init_with_small_baseline, make_settings, serve, sim_worker
 from tests.server.history_play import SOURCE

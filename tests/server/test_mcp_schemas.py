@@ -16,8 +16,8 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel
 
 from client.schemas import NoteIn, SimilarIn, SubmitIn
-from server.mcp_answers import MCP_PAGE
-from server.mcp_tools import build_mcp
+from server.mcp.answers import MCP_PAGE
+from server.mcp.tools import build_mcp
 from tests.server.api_document import openapi
 
 # tool -> the route it mirrors (GET, query parameters)
@@ -73,7 +73,7 @@ def test_a_listing_tool_takes_its_routes_query_parameters(tool: str, path: str) 
             expected["description"] = parameter["description"]
         # OpenAPI leaves out a null default: the parameter is optional, as its `required` says.
         expected.setdefault("default", None)
-        if parameter["name"] == "limit":  # an agent's first page is shorter (server.mcp_answers)
+        if parameter["name"] == "limit":  # an agent's first page is shorter (server.mcp.answers)
             expected["default"] = MCP_PAGE
         assert properties[parameter["name"]] == expected, parameter["name"]
     assert required == sorted(p["name"] for p in parameters if p.get("required"))

@@ -19,7 +19,7 @@ import pytest
 
 import harness
 from server.main import create_app
-from server.mcp_answers import BRIEF_FIELDS, CURVE_POINTS, MCP_PAGE
+from server.mcp.answers import BRIEF_FIELDS, CURVE_POINTS, MCP_PAGE
 from tests.mcp_session import call, connect_mcp
 from tests.server.conftest import Live, init_with_small_baseline, make_settings, serve, sim_worker
 

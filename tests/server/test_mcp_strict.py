@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from mcp.types import CallToolResult, TextContent
 
-from server.mcp_arguments import meant
-from server.mcp_tools import build_mcp
+from server.mcp.arguments import meant
+from server.mcp.tools import build_mcp
 from tests.mcp_session import TRANSPORTS, call, connect_mcp, tool_error
 from tests.server.conftest import Live
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from server.core.config import MCP_MAX_WAIT_S
-from server.mcp_tools import build_mcp
-from server.mcp_waits import POLL_S
+from server.mcp.tools import build_mcp
+from server.mcp.waits import POLL_S
 from tests.mcp_session import TRANSPORTS, connect_mcp
 from tests.server.conftest import LiveFactory, SimWorker
 

@@ -1,4 +1,4 @@
-"""The near-miss rule alone (server/near_misses.py): which reverted experiments measured a gain,
+"""The near-miss rule alone (server/rules/near_misses.py): which reverted experiments measured a gain,
 and their order by evidence; with hypothesis, the rule's properties."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.near_misses import Measured, near_misses
+from server.rules.near_misses import Measured, near_misses
 
 
 def test_a_gain_is_a_near_miss_a_loss_never_and_the_strongest_evidence_comes_first() -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from client import ApiError
 from server.main import create_app
-from server.noise_pool import BOUND
+from server.rules.noise_pool import BOUND
 from tests.server.conftest import serve
 
 NOISE = {"decision_rule": "noise_aware", "noise_runs": 3, "best_repeats": 3, "best_rerun_every": 0}
@@ -198,7 +198,7 @@ def test_one_far_run_of_the_best_counts_only_a_few_sigmas_from_its_others(
     live_factory, worker_factory, baseline_source: str
 ) -> None:
     """A best's value is the mean of its runs, each bounded at BOUND pooled sigmas from their
-    median (server/noise_pool.py): a lucky far-low repeat does not pin it."""
+    median (server/rules/noise_pool.py): a lucky far-low repeat does not pin it."""
     live = live_factory(**(NOISE | {"noise_runs": 6}))
     worker = worker_factory(live)
     runs = (1.0, 1.002, 0.998, 1.001, 0.999, 0.95)

@@ -1,4 +1,4 @@
-"""The pooled noise estimate alone (server/noise_pool.py): calibrated on Gaussian noise, robust to
+"""The pooled noise estimate alone (server/rules/noise_pool.py): calibrated on Gaussian noise, robust to
 a far-off run, equal to the classical estimate where nothing is far off; and a best's value, the
 mean of its runs with each bounded near their median, which one far run cannot pin."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.noise_pool import BOUND, bounded_mean, pool
+from server.rules.noise_pool import BOUND, bounded_mean, pool
 
 SIGMA = 0.0008
 
@@ -80,7 +80,7 @@ def test_one_far_run_does_not_blow_it_up(far: float) -> None:
 
 def test_heavy_tails_give_about_the_standard_deviation() -> None:
     """Student-t noise with 3 degrees of freedom, scaled to standard deviation SIGMA: winsorizing
-    costs a few percent of the estimate (server/noise_pool.py), never a blow-up."""
+    costs a few percent of the estimate (server/rules/noise_pool.py), never a blow-up."""
     rng = np.random.default_rng(3)
     ratios = []
     for _ in range(40):

@@ -1,4 +1,4 @@
-"""The outline of a changed source, parsing only what changed (server/outline.py), is the outline of
+"""The outline of a changed source, parsing only what changed (server/trainpy/outline.py), is the outline of
 the whole source parsed: on the real baseline, for random edits of its lines (made of its own
 lines and of lines that continue, open or close statements)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.outline import LineEdit, outline, outlines
+from server.trainpy.outline import LineEdit, outline, outlines
 
 BASELINE = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()
 LINES = BASELINE.splitlines(keepends=True)
@@ -81,7 +81,7 @@ def test_threads_parse_at_the_same_time() -> None:
     """Submissions and rebases summarise changes in several threads at once. CPython 3.11's ast
     module fails ("SystemError: AST constructor recursion depth mismatch") when a collection in
     one thread's parse runs Python code while another thread parses; without the lock in
-    server/outline.py this test failed in 3 runs of 3."""
+    server/trainpy/outline.py this test failed in 3 runs of 3."""
     failures: list[BaseException] = []
 
     def parse_repeatedly() -> None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.patches import PatchError, apply_patch, make_patch, parse_patch, split_lines
+from server.trainpy.patches import PatchError, apply_patch, make_patch, parse_patch, split_lines
 
 OLD = "".join(f"line {i}\n" for i in range(1, 21))
 lines_strategy = st.lists(st.sampled_from(["a", "b", "c", "", "x = 1", "    pass", "# c"]), max_size=25)

@@ -1,5 +1,5 @@
 """The research repo under concurrent use: objects are written without the repo's lock, and a
-cached train.py is read without it (server/research_repo.py), on a real git repository."""
+cached train.py is read without it (server/trainpy/research_repo.py), on a real git repository."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from server.patches import PatchError
-from server.research_repo import ResearchRepo, init_research_repo
+from server.trainpy.patches import PatchError
+from server.trainpy.research_repo import ResearchRepo, init_research_repo
 
 BASELINE = b"LR = 0.1\n"
 

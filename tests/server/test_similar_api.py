@@ -14,7 +14,7 @@ from client import ApiError
 from client.schemas import SimilarExperiment
 from server.main import create_app
 from server.models import Experiment, ExperimentChange, ExperimentCodeLine, ExperimentConstant
-from server.patches import make_patch
+from server.trainpy.patches import make_patch
 from tests.server.conftest import BASELINE, Live, LiveFactory, serve
 from tests.server.history_play import summarised
 

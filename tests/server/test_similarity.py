@@ -1,4 +1,4 @@
-"""The "has this been tried?" rule (server/similarity.py) alone: on the random agent's real mutations
+"""The "has this been tried?" rule (server/rules/similarity.py) alone: on the random agent's real mutations
 of the real baseline, on hand-made changes of code, and as properties of any pair of changes."""
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from sqlalchemy.orm import Session
 from agent.mutation import mutate_constants
 from client.constants import find_constants
 from client.states import SimilarityKind
-from server.changes import summarize
 from server.crud.similar import store_change, stored_summary
 from server.models import Base, ExperimentChange
-from server.similarity import (
+from server.rules.similarity import (
     NEARBY,
     Change,
     Match,
@@ -28,6 +27,7 @@ from server.similarity import (
     rank,
     value_distance,
 )
+from server.trainpy.changes import summarize
 
 BASELINE = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()
 BASE_A, BASE_B = "a" * 40, "b" * 40

@@ -17,7 +17,7 @@ from client.schemas import SubmitIn
 from server.crud.experiments import get_view
 from server.crud.tokens import find_principal
 from server.flows.submit import submit
-from server.patches import make_patch
+from server.trainpy.patches import make_patch
 from tests.server.conftest import Live, LiveFactory
 
 

@@ -1,4 +1,4 @@
-"""server/train_py_data.py: literals and comments measured in blocks, the information a file holds,
+"""server/trainpy/data.py: literals and comments measured in blocks, the information a file holds,
 and the bounds on them."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server import train_py_data
 from server.core.config import ServerSettings
-from server.train_py_data import DataBlock, data_blocks, densest_statement, information, measure
+from server.trainpy import data as train_py_data
+from server.trainpy.data import DataBlock, data_blocks, densest_statement, information, measure
 
 BASELINE = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()
 LIMIT = ServerSettings.model_fields["train_py_max_data_bytes"].default

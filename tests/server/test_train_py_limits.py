@@ -1,11 +1,11 @@
-"""server/train_py_limits.py: the rule a train.py must pass, each limit alone and their order."""
+"""server/trainpy/limits.py: the rule a train.py must pass, each limit alone and their order."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from server.core.config import ServerSettings
-from server.train_py_limits import Limits, refusal
+from server.trainpy.limits import Limits, refusal
 
 BASELINE = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()
 CODE = "def f(x):\n    return g(x)\n" * 40  # 1,040 bytes, compresses to a few dozen

@@ -130,7 +130,7 @@ def test_two_workers_many_experiments_each_runs_once_and_best_only_improves(proj
         ids = [1] + [agent.submit(f"lr {lr}", train_py=bigram(lr)).id for lr in (0.02, 0.2, 0.4)]
     workers = [project.worker("a"), project.worker("b")]
     # A change still queued when the best moves is re-applied onto the new best instead of running
-    # (server/decisions.py, reapply_before_running). Whether that happens depends on which run ends
+    # (server/flows/decisions.py, reapply_before_running). Whether that happens depends on which run ends
     # first, so the experiments it queues are followed too.
     finals: dict[int, ExperimentOut] = {}
     pending = list(ids)

@@ -29,11 +29,11 @@ from server.crud.experiments import Touched
 from server.crud.leases import progress_of
 from server.crud.similar import similar_to_experiment
 from server.crud.tracks import named_or_only
-from server.failures import log_with_message
 from server.flows import cancel, ports
 from server.flows.submit import submit
 from server.models import Experiment, Result, Run
-from server.patches import make_patch
+from server.rules.failures import log_with_message
+from server.trainpy.patches import make_patch
 
 router = APIRouter(prefix="/experiments", tags=["experiments"])
 ExperimentId = Annotated[int, Path(ge=1, le=2**62)]

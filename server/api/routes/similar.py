@@ -10,7 +10,7 @@ from server.api.deps import Ctx, Reader
 from server.context import AppContext
 from server.crud.similar import find_similar
 from server.flows.submit import propose
-from server.research_repo import blob_sha
+from server.trainpy.research_repo import blob_sha
 
 router = APIRouter(prefix="/similar", tags=["experiments"])
 

@@ -1,6 +1,6 @@
 """A change carried onto a new best: the part of a rebase that needs no database, computed once.
 
-Re-applying a change onto the new best (server/decisions.py, `_rebase`) reads three train.py,
+Re-applying a change onto the new best (server/flows/decisions.py, `_rebase`) reads three train.py,
 carries the change over, summarises the result and writes its git commit. A claim does it for a
 first run queued on a former best inside its transaction, which holds SQLite's one write lock
 (PostgreSQL: the project row) that every submission and result waits for; after each keep the next
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 from cachetools import TTLCache, cached
 
-from server.changes import ChangeSummary, summarize
-from server.patches import PatchError
-from server.research_repo import ResearchRepo, blob_sha
-from server.train_py_limits import Limits, refusal
+from server.trainpy.changes import ChangeSummary, summarize
+from server.trainpy.limits import Limits, refusal
+from server.trainpy.patches import PatchError
+from server.trainpy.research_repo import ResearchRepo, blob_sha
 
 CACHED = 64  # carries kept, and made ahead after a keep: more than the first runs queued at once
 KEPT_S = 3600.0  # how long a carry is kept (its commit unreachable meanwhile)
@@ -48,7 +48,7 @@ def carried(
 ) -> Carried:
     """The change from `base` to `own`, carried onto `best` and committed there (no ref points at
     the commit yet: an unused one is an unreachable object, which `git gc` removes in time). The
-    train.py it makes is held to `limits` as a submitted one is (server/train_py_limits.py)."""
+    train.py it makes is held to `limits` as a submitted one is (server/trainpy/limits.py)."""
     try:
         moved = repo.cherry_pick(base, own, best, message, author)
     except PatchError as exc:

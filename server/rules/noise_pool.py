@@ -62,7 +62,7 @@ class Pooled:
 def pool(groups: Sequence[Sequence[float]]) -> Pooled | None:
     """The winsorized pooled sigma of these commits' runs, or None before any commit has two.
     A commit whose runs are all equal is left out: each run has its own seed and data order, so
-    such runs come from a model that ignores both (server/judge.py refuses it), and counting them
+    such runs come from a model that ignores both (server/rules/judge.py refuses it), and counting them
     would shrink the sigma every other decision uses."""
     several = [group for group in groups if len(group) >= 2 and len(set(group)) > 1]
     if not several:

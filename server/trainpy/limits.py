@@ -2,9 +2,9 @@
 
 A submitted file is checked when it arrives (server/flows/submit.py: the 413 or 422 it answers);
 a change carried onto a new best makes a new file no one submitted, checked the same way before
-it is queued (server/carry.py: stale when refused). Without the second, two changes that each
+it is queued (server/trainpy/carry.py: stale when refused). Without the second, two changes that each
 fit could carry their halves of a table into one file past every bound. The measures are
-server/train_py_data.py.
+server/trainpy/data.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from server.core.config import ServerSettings
-from server.train_py_data import densest_statement, information, measure
+from server.trainpy.data import densest_statement, information, measure
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 The MCP SDK drops an argument its tool does not declare, and the call then answers as if it had
 not been given: `search {"state": "kept"}` listed every experiment. A tool refuses such a call
-instead (server/mcp_tools.py), and names for each unknown argument the tool's own closest one:
+instead (server/mcp/tools.py), and names for each unknown argument the tool's own closest one:
 the word another interface uses for it (the CLI's `--state` is the tools' `status`), else the
 most alike by spelling (`experiment` for `experiment_id`).
 """

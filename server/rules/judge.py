@@ -1,7 +1,7 @@
 """Keep or revert, as a pure function of the measurements: `judge(snapshot) -> Verdict`.
 
 No database, no git, no I/O: the snapshot holds everything the rule looks at, and the verdict is
-everything it says. `server/crud/evidence.py` reads the snapshot, `server/decisions.py` applies
+everything it says. `server/crud/evidence.py` reads the snapshot, `server/flows/decisions.py` applies
 the verdict, and `server/flows/results.py` calls the three in that order, once per result.
 
 Before any comparison, what the run is a run of:
@@ -15,7 +15,7 @@ The noise-aware rule (docs/api.md, "Decisions"), for a candidate measured agains
 (the best, or its own base when the best moved on):
 
 - `sigma` is the run-to-run noise of val_bpb on this platform and harness, pooled over the
-  measuring runs of every experiment with several (server/noise_pool.py), with `df` degrees of
+  measuring runs of every experiment with several (server/rules/noise_pool.py), with `df` degrees of
   freedom. A candidate with one run and no
   estimate gets another run; nothing is kept against an unknown noise.
 - effect = candidate mean - reference mean, se = sigma * sqrt(1/n + 1/n_ref), t = effect / se,
@@ -125,7 +125,7 @@ class JudgedRun:
     val_bpb: float | None
     device: str
     harness_id: str
-    cause: str | None = None  # a failed run's cause in one line (server/failures.py)
+    cause: str | None = None  # a failed run's cause in one line (server/rules/failures.py)
 
 
 @dataclass(frozen=True)
@@ -300,7 +300,7 @@ def _ignores_the_seed(snapshot: Snapshot) -> Verdict | None:
     """Every run draws its own seed and its own order of the training data, so two valid runs of
     one train.py that give the same val_bpb to the last bit come from a model that neither uses
     ctx.seed nor learns from its data: luck pinned offline, which its repeats would only repeat.
-    Refused, whatever its value (and server/noise_pool.py leaves such runs out of the noise)."""
+    Refused, whatever its value (and server/rules/noise_pool.py leaves such runs out of the noise)."""
     candidate = snapshot.candidate
     if not candidate.identical or snapshot.is_baseline:
         return None

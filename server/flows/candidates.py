@@ -10,7 +10,6 @@ from sqlalchemy.orm import Session
 
 from client.events import Queued
 from client.states import ExperimentStatus, RunKind
-from server.changes import ChangeSummary
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud.runs import queue_runs
@@ -18,6 +17,7 @@ from server.crud.similar import SAME_TRAIN_PY, store_change
 from server.crud.tokens import Principal
 from server.crud.tracks import TrackRef
 from server.models import Experiment, utcnow
+from server.trainpy.changes import ChangeSummary
 from server.transaction import Transaction
 
 # Built once: every submission runs it. A train.py is run once per track: another track is other

@@ -1,6 +1,6 @@
 """Keep rates by kind of change: what was tried, measured and kept, per constant (and the way it
 moved) and per region of train.py, as a pure aggregation of decided experiments. No database, no
-git: `server/crud/change_kinds.py` stores each experiment's kinds (from server/changes.py) when
+git: `server/crud/change_kinds.py` stores each experiment's kinds (from server/trainpy/changes.py) when
 it is decided, and reads them back for this.
 
 A kind of change is
@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from client.states import Direction, Part
-from server.changes import ChangeSummary
+from server.trainpy.changes import ChangeSummary
 
 
 @dataclass(frozen=True, order=True)

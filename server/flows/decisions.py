@@ -1,6 +1,6 @@
 """Applying the judge's verdict when a run's result arrives: the best, confirmation runs, rebases.
 
-Called inside the result's transaction (server/flows/results.py). `judge` (server/judge.py)
+Called inside the result's transaction (server/flows/results.py). `judge` (server/rules/judge.py)
 decides on plain numbers that server/crud/evidence.py reads; this module applies the verdict: it
 moves `best`, queues the candidate's next run or the best's repeats, re-applies a change onto a
 new best, or revokes a best caught later.
@@ -35,8 +35,6 @@ from sqlalchemy.orm import Session
 
 from client.events import DECIDED_PAYLOAD, Queued, Reverted
 from client.states import DECIDED_STATUS, Decision, ExperimentStatus, Rule, RunKind, RunState
-from server.candidates import Candidate, commit_message, find_same_train_py, queue_candidate
-from server.carry import CACHED, Carried, carried
 from server.context import AppContext
 from server.crud.experiments import agent_label, agent_names, by_commit
 from server.crud.runs import cancel_queued_runs, count_runs, queue_runs
@@ -48,10 +46,12 @@ from server.crud.tracks import (
     move_best,
     submitted_since,
 )
-from server.judge import Action, Comparison, Verdict
-from server.lifecycle import move_experiment, move_run
+from server.flows.candidates import Candidate, commit_message, find_same_train_py, queue_candidate
 from server.models import EXPERIMENTS, RUNS, TRACKS, AnyRow, Experiment, Run, utcnow
-from server.train_py_limits import Limits
+from server.rules.judge import Action, Comparison, Verdict
+from server.rules.lifecycle import move_experiment, move_run
+from server.trainpy.carry import CACHED, Carried, carried
+from server.trainpy.limits import Limits
 from server.transaction import Transaction
 
 log = logging.getLogger(__name__)
@@ -209,7 +209,7 @@ def _rebase(
 
 
 def _carry_onto_best(ctx: AppContext, experiment: Carriable, best_commit: str, author: str) -> Carried:
-    """The experiment's change carried onto the best (server/carry.py: computed once)."""
+    """The experiment's change carried onto the best (server/trainpy/carry.py: computed once)."""
     assert experiment.base_commit is not None
     message = commit_message(experiment.description, experiment.hypothesis)
     return carried(
@@ -249,7 +249,7 @@ _QUEUED_ON_FORMER_BEST = (
 
 def carry_ahead(ctx: AppContext) -> None:
     """Carry the changes queued on a former best onto their track's best, outside any transaction,
-    so that the claims that re-apply them under the lock find them carried (server/carry.py). The
+    so that the claims that re-apply them under the lock find them carried (server/trainpy/carry.py). The
     server runs it in the background after each keep (server/main.py)."""
     with ctx.db.read() as session:  # closed before the carrying: git writes can wait for the disk
         queued = session.execute(_QUEUED_ON_FORMER_BEST).all()

@@ -1,5 +1,5 @@
 """The outline of a train.py: where its top-level statements are, which function or class each line
-sits in, and its constants. What server/changes.py needs to summarise a change, at a fraction
+sits in, and its constants. What server/trainpy/changes.py needs to summarise a change, at a fraction
 of the cost of parsing both sources in full.
 
 Parsing is most of a submission's CPU (docs/benchmarks.md, "API load": why a submission parses

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from client.constants import assignment_pattern
-from server.outline import LineEdit, outlines
+from server.trainpy.outline import LineEdit, outlines
 
 MODULE = "module"  # the region of module-level code
 

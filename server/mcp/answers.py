@@ -69,7 +69,7 @@ def compact_text(value: Any) -> str:
 
 def listed_input(schema: dict[str, Any]) -> dict[str, Any]:
     """A tool's input schema as listed: closed to arguments it does not take (which a call is
-    refused for: server.mcp_arguments), without the `title` pydantic gives every field, and an
+    refused for: server.mcp.arguments), without the `title` pydantic gives every field, and an
     optional argument as what it takes: it is left out, not sent as null."""
     return {**plainer(schema), "additionalProperties": False}
 

@@ -29,7 +29,7 @@ import tokenize
 import zlib
 from dataclasses import dataclass
 
-from server.outline import split_lines
+from server.trainpy.outline import split_lines
 
 # What a literal or comment is made of, and what may join two of them inside one block.
 # f-strings are tokens of their own from Python 3.12 on.

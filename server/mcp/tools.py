@@ -9,10 +9,10 @@ same names, types, limits and descriptions (tests/server/test_mcp_schemas.py), b
 tool's first page is shorter. The tools return the API's response models (client/schemas.py,
 which the Python SDK returns too), which the MCP SDK publishes as their output schemas; lists of
 experiments carry the fields asked for, and loss curves a few points. Every answer is sent short
-(server.mcp_answers).
+(server.mcp.answers).
 
 Two transports serve these tools: stdio (`autoresearch mcp`, cli/mcp.py) and streamable HTTP at
-/mcp in the server itself (server/mcp_http.py). Each gives `build_mcp` its way to reach the API
+/mcp in the server itself (server/mcp/http.py). Each gives `build_mcp` its way to reach the API
 for the request at hand (`Connect`).
 
 An API error becomes an MCP tool error (`isError`) whose text is the problem's kind and status, then
@@ -62,10 +62,10 @@ from client.schemas import (
 from client.spread import spread
 from client.states import FINAL_STATUSES, ExperimentStatus
 from server.api.params import ExperimentsQuery, KeepRatesQuery, NearMissesQuery, NotesQuery, TrackField
-from server.failures import shown_once
-from server.mcp_answers import BRIEF_FIELDS, CURVE_POINTS, MCP_PAGE, compact_text, listed_input, rounded
-from server.mcp_arguments import unknown_arguments
-from server.mcp_waits import MAX_WAIT_S, Notify, follow, next_step, notifier, pending
+from server.mcp.answers import BRIEF_FIELDS, CURVE_POINTS, MCP_PAGE, compact_text, listed_input, rounded
+from server.mcp.arguments import unknown_arguments
+from server.mcp.waits import MAX_WAIT_S, Notify, follow, next_step, notifier, pending
+from server.rules.failures import shown_once
 
 # A client of the REST API for the call at hand (the caller's token; closed after the call).
 Connect = Callable[[], Client]
@@ -223,13 +223,13 @@ def bad_arguments(tool: str, errors: list[dict[str, str]]) -> CallToolResult:
 class AutoresearchMCP(MCPServer):
     """The SDK's server, with arguments a tool does not take, or that fail its input schema,
     answered as the tool error `bad-arguments`: which argument and why, in words (an unknown one
-    with the argument it probably meant: server.mcp_arguments), not pydantic's raw text and its
-    link; and every answer short (server.mcp_answers: compact text, rounded numbers)."""
+    with the argument it probably meant: server.mcp.arguments), not pydantic's raw text and its
+    link; and every answer short (server.mcp.answers: compact text, rounded numbers)."""
 
     _arguments: dict[str, frozenset[str]] | None = None
 
     async def list_tools(self) -> list[Tool]:
-        """The tools as an agent reads them: short (server.mcp_answers, `listed_input`)."""
+        """The tools as an agent reads them: short (server.mcp.answers, `listed_input`)."""
         return [
             tool.model_copy(update={"input_schema": listed_input(tool.input_schema), "output_schema": None})
             for tool in await super().list_tools()
@@ -376,7 +376,7 @@ LogLines = Annotated[int, Field(ge=0, le=2000, description="lines of the log's e
 
 def build_mcp(connect: Connect, max_wait_s: float = MAX_WAIT_S, **options: Any) -> MCPServer:
     """The MCP server with every tool; `connect` gives each call its API client; no call waits
-    longer than `max_wait_s` (server.mcp_waits); `options` go to MCPServer (the HTTP transport's
+    longer than `max_wait_s` (server.mcp.waits); `options` go to MCPServer (the HTTP transport's
     authentication)."""
     # WARNING: the SDK configures the root logger when none is set; the server keeps its own level.
     mcp = AutoresearchMCP(

@@ -33,7 +33,7 @@ from git.objects.fun import tree_entries_from_data, tree_to_stream
 from gitdb import IStream
 from gitdb.db import LooseObjectDB
 
-from server.patches import carry_over
+from server.trainpy.patches import carry_over
 
 TRAIN_PY = "train.py"
 PROGRAM_MD = "program.md"
@@ -216,7 +216,7 @@ class ResearchRepo:
 
     def moved(self, base_sha: str, own_sha: str, onto_sha: str) -> Moved:
         """The change from `base_sha` to `own_sha` applied to the train.py of `onto_sha`, with exact
-        context (server/patches.py; PatchError when it does not apply). Nothing is written."""
+        context (server/trainpy/patches.py; PatchError when it does not apply). Nothing is written."""
         base, own, onto = (self.train_py(sha).decode("utf-8") for sha in (base_sha, own_sha, onto_sha))
         return Moved(onto=onto, source=carry_over(base, own, onto))
 

@@ -1,5 +1,5 @@
 """Has this been tried? The rule that tells which earlier changes of train.py are the same, or
-nearly the same, as a new one, and how. Pure: change summaries (server/changes.py) in, verdicts
+nearly the same, as a new one, and how. Pure: change summaries (server/trainpy/changes.py) in, verdicts
 out; no database, no git. Finding the candidates and their outcomes is server/crud/similar.py,
 by the keys `index_keys` gives (each a necessary condition of one kind of match).
 
@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from client.states import SimilarityKind
-from server.changes import ChangeSummary, ConstantChange
+from server.trainpy.changes import ChangeSummary, ConstantChange
 
 # Two values of a constant are nearby when they are within a quarter of a doubling of each other
 # (a factor 2**0.25 = 1.19, or the same distance in logit space for fractions): half a step of a

@@ -1,4 +1,4 @@
-"""The MCP server over streamable HTTP, mounted in the app at /mcp (server/mcp_tools.py has the tools).
+"""The MCP server over streamable HTTP, mounted in the app at /mcp (server/mcp/tools.py has the tools).
 
 Authentication is the SDK's bearer middleware with our tokens as its verifier: an agent (or admin)
 token, as for the REST API; anything else is answered 401 before a tool runs. Each tool call then
@@ -28,7 +28,7 @@ from client import Client
 from client.states import AGENT_KINDS
 from server.api.deps import principal_of
 from server.context import AppContext
-from server.mcp_tools import build_mcp
+from server.mcp.tools import build_mcp
 
 MOUNT = "/mcp"
 

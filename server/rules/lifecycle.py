@@ -34,7 +34,7 @@ EXPERIMENT_MOVES: Mapping[ExperimentStatus, frozenset[ExperimentStatus]] = {
     ExperimentStatus.RUNNING: frozenset({ExperimentStatus.QUEUED} | _DECIDED | _ENDED_WITHOUT_VERDICT),
     **dict.fromkeys(_DECIDED, frozenset()),
     # The one move out of a decision: a kept best whose later run ended in an integrity class is
-    # revoked (server.decisions.settle, judge.Action.REVOKE).
+    # revoked (server.flows.decisions.settle, judge.Action.REVOKE).
     ExperimentStatus.KEPT: frozenset({ExperimentStatus.REVERTED}),
     **dict.fromkeys(RETRYABLE_STATUSES, frozenset({ExperimentStatus.QUEUED})),
 }

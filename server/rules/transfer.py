@@ -1,6 +1,6 @@
 """Does a finding on one track hold on another? The transfer view, as a pure function.
 
-A change is its removed and added lines (server/changes.py's summary, `lines_sha`): the same
+A change is its removed and added lines (server/trainpy/changes.py's summary, `lines_sha`): the same
 change made on two tracks, by a port (server/flows/ports.py) or by an agent on each, is one
 change tried on both, whatever the bases it was made on. For each track it was tried on, its
 outcome there is one experiment's: the latest decided one (kept, reverted or stale), else one

@@ -1,0 +1,1 @@
+"""The MCP server: its tools, their arguments, waits and answers, and its HTTP mount."""

@@ -1,0 +1,1 @@
+"""Decisions as pure functions: data in, verdict out; no database, no clock, no I/O."""

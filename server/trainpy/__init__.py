@@ -1,0 +1,1 @@
+"""The train.py text tools: patches, edits, outlines, what a change set, the research repo."""
