@@ -32,6 +32,7 @@ COPY pyproject.toml alembic.ini ./
 COPY agent agent
 COPY cli cli
 COPY client client
+COPY protocol protocol
 COPY harness harness
 COPY migrations migrations
 COPY server server

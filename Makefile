@@ -26,7 +26,7 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy server worker client harness cli testkit bench
+	$(VENV)/bin/mypy server worker client protocol harness cli testkit bench
 
 # The system packages the tests use (cli/system_packages.py: with apt as root, else the command to
 # run), then lint and the whole suite. CI runs exactly this (.ci/run).

@@ -1,6 +1,6 @@
 """Random mutation of the hyperparameter constants of `train.py`.
 
-A constant is what client/constants.py finds: `NAME = <number>` at module level, NAME
+A constant is what protocol/constants.py finds: `NAME = <number>` at module level, NAME
 UPPER_CASE, and the knobs set inside such an assignment (`DEVICE_SETTINGS["cpu"].width`). Only
 the text of the chosen values is rewritten, so comments, formatting and the rest of the file
 stay byte for byte the same.
@@ -20,7 +20,7 @@ import math
 import random
 from collections.abc import Callable
 
-from client.constants import Constant, find_constants
+from protocol.constants import Constant, find_constants
 
 _SCALE = math.log(2.0)  # log-uniform factor range [1/2, 2]
 _LOGIT_STEP = 1.0  # a uniform step in logit space: 0.5 -> [0.27, 0.73], 0.95 -> [0.88, 0.98]
@@ -97,7 +97,7 @@ def _mutate(constant: Constant, rng: random.Random) -> str:
 
 
 def mutate_constants(source: str, rng: random.Random) -> tuple[str, str]:
-    """Change one (sometimes two) constants of `source` (client/constants.py).
+    """Change one (sometimes two) constants of `source` (protocol/constants.py).
 
     Returns the new source and a one-line description such as `DEPTH 8 -> 16`.
     Raises SyntaxError if `source` does not parse and NoConstantsError if it has nothing to mutate.

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from agent.mutation import mutate_constants
 from client import ApiError, Client
 from client.api import Submitted
-from client.schemas import BestOut, ExperimentOut, SimilarExperiment
-from client.states import FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus, SimilarityKind
+from protocol.schemas import BestOut, ExperimentOut, SimilarExperiment
+from protocol.states import FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus, SimilarityKind
 
 HYPOTHESIS = "random-search control: one or two hyperparameter constants moved at random"
 # Draws per submission before giving up on finding an untried change (and submitting the last

@@ -55,8 +55,8 @@ import httpx
 from lean_http import Answer, LeanClient
 from sqlalchemy import func, insert, select
 
-from client.states import Decision
 from harness.runner.limits import cpu_seconds
+from protocol.states import Decision
 from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
 from server.core.request_metrics import BUCKETS

@@ -46,8 +46,8 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import func, select
 
-from client.schemas import ClaimOut, RegisterIn, ResultIn, RunResultIn, SubmitIn
-from client.states import ExperimentStatus, RunKind, RunState
+from protocol.schemas import ClaimOut, RegisterIn, ResultIn, RunResultIn, SubmitIn
+from protocol.states import ExperimentStatus, RunKind, RunState
 from server.context import AppContext
 from server.core.config import ServerSettings
 from server.crud.noise import noise

@@ -75,7 +75,7 @@ from api_load import (
 from lean_http import LeanClient
 from sqlalchemy import select
 
-from client.spread import spread
+from protocol.spread import spread
 from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
 from server.crud.tokens import create_token

@@ -28,7 +28,7 @@ import httpx
 from fastapi import FastAPI
 from sqlalchemy import update
 
-from client.states import Decision, ExperimentStatus, RunState
+from protocol.states import Decision, ExperimentStatus, RunState
 from server.core.config import ServerSettings
 from server.core.db import Database, create_db_engine
 from server.main import create_app

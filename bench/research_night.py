@@ -68,7 +68,7 @@ import numpy as np
 from bench.decisions import SIGMA
 from bench.night_effects import H100, HISTORIES, Effects, read_history
 from bench.night_rules import Corrections, best_out_of_limits, recent, slowed, windows
-from client.states import Rule
+from protocol.states import Rule
 from server.core.config import ServerSettings
 from server.rules.judge import (
     Action,

@@ -16,9 +16,9 @@ import httpx
 
 from cli import views
 from client import Client
-from client.events import DECIDED_EVENTS, EventType, Finished, Progress, Queued, ServerEvent, Started
-from client.schemas import ExperimentOut
-from client.states import FINAL_STATUSES
+from protocol.events import DECIDED_EVENTS, EventType, Finished, Progress, Queued, ServerEvent, Started
+from protocol.schemas import ExperimentOut
+from protocol.states import FINAL_STATUSES
 
 DECISIVE_EVENTS = frozenset({EventType.FINISHED, *DECIDED_EVENTS})
 FOLLOWED_EVENTS = (EventType.QUEUED, EventType.STARTED, EventType.PROGRESS, *sorted(DECISIVE_EVENTS))

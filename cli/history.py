@@ -6,7 +6,7 @@ import argparse
 
 from cli import views
 from cli.connection import add_connection_args, add_track_arg, connect, reporting, track_of
-from client.schemas import KeepRatesOut, NearMissesOut
+from protocol.schemas import KeepRatesOut, NearMissesOut
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -6,7 +6,7 @@ import argparse
 
 from cli import views
 from cli.connection import add_connection_args, connect, reporting
-from client.schemas import PAGE_LIMIT, NoteOut
+from protocol.schemas import PAGE_LIMIT, NoteOut
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

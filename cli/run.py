@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.config import PRESETS, load_settings
 from harness.data.errors import DataError
-from harness.result import ProgressEvent, RunResult
+from protocol.result import ProgressEvent, RunResult
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

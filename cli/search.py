@@ -7,8 +7,8 @@ import argparse
 
 from cli import views
 from cli.connection import add_connection_args, add_track_arg, connect, reporting, track_of
-from client.schemas import PAGE_LIMIT
-from client.states import ExperimentStatus
+from protocol.schemas import PAGE_LIMIT
+from protocol.states import ExperimentStatus
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

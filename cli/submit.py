@@ -14,8 +14,8 @@ from pydantic import TypeAdapter, ValidationError
 from cli import views
 from cli.connection import add_connection_args, add_track_arg, connect, reporting, track_of
 from cli.follow import follow
-from client.schemas import Edits
-from client.states import ExperimentStatus
+from protocol.schemas import Edits
+from protocol.states import ExperimentStatus
 
 EXIT_NOT_KEPT = 3  # --wait: the experiment finished without becoming the new best
 CHANGE_KINDS = ["patch", "train.py", "edits"]  # how FILE may be read

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from cli import views
-from client.states import TokenKind
+from protocol.states import TokenKind
 from server.core.config import ServerSettings
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cli import views
 from cli.connection import add_connection_args, connect, reporting
-from client.schemas import TracksOut, TransferOut
+from protocol.schemas import TracksOut, TransferOut
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

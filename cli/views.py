@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel
 
-from client.schemas import ExperimentOut, NoiseOut, SimilarExperiment
-from client.states import ExperimentStatus
-from harness.result import ProgressEvent
+from protocol.result import ProgressEvent
+from protocol.schemas import ExperimentOut, NoiseOut, SimilarExperiment
+from protocol.states import ExperimentStatus
 
 
 def bpb(value: float | None) -> str:

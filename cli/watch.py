@@ -9,7 +9,7 @@ import sys
 
 from cli import views
 from cli.connection import add_connection_args, connect, reporting
-from client.spread import spread
+from protocol.spread import spread
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,7 +1,7 @@
 """`Client`: the autoresearch REST API from Python (agents, the CLI and the worker use it).
 
 Every method returns the answer documented in docs/api.md as the server's own response model
-(client/schemas.py), so both ends of the protocol share one typed definition. It raises `ApiError`
+(protocol/schemas.py), so both ends of the protocol share one typed definition. It raises `ApiError`
 (with the problem+json body) on an error status, and `SchemaError` when a successful answer is not
 that model. Transport errors are httpx's own (`httpx.TransportError`), so callers can tell "the
 server said no" from "no answer".
@@ -36,8 +36,8 @@ from tenacity import (
 )
 
 from client.errors import ApiError, ArgumentsError, SchemaError
-from client.events import EventType, ServerEvent, parse_stream
-from client.schemas import (
+from protocol.events import EventType, ServerEvent, parse_stream
+from protocol.schemas import (
     AgentsOut,
     BestOut,
     CancelOut,
@@ -65,7 +65,7 @@ from client.schemas import (
     TracksOut,
     TransferOut,
 )
-from client.states import FINAL_STATUSES, ExperimentStatus, Part
+from protocol.states import FINAL_STATUSES, ExperimentStatus, Part
 
 API_PREFIX = "/api/v1"
 JSON = dict[str, Any]
@@ -480,7 +480,7 @@ class Client:
         last_event_id: int | None = None,
         read_timeout: float = 120.0,
     ) -> Iterator[Iterator[ServerEvent]]:
-        """The server's live events (GET /events), typed (client/events.py), as they happen:
+        """The server's live events (GET /events), typed (protocol/events.py), as they happen:
 
             with client.events({EventType.KEPT}) as events:
                 for event in events: ...

@@ -1,7 +1,8 @@
 """The harness id: one hash for everything that defines what a score means.
 
 harness_id = sha256 over the validation rows, the tokenizer, the harness source (every .py under
-harness/ except the baseline train.py folder and tests) and `scoring_fields(settings)`. Results
+harness/ except the baseline train.py folder and tests, and the result format it writes,
+protocol/result.py) and `scoring_fields(settings)`. Results
 are compared only when their harness ids are equal.
 """
 
@@ -15,6 +16,9 @@ from typing import Any
 
 HARNESS_DIR = Path(__file__).resolve().parent
 EXCLUDED_SOURCE_DIRS = frozenset({"baseline", "tests", "__pycache__"})
+# A run's result format (statuses, integrity classes, fields) is the shared vocabulary's, and part
+# of what a score means.
+RESULT_FORMAT = HARNESS_DIR.parent / "protocol" / "result.py"
 
 
 def file_sha256(path: Path) -> str:
@@ -42,8 +46,9 @@ def harness_source_files(harness_dir: Path = HARNESS_DIR) -> list[Path]:
     ]
 
 
-def harness_source_sha256(harness_dir: Path = HARNESS_DIR) -> str:
-    return files_sha256(harness_source_files(harness_dir), harness_dir)
+def harness_source_sha256(harness_dir: Path = HARNESS_DIR, result_format: Path = RESULT_FORMAT) -> str:
+    harness = files_sha256(harness_source_files(harness_dir), harness_dir)
+    return hashlib.sha256(f"{harness}\0{file_sha256(result_format)}".encode()).hexdigest()
 
 
 def module_sha256(*modules: str) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from client.events import EventType
+from protocol.events import EventType
 
 
 @dataclass(frozen=True)

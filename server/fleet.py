@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, literal, select, union_all
 from starlette.concurrency import run_in_threadpool
 
-from client.states import RunState
+from protocol.states import RunState
 from server.core.db import Database
 from server.events import Broadcaster
 from server.models import RUNS, TRACKS

@@ -15,7 +15,7 @@ from cachetools import LRUCache
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from client.schemas import (
+from protocol.schemas import (
     BestEffectOut,
     ChangeOut,
     ConstantSetOut,
@@ -28,7 +28,7 @@ from client.schemas import (
     TransferOut,
     TransferTrack,
 )
-from client.states import Decision, Direction, Part
+from protocol.states import Decision, Direction, Part
 from server.crud import change_kinds
 from server.crud import noise as noise_crud
 from server.crud.experiments import labelled, track_names

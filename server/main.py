@@ -21,7 +21,7 @@ from cachetools import TTLCache
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from client.events import EventType, Queued
+from protocol.events import EventType, Queued
 from server.api.router import ROUTERS
 from server.context import AppContext
 from server.core.body_limit import BodyLimit

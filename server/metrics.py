@@ -19,7 +19,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from sqlalchemy import case, func, select
 
-from client.states import FINAL_STATUSES, ExperimentStatus, RunState
+from protocol.states import FINAL_STATUSES, ExperimentStatus, RunState
 from server.context import AppContext
 from server.flows.workers import online
 from server.models import Experiment, Result, Run

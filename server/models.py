@@ -25,7 +25,7 @@ from sqlalchemy import text as sql
 from sqlalchemy.engine import Dialect, Row
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from client.states import Decision, ExperimentStatus, LeaseState, RunKind, RunState, TokenKind
+from protocol.states import Decision, ExperimentStatus, LeaseState, RunKind, RunState, TokenKind
 
 # A row of a Core statement, whatever its columns (the worker endpoints' plain statements).
 AnyRow = Row[*tuple[Any, ...]]
@@ -59,7 +59,7 @@ E = TypeVar("E", bound=StrEnum)
 
 
 class Word(TypeDecorator[E]):
-    """A column of one of client.states' enums, stored as its word (VARCHAR(16), as always) and
+    """A column of one of protocol.states' enums, stored as its word (VARCHAR(16), as always) and
     read back as the enum: a status is typed where it is used, and a word that is not one of the
     enum's fails at the write, not at a later read."""
 
@@ -81,7 +81,7 @@ class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {datetime: UTCDateTime()}
 
 
-# Statuses, decisions and run states are client.states' enums (stored as their strings). A
+# Statuses, decisions and run states are protocol.states' enums (stored as their strings). A
 # candidate whose train.py matches an experiment in one of these is not run again.
 NOT_RERUN_STATUSES = tuple(
     set(ExperimentStatus) - {ExperimentStatus.CANCELLED, ExperimentStatus.INFRA_FAILED}
@@ -322,7 +322,7 @@ class Result(Base):
     harness_id: Mapped[str] = mapped_column(String(128))
     seed: Mapped[int | None] = mapped_column(BigInteger)
     sandbox: Mapped[bool] = mapped_column(Boolean)
-    # harness.result.RunConditions: the machine's speed, load and GPU readings when it ran.
+    # protocol.result.RunConditions: the machine's speed, load and GPU readings when it ran.
     conditions: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     log_tail: Mapped[str] = mapped_column(Text)
     # RunResult fields newer than this schema (a newer harness): kept, not lost.
@@ -357,7 +357,7 @@ class IdempotencyKey(Base):
 
 
 class IntegrityEvent(Base):
-    """A run that ended in an integrity class (harness.result.INTEGRITY_CLASSES): its agent's
+    """A run that ended in an integrity class (protocol.result.INTEGRITY_CLASSES): its agent's
     queued experiments are held until an admin clears the event. The result row is the evidence."""
 
     __tablename__ = "integrity_events"
@@ -418,9 +418,9 @@ class ChangeKind(Base):
     __tablename__ = "change_kinds"
 
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), primary_key=True)
-    part: Mapped[str] = mapped_column(String(16), primary_key=True)  # client.states.Part
+    part: Mapped[str] = mapped_column(String(16), primary_key=True)  # protocol.states.Part
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
-    direction: Mapped[str | None] = mapped_column(String(8))  # client.states.Direction; constants only
+    direction: Mapped[str | None] = mapped_column(String(8))  # protocol.states.Direction; constants only
     old: Mapped[float | None] = mapped_column(Float)  # a constant's value before (None: it is new)
     new: Mapped[float | None] = mapped_column(Float)  # and after (None: it went)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
-from client.events import Payload
+from protocol.events import Payload
 from server.events import Event
 
 
@@ -20,5 +20,5 @@ class Transaction:
 
     def emit(self, payload: Payload) -> None:
         """Publish `payload` as its type's event when the transaction commits; the wire's data is
-        the fields set here (client/events.py)."""
+        the fields set here (protocol/events.py)."""
         self.events.append(Event(payload.TYPE, payload.model_dump(exclude_unset=True)))

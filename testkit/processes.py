@@ -23,11 +23,11 @@ from typing import Any
 import httpx
 
 from client import Client
-from client.schemas import ExperimentOut
-from client.states import FINAL_STATUSES
 from harness.config import HarnessSettings
 from harness.data.validation import installation_secret
-from harness.result import ProgressEvent
+from protocol.result import ProgressEvent
+from protocol.schemas import ExperimentOut
+from protocol.states import FINAL_STATUSES
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "cli.main"]

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
-from client.states import Decision, ExperimentStatus, LeaseState, RunKind, RunState, TokenKind
+from protocol.states import Decision, ExperimentStatus, LeaseState, RunKind, RunState, TokenKind
 from server.core.db import Database
 from server.crud.tokens import create_token
 from server.crud.tracks import load_track

@@ -17,8 +17,8 @@ import time
 from datetime import datetime
 
 from client import ApiError, Client
-from client.spread import spread
-from harness.result import ProgressEvent
+from protocol.result import ProgressEvent
+from protocol.spread import spread
 from worker.backoff import Backoff, describe, is_transient
 
 # Progress is a sample for humans watching; when the server is away, keep only the newest.

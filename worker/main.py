@@ -18,10 +18,10 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from client import ApiError, Client, SchemaError
-from client.schemas import ClaimOut
 from harness.config import HarnessSettings
-from harness.result import RunResult
 from harness.runner import RunRequest, close_warm_sandbox, run_experiment
+from protocol.result import RunResult
+from protocol.schemas import ClaimOut
 from worker.backoff import Backoff, Stopped, describe, is_transient, retry
 from worker.datacache import DataCacheError, ensure_prepared
 from worker.delivery import ResultSender

@@ -27,7 +27,7 @@ SECTION = "0_environment"
 # The code a GPU machine runs (server with MCP, worker, CLI, runner): every module of it is imported
 # here, before any GPU step, so that a wheel missing from the kit is named with the module that
 # needs it instead of a server that does not start (../shared/gpu/README.md, the first try).
-RUNTIME_PACKAGES = ("harness", "server", "worker", "client", "cli")
+RUNTIME_PACKAGES = ("harness", "server", "worker", "client", "protocol", "cli")
 
 
 def gpu_facts() -> dict[str, Any]:

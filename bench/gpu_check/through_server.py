@@ -43,10 +43,10 @@ from bench.worker_idle import (
     submit_when_idle,
     timing_lines,
 )
-from client.states import Rule
 from harness.config import HarnessSettings, load_settings
 from harness.data_layout import prepared_paths, read_manifest
 from harness.prepare import prepare
+from protocol.states import Rule
 from testkit.processes import Project, WorkerProcess, init_project, serve, wait_until
 
 SECTION = "2_server_and_worker"

@@ -23,7 +23,7 @@ import subprocess
 import time
 from typing import Any
 
-from harness.result import RunConditions
+from protocol.result import RunConditions
 
 # (matrix size, products, dtype name) of the fixed work, by device type: about 50 ms on this
 # 2-core machine's CPU, a few tens of ms on an H100.

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from harness.result import ProgressEvent
+from protocol.result import ProgressEvent
 
 LOG_TAIL_BYTES = 32 * 1024  # kept from the end of each process's output
 READ_CHUNK = 64 * 1024

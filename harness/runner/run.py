@@ -17,7 +17,6 @@ from harness.config import HarnessSettings
 from harness.data.errors import DataError
 from harness.data.rows import open_training_tokens
 from harness.data_layout import prepared_paths, read_manifest
-from harness.result import ProgressEvent, RunConditions, RunResult
 from harness.runner import timing
 from harness.runner.classify import Ending, over_budget, train_failure
 from harness.runner.compile_cache import CacheUse, CompileCaches
@@ -31,6 +30,7 @@ from harness.runner.run_setup import discard, keep_spare, prepare_run, take_spar
 from harness.runner.sandbox import SandboxUnavailableError, check_bwrap, system_roots
 from harness.runner.score_phase import ScoreJob, ScorerProcess
 from harness.runner.train_phase import CANDIDATE_FILE, WEIGHTS_FILE, TrainJob, TrainOutcome, run_train_phase
+from protocol.result import ProgressEvent, RunConditions, RunResult
 
 LOG_TAIL_CHARS = 24_000
 EVAL_FILES = ("inputs.npy", "targets.npy", "target_bytes.npy")

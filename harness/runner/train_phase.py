@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import HarnessSettings
-from harness.result import ProgressEvent
 from harness.runner import compile_cache, preload, timing
 from harness.runner.feeder import Feeder, FeedJob
 from harness.runner.launch import launch
@@ -32,6 +31,7 @@ from harness.runner.sandbox import (
     python_command,
     visible_path,
 )
+from protocol.result import ProgressEvent
 
 CANDIDATE_FILE = "train.py"
 RSS_SAMPLE_S = 0.25  # peak RSS and OOM kills are polled this often

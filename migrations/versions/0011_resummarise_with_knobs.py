@@ -1,4 +1,4 @@
-"""Summaries of changes made again: constants now include knobs (client/constants.py)
+"""Summaries of changes made again: constants now include knobs (protocol/constants.py)
 
 What each experiment's change set is derived data. Clearing it makes the server summarise every
 experiment again when it starts (server/crud/similar.py backfill, server/crud/change_kinds.py),

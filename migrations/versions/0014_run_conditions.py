@@ -1,4 +1,4 @@
-"""Results keep the conditions their run ran under (harness.result.RunConditions)
+"""Results keep the conditions their run ran under (protocol.result.RunConditions)
 
 A worker's harness reads the machine's speed (a fixed piece of work, before train.py runs), the
 host's load and the GPU's clock, temperature and power with every run. A column of their own;

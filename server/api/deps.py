@@ -16,7 +16,7 @@ from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from client.states import AGENT_KINDS, TokenKind
+from protocol.states import AGENT_KINDS, TokenKind
 from server.context import AppContext
 from server.core.problems import Problem
 from server.core.security import hash_token

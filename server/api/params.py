@@ -11,8 +11,8 @@ from typing import Annotated
 from fastapi import Query
 from pydantic import BaseModel, Field
 
-from client.schemas import PAGE_LIMIT, SHA_PATTERN, STATES_NUL_FREE, TRACK_PATTERN
-from client.states import ExperimentStatus, Part
+from protocol.schemas import PAGE_LIMIT, SHA_PATTERN, STATES_NUL_FREE, TRACK_PATTERN
+from protocol.states import ExperimentStatus, Part
 from server.core.problems import Problem
 
 # RFC 3339 date-times, which have a time zone (a number, which pydantic would read as a Unix time,

@@ -15,7 +15,7 @@ from annotated_types import Ge, Gt, Le, Lt
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from client.states import Rule
+from protocol.states import Rule
 from server.rules.judge import RuleSettings
 
 # The longest an MCP tool call waits for decisions: under a client's read timeout of 10 s (a common

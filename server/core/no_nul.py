@@ -2,7 +2,7 @@
 
 PostgreSQL cannot store or even compare a text value with NUL in it (psycopg raises DataError),
 so no path or query value may carry one into a query. Checking the URL here covers every route,
-page and parameter at once; JSON bodies are checked by the request models (`client.schemas`),
+page and parameter at once; JSON bodies are checked by the request models (`protocol.schemas`),
 and HTTP parsers refuse a NUL in a header.
 """
 

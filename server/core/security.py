@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from client.states import TokenKind
+from protocol.states import TokenKind
 
 TOKEN_PREFIX = {TokenKind.AGENT: "ara", TokenKind.WORKER: "arw", TokenKind.ADMIN: "arx"}
 

@@ -22,9 +22,9 @@ from typing import Any
 from sqlalchemy import bindparam, delete, exists, insert, select, update
 from sqlalchemy.orm import Session
 
-from client.constants import counts_on
-from client.states import Decision, Direction, Part
 from harness.runner.devices import platform_device
+from protocol.constants import counts_on
+from protocol.states import Decision, Direction, Part
 from server.crud.similar import stored_summary
 from server.models import CHANGE_KINDS, EXPERIMENTS, RESULTS, Experiment, ExperimentChange
 from server.rules.keep_rates import Kind, Outcome, kinds_of
@@ -120,7 +120,7 @@ def _counted(track_id: int, platform: str | None, harness_id: str | None) -> Any
 
 def counts(part: str, name: str, device: str | None) -> bool:
     """Whether a stored kind counts on a platform of `device`: a knob of another device changed
-    nothing its runs could measure (client.constants.counts_on)."""
+    nothing its runs could measure (protocol.constants.counts_on)."""
     return part != Part.CONSTANT or counts_on(name, device)
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
-from client.states import DECIDED_STATUS, Rule
-from harness.result import RunResult
+from protocol.result import RunResult
+from protocol.states import DECIDED_STATUS, Rule
 from server.crud import noise as noise_crud
 from server.crud.tracks import TrackState
 from server.models import EXPERIMENTS, AnyRow

@@ -10,9 +10,9 @@ from typing import Any
 from sqlalchemy import Select, bindparam, or_, select
 from sqlalchemy.orm import Session
 
-from client.constants import STEP_STARTS, argument_step, entry_step
-from client.schemas import BestBefore, ComparisonOut, ExperimentOut, ExperimentPage, ResultOut, RunOut
-from client.states import AGENT_KINDS, RunState
+from protocol.constants import STEP_STARTS, argument_step, entry_step
+from protocol.schemas import BestBefore, ComparisonOut, ExperimentOut, ExperimentPage, ResultOut, RunOut
+from protocol.states import AGENT_KINDS, RunState
 from server.crud.runs import runs_of
 from server.models import (
     ApiToken,
@@ -269,7 +269,7 @@ def by_commit(session: Session, commit: str) -> Experiment | None:
 @dataclass(frozen=True)
 class Touched:
     """GET /experiments (and MCP's search) by what a change touched: a constant it set (its name;
-    for a knob, client/constants.py, also its last part or a path above it: `width` and
+    for a knob, protocol/constants.py, also its last part or a path above it: `width` and
     `DEVICE_SETTINGS` both find `DEVICE_SETTINGS["cuda"].width`), or text one of its changed
     lines contains (case-sensitive, whitespace collapsed as the stored lines are)."""
 

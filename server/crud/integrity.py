@@ -1,4 +1,4 @@
-"""Integrity events: a run that ended in an integrity class (harness.result.INTEGRITY_CLASSES)
+"""Integrity events: a run that ended in an integrity class (protocol.result.INTEGRITY_CLASSES)
 holds its agent's queued experiments until an admin clears the event (docs/api.md, "Integrity").
 
 An honest train.py cannot end `non_causal` or `score_over_budget`; a candidate that does tried to
@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Select, insert, select, update
 from sqlalchemy.orm import Session
 
-from client.schemas import IntegrityEventOut
+from protocol.schemas import IntegrityEventOut
 from server.crud.experiments import agent_names
 from server.crud.tokens import Principal
 from server.models import EXPERIMENTS, INTEGRITY_EVENTS, RESULTS, RUNS, utcnow

@@ -20,8 +20,8 @@ from typing import Any
 from sqlalchemy import Update, bindparam, case, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from client.schemas import ProgressEventIn
-from client.states import ExperimentStatus, LeaseState, RunState
+from protocol.schemas import ProgressEventIn
+from protocol.states import ExperimentStatus, LeaseState, RunState
 from server.crud import integrity
 from server.crud import noise as noise_crud
 from server.crud.runs import live_runs

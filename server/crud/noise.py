@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from sqlalchemy import ColumnElement, and_, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from client.schemas import NoiseOut
-from client.states import RunKind
+from protocol.schemas import NoiseOut
+from protocol.states import RunKind
 from server.models import EXPERIMENTS, NOISE, RUNS, NoiseEstimate, Result, utcnow
 from server.rules.judge import Noise
 from server.rules.noise_pool import pool

@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from client.schemas import NoteOut, NotePage
+from protocol.schemas import NoteOut, NotePage
 from server.crud.experiments import agent_names
 from server.models import ApiToken, Note
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from client.states import RETRYABLE_STATUSES, ExperimentStatus, RunState
+from protocol.states import RETRYABLE_STATUSES, ExperimentStatus, RunState
 from server.crud.leases import best_measurement
 from server.models import RUNS, Experiment, Result
 from server.rules.lifecycle import move_experiment

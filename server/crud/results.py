@@ -13,8 +13,8 @@ from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from client.schemas import ResultOutcome
-from client.states import RunState
+from protocol.schemas import ResultOutcome
+from protocol.states import RunState
 from server.core.problems import Problem
 from server.models import EXPERIMENTS, RESULTS, RUNS, AnyRow, Experiment, Result
 

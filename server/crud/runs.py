@@ -14,7 +14,7 @@ from datetime import datetime
 from sqlalchemy import and_, bindparam, case, func, insert, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
-from client.states import RunKind, RunState
+from protocol.states import RunKind, RunState
 from server.models import RUNS, Run
 
 SEED_BITS = 31  # seeds fit a C int: every library takes them

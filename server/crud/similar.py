@@ -23,8 +23,8 @@ from typing import Any
 from sqlalchemy import bindparam, or_, select
 from sqlalchemy.orm import Session
 
-from client.schemas import SimilarExperiment
-from client.states import SimilarityKind
+from protocol.schemas import SimilarExperiment
+from protocol.states import SimilarityKind
 from server.crud.experiments import labelled, track_names
 from server.models import (
     NOT_RERUN_STATUSES,

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.orm import Session
 
-from client.schemas import AgentStanding, LineageEntry, RankedResult
-from client.states import AGENT_KINDS, ExperimentStatus
+from protocol.schemas import AgentStanding, LineageEntry, RankedResult
+from protocol.states import AGENT_KINDS, ExperimentStatus
 from server.crud import integrity
 from server.crud import noise as noise_crud
 from server.crud.experiments import agent_label, agent_names

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from client.states import TokenKind
+from protocol.states import TokenKind
 from server.core.security import hash_token, new_token
 from server.models import TOKEN_KINDS, ApiToken, utcnow
 

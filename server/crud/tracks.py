@@ -15,7 +15,7 @@ from typing import NamedTuple
 from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
-from client.states import ExperimentStatus, RunKind, RunState
+from protocol.states import ExperimentStatus, RunKind, RunState
 from server.core.problems import Problem
 from server.crud.runs import queue_runs
 from server.models import EXPERIMENTS, FIRST_TRACK_ID, RUNS, TRACKS, Experiment, Track, Worker

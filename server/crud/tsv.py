@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from client.states import ExperimentStatus
+from protocol.states import ExperimentStatus
 from server.models import Experiment, ImportedResult, Result
 
 COLUMNS = ("commit", "val_bpb", "memory_gb", "status", "description")
@@ -30,7 +30,7 @@ DECISION_COLUMNS = ("runs", "effect", "effect_se", "best_runs", "p_value", "reas
 _NUMERIC_DECISION_COLUMNS = DECISION_COLUMNS[:-1]
 HEADER = "\t".join(COLUMNS)  # autoresearch's own
 HEADER_WITH_DECISIONS = "\t".join(COLUMNS + DECISION_COLUMNS)  # what the export writes
-# autoresearch's word for each decided status (client.states), for an experiment with a valid
+# autoresearch's word for each decided status (protocol.states), for an experiment with a valid
 # result: kept is `keep`; measured and not kept is `discard` (a rebased or stale change went on,
 # or ended, elsewhere); one without a valid result is CRASH, whatever its status. The only place
 # the two vocabularies meet (docs/api.md, "results.tsv").

@@ -8,8 +8,8 @@ cancelled experiment, or a running one already asked to stop, is left as it is.
 
 from __future__ import annotations
 
-from client.events import Finished, Queued
-from client.states import FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus, TokenKind
+from protocol.events import Finished, Queued
+from protocol.states import FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus, TokenKind
 from server.context import AppContext
 from server.core.problems import Problem, unknown_experiment
 from server.crud.requeue import has_result, queue_again

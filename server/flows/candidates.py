@@ -8,8 +8,8 @@ from datetime import datetime
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
-from client.events import Queued
-from client.states import ExperimentStatus, RunKind
+from protocol.events import Queued
+from protocol.states import ExperimentStatus, RunKind
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud.runs import queue_runs

@@ -33,8 +33,8 @@ from typing import Protocol
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from client.events import DECIDED_PAYLOAD, Queued, Reverted
-from client.states import DECIDED_STATUS, Decision, ExperimentStatus, Rule, RunKind, RunState
+from protocol.events import DECIDED_PAYLOAD, Queued, Reverted
+from protocol.states import DECIDED_STATUS, Decision, ExperimentStatus, Rule, RunKind, RunState
 from server.context import AppContext
 from server.crud.experiments import agent_label, agent_names, by_commit
 from server.crud.runs import cancel_queued_runs, count_runs, queue_runs

@@ -16,9 +16,9 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session
 
-from client.events import Finished, Progress, Queued, Started
-from client.schemas import ClaimOut, HeartbeatOut, ProgressEventIn
-from client.states import ExperimentStatus, LeaseState, RunState
+from protocol.events import Finished, Progress, Queued, Started
+from protocol.schemas import ClaimOut, HeartbeatOut, ProgressEventIn
+from protocol.states import ExperimentStatus, LeaseState, RunState
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import leases

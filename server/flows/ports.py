@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from client.schemas import PortIn
-from client.states import ExperimentStatus
+from protocol.schemas import PortIn
+from protocol.states import ExperimentStatus
 from server.context import AppContext
 from server.core.problems import Problem, unknown_experiment
 from server.crud.experiments import get_view

@@ -7,10 +7,10 @@ pure), its effects (server/flows/decisions.py), the experiment's row written.
 
 from __future__ import annotations
 
-from client.events import Finished
-from client.schemas import ResultIn, ResultOutcome
-from client.states import LeaseState, RunState
-from harness.result import INTEGRITY_CLASSES
+from protocol.events import Finished
+from protocol.result import INTEGRITY_CLASSES
+from protocol.schemas import ResultIn, ResultOutcome
+from protocol.states import LeaseState, RunState
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import evidence, integrity, results

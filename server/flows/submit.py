@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from sqlalchemy.orm import Session
 
-from client.schemas import ExperimentOut, SimilarExperiment, SimilarIn, SubmitIn
+from protocol.schemas import ExperimentOut, SimilarExperiment, SimilarIn, SubmitIn
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud.experiments import by_commit, get_view, resolve_commit

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from client.events import Summarised
+from protocol.events import Summarised
 from server.context import AppContext
 from server.crud import change_kinds, similar
 from server.trainpy.changes import summarize

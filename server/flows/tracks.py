@@ -14,10 +14,10 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from client.events import Finished, Queued
-from client.schemas import TrackIn, TrackOut, TracksOut
-from client.states import ExperimentStatus
 from harness.config import PRESETS
+from protocol.events import Finished, Queued
+from protocol.schemas import TrackIn, TrackOut, TracksOut
+from protocol.states import ExperimentStatus
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import tracks as crud

@@ -12,7 +12,7 @@ import logging
 import uuid
 from datetime import timedelta
 
-from client.schemas import RegisterIn, RegisterOut
+from protocol.schemas import RegisterIn, RegisterOut
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import workers

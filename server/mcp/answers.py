@@ -5,7 +5,7 @@ tool's answer as compact JSON text: no indentation, no null or empty fields, and
 to SIGNIFICANT_DIGITS significant digits. The structured content (what a client validates
 against the tool's output schema) keeps every field, with the same rounded numbers. Lists come
 in small pages (MCP_PAGE, with the API's cursor), experiments in lists with a few fields unless
-asked for others (BRIEF_FIELDS), and loss curves thinned to a few points (client.spread);
+asked for others (BRIEF_FIELDS), and loss curves thinned to a few points (protocol.spread);
 docs/agents.md has each tool's typical size.
 
 The list of tools is read by every agent at the start of every session, so it is short too

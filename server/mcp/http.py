@@ -25,7 +25,7 @@ from pydantic import AnyHttpUrl
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from client import Client
-from client.states import AGENT_KINDS
+from protocol.states import AGENT_KINDS
 from server.api.deps import principal_of
 from server.context import AppContext
 from server.mcp.tools import build_mcp

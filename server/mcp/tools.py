@@ -6,7 +6,7 @@ limits and errors are the routes' own, and a tool answers what the API would. A 
 inputs are the fields of the request body (`SubmitIn`, `NoteIn`, `SimilarIn`) or of the query
 parameters (`ExperimentsQuery`, `NotesQuery`, ... in server/api/params.py) of the route it calls:
 same names, types, limits and descriptions (tests/server/test_mcp_schemas.py), but a listing
-tool's first page is shorter. The tools return the API's response models (client/schemas.py,
+tool's first page is shorter. The tools return the API's response models (protocol/schemas.py,
 which the Python SDK returns too), which the MCP SDK publishes as their output schemas; lists of
 experiments carry the fields asked for, and loss curves a few points. Every answer is sent short
 (server.mcp.answers).
@@ -39,7 +39,7 @@ from pydantic.fields import FieldInfo
 
 from client import ApiError, ArgumentsError, Client, SchemaError
 from client.api import Submitted
-from client.schemas import (
+from protocol.schemas import (
     BestOut,
     CancelOut,
     ExperimentOut,
@@ -59,8 +59,8 @@ from client.schemas import (
     TracksOut,
     TransferOut,
 )
-from client.spread import spread
-from client.states import FINAL_STATUSES, ExperimentStatus
+from protocol.spread import spread
+from protocol.states import FINAL_STATUSES, ExperimentStatus
 from server.api.params import ExperimentsQuery, KeepRatesQuery, NearMissesQuery, NotesQuery, TrackField
 from server.mcp.answers import BRIEF_FIELDS, CURVE_POINTS, MCP_PAGE, compact_text, listed_input, rounded
 from server.mcp.arguments import unknown_arguments

@@ -19,8 +19,8 @@ import anyio.from_thread
 from mcp.server.mcpserver import Context
 
 from client import Client
-from client.schemas import ExperimentOut
-from client.states import FINAL_STATUSES, ExperimentStatus
+from protocol.schemas import ExperimentOut
+from protocol.states import FINAL_STATUSES, ExperimentStatus
 from server.core.config import MCP_MAX_WAIT_S
 
 MAX_WAIT_S = MCP_MAX_WAIT_S  # the default cap

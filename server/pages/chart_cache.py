@@ -19,7 +19,7 @@ from datetime import datetime
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
-from client.states import ExperimentStatus
+from protocol.states import ExperimentStatus
 from server.models import FIRST_TRACK_ID
 from server.pages import queries
 from server.pages.chart import Finished, build_chart

@@ -14,8 +14,8 @@ from typing import Literal, NamedTuple
 from sqlalchemy import ColumnElement, Select, case, func, select
 from sqlalchemy.orm import Session
 
-from client.schemas import NoiseOut
-from client.states import ExperimentStatus, LeaseState, RunState
+from protocol.schemas import NoiseOut
+from protocol.states import ExperimentStatus, LeaseState, RunState
 from server.crud import noise as noise_crud
 from server.crud.experiments import BASELINE_AGENT
 from server.crud.tracks import best_sample, current_best, load_track, offer_of, pins_of

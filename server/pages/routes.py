@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from client.states import ExperimentStatus
+from protocol.states import ExperimentStatus
 from server import history
 from server.api.deps import Ctx, Reader
 from server.api.params import Cursor

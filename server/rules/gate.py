@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from client.states import RETRYABLE_STATUSES, ExperimentStatus, Rule
+from protocol.states import RETRYABLE_STATUSES, ExperimentStatus, Rule
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ the verdict, and `server/flows/results.py` calls the three in that order, once p
 Before any comparison, what the run is a run of:
 
 - a decided experiment (the best's repeats, the baseline's measuring runs): the run only counts,
-  unless it ended in an integrity class (harness.result.INTEGRITY_CLASSES) and its experiment is a
+  unless it ended in an integrity class (protocol.result.INTEGRITY_CLASSES) and its experiment is a
   kept change that is the best now: a best caught later was never fit to keep, and is revoked.
 - an experiment whose cancel was requested while it ran: recorded, not compared.
 
@@ -50,12 +50,12 @@ from statistics import NormalDist
 
 import mpmath
 
-from client.states import Decision, Rule
-from harness.result import INTEGRITY_CLASSES
+from protocol.result import INTEGRITY_CLASSES
+from protocol.states import Decision, Rule
 
 
 class Action(StrEnum):
-    """What the verdict asks for: a decision (the same word as client.states.Decision), or one
+    """What the verdict asks for: a decision (the same word as protocol.states.Decision), or one
     more run of the candidate."""
 
     KEEP = Decision.KEEP.value
@@ -120,7 +120,7 @@ class JudgedRun:
     """The run that was just reported."""
 
     number: int
-    status: str  # harness.result.ResultStatus
+    status: str  # protocol.result.ResultStatus
     error_class: str | None
     val_bpb: float | None
     device: str

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from client.states import Direction, Part
+from protocol.states import Direction, Part
 from server.trainpy.changes import ChangeSummary
 
 

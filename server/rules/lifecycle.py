@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from client.states import DECIDED_STATUS, RETRYABLE_STATUSES, ExperimentStatus, RunState
+from protocol.states import DECIDED_STATUS, RETRYABLE_STATUSES, ExperimentStatus, RunState
 from server.models import Experiment, Run
 
 UNDECIDED = frozenset({ExperimentStatus.QUEUED, ExperimentStatus.RUNNING})

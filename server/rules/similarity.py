@@ -41,7 +41,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from client.states import SimilarityKind
+from protocol.states import SimilarityKind
 from server.trainpy.changes import ChangeSummary, ConstantChange
 
 # Two values of a constant are nearby when they are within a quarter of a doubling of each other

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from client.schemas import TRACK_PATTERN
+from protocol.schemas import TRACK_PATTERN
 
 _NAME = re.compile(TRACK_PATTERN)
 

@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from client.states import Decision, ExperimentStatus
+from protocol.states import Decision, ExperimentStatus
 
 DECIDED = (Decision.KEEP, Decision.REVERT, Decision.STALE)
 PENDING = (ExperimentStatus.QUEUED, ExperimentStatus.RUNNING)

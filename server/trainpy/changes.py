@@ -4,7 +4,7 @@ no git.
 
 "Has this been tried?" (similar experiments) and the keep rates by kind of change are built on
 this summary, so that both speak of a change in the same terms:
-- a constant is what client/constants.py finds (a module-level `NAME = <number>`); it changed
+- a constant is what protocol/constants.py finds (a module-level `NAME = <number>`); it changed
   when its value did (`2**19` and `524288` are the same value), or when it appeared or went;
 - a region is the top-level function or class a changed line sits in (`train`, `GPT.forward` for
   a method), or `module` for module-level code (constants included: those are counted by name);
@@ -21,7 +21,7 @@ import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from client.constants import assignment_pattern
+from protocol.constants import assignment_pattern
 from server.trainpy.outline import LineEdit, outlines
 
 MODULE = "module"  # the region of module-level code

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from client.schemas import Edit
+from protocol.schemas import Edit
 
 SHOWN_CHARS = 120  # of an `old` quoted in an error
 

@@ -22,10 +22,10 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
 
-from client.constants import NEWLINE, constants_in
+from protocol.constants import NEWLINE, constants_in
 
 Number = int | float
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")  # a line and its end (client.constants.NEWLINE)
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")  # a line and its end (protocol.constants.NEWLINE)
 _PARSING = threading.Lock()
 
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from client.schemas import ExperimentOut, ResultOut
 from harness.config import HarnessSettings
 from harness.data_layout import PreparedPaths
+from protocol.schemas import ExperimentOut, ResultOut
 from testkit.candidates import bigram
 from testkit.processes import InitialisedProject, Project, init_project, serve, wait_until
 from tests.deploy.slurm_cluster import GPUS, SlurmCluster

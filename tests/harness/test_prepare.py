@@ -14,7 +14,7 @@ from harness.config import HarnessSettings, load_settings
 from harness.data.errors import DataError
 from harness.data.shards import iter_texts
 from harness.data_layout import PreparedPaths, prepared_paths, read_manifest
-from harness.manifest import HARNESS_DIR, harness_source_sha256
+from harness.manifest import HARNESS_DIR, RESULT_FORMAT, harness_source_sha256
 from harness.prepare import prepare
 from harness.tokenizer import load_tokenizer
 
@@ -107,14 +107,20 @@ def test_harness_id_covers_settings_and_source(tmp_path: Path, fresh: Prepared) 
     assert read_manifest(small_settings(settings.data_dir, time_budget=4.0))["harness_id"] != base
     # Each run has its own seed (ctx.seed): the same harness, whatever the default seed.
     assert read_manifest(small_settings(settings.data_dir, seed=7))["harness_id"] == base
-    harness_copy = tmp_path / "harness"
+    harness_copy, result_copy = tmp_path / "harness", tmp_path / "result.py"
     shutil.copytree(HARNESS_DIR, harness_copy)
-    source = harness_source_sha256(harness_copy)
+    shutil.copy(RESULT_FORMAT, result_copy)
+    source = harness_source_sha256(harness_copy, result_copy)
+    assert source == harness_source_sha256()
     (harness_copy / "baseline" / "train.py").write_text("# an agent's change is not harness code\n")
-    assert harness_source_sha256(harness_copy) == source
+    assert harness_source_sha256(harness_copy, result_copy) == source
+    with open(result_copy, "a") as handle:
+        handle.write("\n# a change to what a result says\n")
+    changed = harness_source_sha256(harness_copy, result_copy)
+    assert changed != source
     with open(harness_copy / "evaluate.py", "a") as handle:
         handle.write("\n# a change to the scorer\n")
-    assert harness_source_sha256(harness_copy) != source
+    assert harness_source_sha256(harness_copy, result_copy) not in (source, changed)
 
 
 def test_reading_unprepared_data_says_how_to_prepare(tmp_path: Path) -> None:

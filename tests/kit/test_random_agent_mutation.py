@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.mutation import NoConstantsError, mutate_constants
-from client.constants import find_constants
+from protocol.constants import find_constants
 
 upper_names = st.from_regex(r"[A-Z][A-Z0-9_]{0,11}", fullmatch=True).filter(
     lambda name: name not in {"True", "False", "None"}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from testkit.processes import REPO_ROOT
 
-PACKAGES = ("harness", "server", "worker", "client", "cli", "agent")
+PACKAGES = ("harness", "server", "worker", "client", "protocol", "cli", "agent")
 
 
 def test_wheel_includes_the_baseline_train_py_and_program_md(tmp_path: Path) -> None:

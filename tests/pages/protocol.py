@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from client.api import Client
-from client.schemas import ResultOutcome
+from protocol.schemas import ResultOutcome
 from tests.pages.live_server import HARNESS_ID, PLATFORM, LiveServer
 
 _MATRIX_LR = re.compile(r"^MATRIX_LR = .*$", re.MULTILINE)

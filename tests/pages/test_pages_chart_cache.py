@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from client.states import ExperimentStatus
+from protocol.states import ExperimentStatus
 from server.core.db import Database, create_db_engine
 from server.crud.tracks import load_track
 from server.models import Experiment, NoiseEstimate, utcnow

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from client.schemas import ResultOutcome
+from protocol.schemas import ResultOutcome
 from tests.pages.live_server import LiveServer, live_server
 from tests.pages.protocol import Research
 

@@ -10,8 +10,8 @@ import pytest
 
 from harness.config import HarnessSettings
 from harness.data_layout import PreparedPaths
-from harness.result import ProgressEvent, RunResult
 from harness.runner import RunRequest, run_experiment
+from protocol.result import ProgressEvent, RunResult
 from tests.fixtures_data import test_data  # noqa: F401  (session fixture, re-exported for these tests)
 from tests.proc_scan import processes_left
 

@@ -14,8 +14,8 @@ import pytest
 from cli.main import main
 from harness.data.errors import DataError
 from harness.data_layout import read_manifest
-from harness.result import ProgressEvent
 from harness.runner import RunRequest, run_experiment, sandbox
+from protocol.result import ProgressEvent
 from tests.fixtures_data import CACHE_DIR
 from tests.runner.candidates import GOOD, compose
 from tests.runner.conftest import STARTUP_ROOM_S

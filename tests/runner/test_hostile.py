@@ -20,7 +20,7 @@ from harness.config import HarnessSettings
 from harness.data_layout import PreparedPaths
 from harness.evaluate import evaluate_bpb
 from harness.prepare import prepare
-from harness.result import INTEGRITY_CLASSES
+from protocol.result import INTEGRITY_CLASSES
 from tests.proc_scan import processes_left
 from tests.runner.candidates import FOLDER, compose
 

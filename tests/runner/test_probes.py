@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.config import PRESETS, load_settings
-from harness.result import INTEGRITY_CLASSES
 from harness.runner.scoring import agreement
 from harness.runner.scoring.score_plan import (
     PROBE_POWER,
@@ -25,6 +24,7 @@ from harness.runner.scoring.score_plan import (
     probe_batches,
     whole_rows,
 )
+from protocol.result import INTEGRITY_CLASSES
 
 
 @settings(max_examples=60, deadline=None)

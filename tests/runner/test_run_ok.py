@@ -16,9 +16,9 @@ from torch import nn
 from harness.config import HarnessSettings
 from harness.data_layout import prepared_paths, read_manifest
 from harness.evaluate import evaluate_bpb
-from harness.result import ProgressEvent
 from harness.runner import timing
 from harness.runner.scoring import score_budget
+from protocol.result import ProgressEvent
 from tests.runner.candidates import FOLDER, GOOD, compose
 from tests.runner.conftest import STARTUP_ROOM_S
 

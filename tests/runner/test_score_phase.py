@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.result import INTEGRITY_CLASSES
 from harness.runner.scoring import score_budget
 from harness.runner.scoring.agreement import LEAN_FRACTION, TOLERANCE_NATS
+from protocol.result import INTEGRITY_CLASSES
 from tests.runner.candidates import compose
 
 pytestmark = pytest.mark.heavy

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from harness.config import HarnessSettings
-from harness.result import ProgressEvent
 from harness.runner import RunRequest, close_warm_sandbox, run_experiment, warm_up
 from harness.runner.limits import idle_nice, session_nice
 from harness.runner.run_setup import take_spare
 from harness.runner.sandbox import SandboxUnavailableError
+from protocol.result import ProgressEvent
 from testkit.processes import REPO_ROOT
 from tests.proc_scan import processes_left, processes_mentioning
 from tests.runner.candidates import FOLDER

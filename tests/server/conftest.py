@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from sqlalchemy.engine import make_url
 
 from client import Client
-from client.schemas import ClaimOut, ResultOutcome
+from protocol.schemas import ClaimOut, ResultOutcome
 from server.context import AppContext
 from server.core.config import ServerSettings
 from server.crud.tokens import create_token

@@ -8,7 +8,7 @@ import time
 
 from sqlalchemy import func, select
 
-from client.schemas import ExperimentOut
+from protocol.schemas import ExperimentOut
 from server.models import Experiment
 from tests.server.conftest import BASELINE, Live, sim_worker
 

@@ -144,7 +144,7 @@ def test_event_streams_are_capped_per_client_and_in_all(live_factory) -> None:
 
 
 # Request strings that may hold NUL: the harness's record of a run, whose NUL characters are
-# replaced (client.schemas.storable_log), not refused.
+# replaced (protocol.schemas.storable_log), not refused.
 RECORDED_TEXT = {"error_message", "log_tail"}
 
 

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.mutation import mutate_constants
-from client.constants import counts_on, find_constants, knob_device
 from harness.runner.devices import platform_device
+from protocol.constants import counts_on, find_constants, knob_device
 from server.trainpy.changes import MODULE, ConstantChange, summarize
 
 BASELINE = (Path(__file__).resolve().parents[2] / "harness" / "baseline" / "train.py").read_text()

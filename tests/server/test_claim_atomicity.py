@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from client.schemas import SubmitIn
+from protocol.schemas import SubmitIn
 from server.crud.tokens import Principal
 from server.flows import leases
 from server.flows.submit import submit

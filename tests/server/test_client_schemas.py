@@ -1,4 +1,4 @@
-"""The SDK returns the server's own response models (client/schemas.py), so the protocol is typed
+"""The SDK returns the server's own response models (protocol/schemas.py), so the protocol is typed
 on both ends; an answer that is not the documented model is a SchemaError that names the endpoint,
 and an MCP tool reports it as `answer-not-understood`."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from client import ApiError, Client, SchemaError
 from client.api import Submitted
-from client.schemas import (
+from protocol.schemas import (
     BestOut,
     ClaimOut,
     ExperimentOut,
@@ -21,7 +21,7 @@ from client.schemas import (
     ResultOutcome,
     SimilarOut,
 )
-from client.states import Decision, ExperimentStatus, Rule, RunKind, RunState
+from protocol.states import Decision, ExperimentStatus, Rule, RunKind, RunState
 from tests.kit.cli_process import in_process
 from tests.mcp_session import connect_mcp
 from tests.server.conftest import DEVICE, HARNESS_ID, Live, SimWorker

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from client.schemas import Edit
+from protocol.schemas import Edit
 from server.trainpy.edits import EditError, apply_edits
 
-# Text as the API lets it in (client.schemas refuses NUL characters, and JSON carries no lone
+# Text as the API lets it in (protocol.schemas refuses NUL characters, and JSON carries no lone
 # surrogates, before any edit is applied).
 TEXT = st.characters(exclude_characters="\x00", exclude_categories=["Cs"])
 SOURCE = "DEPTH = 4\nWIDTH = 256\n\ndef train(model, ctx):\n    lr = 0.01\n    return lr\n"

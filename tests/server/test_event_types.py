@@ -1,4 +1,4 @@
-"""The typed events (client/events.py): one payload class per event type, which is its type,
+"""The typed events (protocol/events.py): one payload class per event type, which is its type,
 the wire format the server has always sent (the fields the emitter set), and the SDK's parser
 reading it back."""
 
@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from sqlalchemy.orm import Session
 
-from client.events import (
+from protocol.events import (
     DECIDED_EVENTS,
     DECIDED_PAYLOAD,
     PAYLOADS,
@@ -23,7 +23,7 @@ from client.events import (
     Summarised,
     parse_stream,
 )
-from client.states import DECIDED_STATUS, Decision, RunState
+from protocol.states import DECIDED_STATUS, Decision, RunState
 from server.transaction import Transaction
 
 EXAMPLES: list[Payload] = [

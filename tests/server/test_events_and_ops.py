@@ -16,8 +16,8 @@ from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
 from client import ApiError, Client
-from client.events import EventType, Queued, ServerEvent
-from client.schemas import ImportOut
+from protocol.events import EventType, Queued, ServerEvent
+from protocol.schemas import ImportOut
 from server.crud import tsv
 from server.models import Experiment
 from testkit.pg_scratch import new_database

@@ -15,9 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import update
 
-from client.events import EventType
-from client.schemas import ClaimOut
-from client.states import RunState
+from protocol.events import EventType
+from protocol.schemas import ClaimOut
+from protocol.states import RunState
 from server.events import Broadcaster, Event
 from server.fleet import Fleet, progress_seconds, quietest_slot
 from server.flows import leases

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.states import RETRYABLE_STATUSES, ExperimentStatus, Rule
+from protocol.states import RETRYABLE_STATUSES, ExperimentStatus, Rule
 from server.rules.gate import BestMeasurement, Gate, gate_for
 
 BEST = 7

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from client import ApiError, Client
-from client.schemas import KeepRatesOut
+from protocol.schemas import KeepRatesOut
 from server.core.migrate import downgrade
 from server.main import create_app
 from tests.server.conftest import (

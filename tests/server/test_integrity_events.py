@@ -9,7 +9,7 @@ import json
 import pytest
 
 from client import ApiError
-from harness.result import INTEGRITY_CLASSES
+from protocol.result import INTEGRITY_CLASSES
 from server.crud.tokens import ENV_ADMIN_NAME
 from tests.kit.cli_process import in_process
 from tests.server.conftest import BASELINE, Live, LiveFactory, sim_worker

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import create_engine, insert, select
 
-from client.states import Rule
+from protocol.states import Rule
 from server.crud.noise import counted_clause
 from server.models import Base, Result
 from server.rules.judge import (

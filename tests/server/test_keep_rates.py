@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.states import Direction, Part
+from protocol.states import Direction, Part
 from server.rules.keep_rates import Kind, Outcome, keep_rates, kinds_of
 from server.trainpy.changes import summarize
 

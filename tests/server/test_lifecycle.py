@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import create_engine, insert, select
 from sqlalchemy.exc import StatementError
 
-from client.states import DECIDED_STATUS, FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus, RunState
+from protocol.states import DECIDED_STATUS, FINAL_STATUSES, RETRYABLE_STATUSES, ExperimentStatus, RunState
 from server.crud.leases import _START_EXPERIMENT
 from server.models import EXPERIMENTS, Base, Experiment, Run, utcnow
 from server.rules.lifecycle import (

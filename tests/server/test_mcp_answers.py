@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.spread import spread
+from protocol.spread import spread
 from server.mcp.answers import SIGNIFICANT_DIGITS, compact_text, rounded, without_empty
 
 json_data = st.recursive(

@@ -15,7 +15,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel
 
-from client.schemas import NoteIn, SimilarIn, SubmitIn
+from protocol.schemas import NoteIn, SimilarIn, SubmitIn
 from server.mcp.answers import MCP_PAGE
 from server.mcp.tools import build_mcp
 from tests.server.api_document import openapi

@@ -10,7 +10,7 @@ import pytest
 
 from cli.main import main as cli_main
 from client import ApiError
-from client.schemas import NoteOut
+from protocol.schemas import NoteOut
 from tests.server.conftest import BASELINE, Live, LiveFactory
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from client.states import ExperimentStatus
+from protocol.states import ExperimentStatus
 from server.crud.tsv import CRASH, TSV_STATUS
 from tests.kit.cli_process import in_process
 from tests.server.conftest import Live

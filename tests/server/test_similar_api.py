@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import delete, func, select
 
 from client import ApiError
-from client.schemas import SimilarExperiment
+from protocol.schemas import SimilarExperiment
 from server.main import create_app
 from server.models import Experiment, ExperimentChange, ExperimentCodeLine, ExperimentConstant
 from server.trainpy.patches import make_patch

@@ -13,8 +13,8 @@ from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
 from agent.mutation import mutate_constants
-from client.constants import find_constants
-from client.states import SimilarityKind
+from protocol.constants import find_constants
+from protocol.states import SimilarityKind
 from server.crud.similar import store_change, stored_summary
 from server.models import Base, ExperimentChange
 from server.rules.similarity import (

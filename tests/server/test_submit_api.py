@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import event
 
 from client import ApiError, Client
-from client.schemas import SubmitIn
+from protocol.schemas import SubmitIn
 from server.crud.experiments import get_view
 from server.crud.tokens import find_principal
 from server.flows.submit import submit

@@ -6,7 +6,7 @@ change judged by the noise-aware rule from a simulated worker's results."""
 
 from __future__ import annotations
 
-from client.constants import find_constants
+from protocol.constants import find_constants
 from tests.server.conftest import BASELINE, LiveFactory, sim_worker
 from tests.server.history_play import NOISE, summarised
 

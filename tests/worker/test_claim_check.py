@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from client.schemas import ClaimOut
+from protocol.schemas import ClaimOut
 from testkit.processes import Project
 from tests.local_http import send, serving
 from worker.main import hash_mismatch

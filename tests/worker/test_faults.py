@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from client.schemas import ExperimentOut
+from protocol.schemas import ExperimentOut
 from testkit.candidates import bigram
 from testkit.processes import Project, wait_until
 from tests.proc_scan import processes_mentioning

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.spread import spread
-from harness.result import ProgressEvent
+from protocol.result import ProgressEvent
+from protocol.spread import spread
 from testkit.processes import Project
 
 PROGRESS_ROUTE = "/api/v1/worker/leases/{lease_id}/progress"

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from client.events import EventType
+from protocol.events import EventType
 from server.api.deps import Ctx, Reader
 from server.core.problems import Problem
 from server.events import TooManySubscribers

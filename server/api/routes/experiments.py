@@ -9,7 +9,8 @@ from fastapi.responses import PlainTextResponse
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from client.schemas import (
+from protocol.result import ProgressEvent
+from protocol.schemas import (
     CancelOut,
     ExperimentOut,
     ExperimentPage,
@@ -19,7 +20,6 @@ from client.schemas import (
     SubmitIn,
     SubmitOut,
 )
-from harness.result import ProgressEvent
 from server.api.deps import Admin, Agent, Ctx, Reader, Responses
 from server.api.params import ExperimentsQuery, since_utc
 from server.context import AppContext

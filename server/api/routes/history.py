@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from client.schemas import KeepRatesOut, NearMissesOut
+from protocol.schemas import KeepRatesOut, NearMissesOut
 from server import history
 from server.api.deps import Ctx, Reader, Responses
 from server.api.params import KeepRatesQuery, NearMissesQuery

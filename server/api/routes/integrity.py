@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from client.schemas import ClearIn, IntegrityEventOut, IntegrityEventsOut
+from protocol.schemas import ClearIn, IntegrityEventOut, IntegrityEventsOut
 from server.api.deps import Admin, Ctx, Reader, Responses
 from server.api.params import IntegrityQuery
 from server.core.problems import Problem

@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from sqlalchemy.orm import Session
 
-from client.events import Note
-from client.schemas import NoteIn, NoteOut, NotePage
+from protocol.events import Note
+from protocol.schemas import NoteIn, NoteOut, NotePage
 from server.api.deps import Agent, Ctx, Reader, Responses
 from server.api.params import NotesQuery, since_utc
 from server.core.problems import Problem

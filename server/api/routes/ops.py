@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from sqlalchemy import text
 
-from client.schemas import HealthOut
+from protocol.schemas import HealthOut
 from server.api.deps import Ctx, Reader
 from server.metrics import render_metrics
 

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import PlainTextResponse
 
-from client.schemas import AgentsOut, BestOut, ChildrenOut, LeaderboardOut, NoiseListOut, RuleOut
+from protocol.schemas import AgentsOut, BestOut, ChildrenOut, LeaderboardOut, NoiseListOut, RuleOut
 from server.api.deps import Ctx, Reader, Responses
 from server.api.params import TrackQuery
 from server.core.problems import Problem

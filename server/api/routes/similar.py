@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from client.schemas import SimilarIn, SimilarOut
+from protocol.schemas import SimilarIn, SimilarOut
 from server.api.deps import Ctx, Reader
 from server.context import AppContext
 from server.crud.similar import find_similar

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from starlette.concurrency import run_in_threadpool
 
-from client.schemas import TRACK_PATTERN, TrackIn, TrackOut, TracksOut, TransferOut
+from protocol.schemas import TRACK_PATTERN, TrackIn, TrackOut, TracksOut, TransferOut
 from server import history
 from server.api.deps import Admin, Ctx, Reader, Responses
 from server.flows import tracks

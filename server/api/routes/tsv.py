@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
-from client.schemas import ImportOut
+from protocol.schemas import ImportOut
 from server.api.deps import Admin, Ctx, Reader, Responses
 from server.api.params import TrackQuery
 from server.core.problems import Problem

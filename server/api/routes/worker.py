@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
-from client.schemas import (
+from protocol.schemas import (
     STATES_NUL_FREE,
     ClaimIn,
     ClaimOut,

@@ -16,8 +16,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from client.states import Decision, Direction, ExperimentStatus, Part, Rule, RunKind, RunState, SimilarityKind
-from harness.result import ErrorClass, ProgressEvent, ResultStatus, RunConditions, RunResult
+from protocol.result import ErrorClass, ProgressEvent, ResultStatus, RunConditions, RunResult
+from protocol.states import (
+    Decision,
+    Direction,
+    ExperimentStatus,
+    Part,
+    Rule,
+    RunKind,
+    RunState,
+    SimilarityKind,
+)
 
 # The largest integer accepted: exact as a JSON double, so that every client reads the bound alike
 # (2**63 - 1 is not), and far beyond any count of steps, tokens or parameters.

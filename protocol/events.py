@@ -18,8 +18,8 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from client.states import Decision, ExperimentStatus, RunState
-from harness.result import ProgressEvent, ResultStatus
+from protocol.result import ProgressEvent, ResultStatus
+from protocol.states import Decision, ExperimentStatus, RunState
 
 
 class EventType(StrEnum):
@@ -122,7 +122,7 @@ class Stale(Decided):
     TYPE = EventType.STALE
 
 
-# Named for the status the decision leaves the experiment in (client/states.py, DECIDED_STATUS).
+# Named for the status the decision leaves the experiment in (protocol/states.py, DECIDED_STATUS).
 DECIDED_PAYLOAD: dict[Decision, type[Decided]] = {
     Decision.KEEP: Kept,
     Decision.REVERT: Reverted,

@@ -1,7 +1,7 @@
 """The words of the protocol, each defined once: experiment statuses, decisions and run states,
 the decision rule, the kinds of change (keep rates) and of similarity.
 
-The server's models and schemas (client/schemas.py) and the SDK import these; a status or
+The server's models and schemas (protocol/schemas.py) and the SDK import these; a status or
 decision word is written nowhere else. They are `StrEnum`s, so each member is also the plain
 string the API sends.
 """
