@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from protocol.states import Rule
 from server.rules.judge import RuleSettings
+from server.trainpy.limits import Limits
 
 # The longest an MCP tool call waits for decisions: under a client's read timeout of 10 s (a common
 # one), with room for the answer (server/mcp/waits.py).
@@ -91,6 +92,12 @@ class ServerSettings(BaseSettings):
             screen_margin=self.screen_margin,
             futility_margin=self.futility_margin,
             max_runs=self.max_runs,
+        )
+
+    @property
+    def train_py_limits(self) -> Limits:
+        return Limits(
+            self.train_py_max_bytes, self.train_py_max_data_bytes, self.train_py_max_information_bytes
         )
 
     @property

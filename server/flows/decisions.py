@@ -51,7 +51,6 @@ from server.models import EXPERIMENTS, RUNS, TRACKS, AnyRow, Experiment, Run, ut
 from server.rules.judge import Action, Comparison, Verdict
 from server.rules.lifecycle import move_experiment, move_run
 from server.trainpy.carry import CACHED, Carried, carried
-from server.trainpy.limits import Limits
 from server.transaction import Transaction
 
 log = logging.getLogger(__name__)
@@ -219,7 +218,7 @@ def _carry_onto_best(ctx: AppContext, experiment: Carriable, best_commit: str, a
         best_commit,
         message,
         author,
-        Limits.of(ctx.settings),
+        ctx.settings.train_py_limits,
     )
 
 

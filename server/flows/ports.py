@@ -25,7 +25,6 @@ from server.flows.decisions import queue_best_repeats
 from server.flows.submit import SubmitOutcome
 from server.models import Experiment
 from server.trainpy.carry import carried
-from server.trainpy.limits import Limits
 
 TRIES = 3  # the target's best moved while the change was carried: carried again onto the new one
 
@@ -104,7 +103,7 @@ def _read(ctx: AppContext, experiment_id: int, body: PortIn) -> Port:
 
 def _queued(ctx: AppContext, principal: Principal, port: Port) -> SubmitOutcome | None:
     """The port queued (or its twin found); None when the target's best moved meanwhile."""
-    limits = Limits.of(ctx.settings)
+    limits = ctx.settings.train_py_limits
     carry = carried(ctx.repo, port.base, port.commit, port.best, port.message, principal.name, limits)
     if carry.stale is not None:
         raise Problem(

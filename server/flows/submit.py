@@ -34,7 +34,7 @@ from server.models import IdempotencyKey
 from server.rules.similarity import Change
 from server.trainpy.changes import summarize
 from server.trainpy.edits import EditError, apply_edits
-from server.trainpy.limits import Limits, refusal
+from server.trainpy.limits import refusal
 from server.trainpy.patches import PatchError, apply_patch, parse_patch
 from server.trainpy.research_repo import blob_sha
 
@@ -163,7 +163,7 @@ def _new_train_py(ctx: AppContext, body: SubmitIn | SimilarIn, base_source: str)
     else:
         assert body.train_py is not None
         new = body.train_py
-    refused = refusal(new, Limits.of(settings))
+    refused = refusal(new, settings.train_py_limits)
     if refused is not None:
         raise Problem(refused.status, refused.kind, f"the new {refused.detail}")
     if new == base_source:

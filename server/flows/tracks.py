@@ -27,7 +27,6 @@ from server.crud.tracks import offer_of, pins_of
 from server.models import FIRST_TRACK_ID, Track, Worker, utcnow
 from server.rules.lifecycle import move_experiment
 from server.rules.tracks import refusal
-from server.trainpy.limits import Limits
 from server.trainpy.limits import refusal as train_py_refusal
 from server.trainpy.research_repo import best_branch, blob_sha
 
@@ -81,7 +80,7 @@ def create(ctx: AppContext, admin: Principal, body: TrackIn) -> TrackOut:
             422, "unknown-preset", f"preset {body.preset!r} is not one of {', '.join(sorted(PRESETS))}"
         )
     if body.train_py is not None:
-        refused = train_py_refusal(body.train_py, Limits.of(ctx.settings))
+        refused = train_py_refusal(body.train_py, ctx.settings.train_py_limits)
         if refused is not None:
             raise Problem(refused.status, refused.kind, f"the baseline {refused.detail}")
     with ctx.db.read() as session:

@@ -11,23 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from server.core.config import ServerSettings
 from server.trainpy.data import densest_statement, information, measure
 
 
 @dataclass(frozen=True)
 class Limits:
+    """What a train.py may be (ServerSettings.train_py_limits)."""
+
     max_bytes: int  # TRAIN_PY_MAX_BYTES
     max_data_bytes: int  # TRAIN_PY_MAX_DATA_BYTES: literals and comments
     max_information_bytes: int  # TRAIN_PY_MAX_INFORMATION_BYTES: its size under deflate
-
-    @classmethod
-    def of(cls, settings: ServerSettings) -> Limits:
-        return cls(
-            settings.train_py_max_bytes,
-            settings.train_py_max_data_bytes,
-            settings.train_py_max_information_bytes,
-        )
 
 
 @dataclass(frozen=True)

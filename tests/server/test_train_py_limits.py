@@ -13,7 +13,7 @@ COMMENTS = "# a long comment line that is not code at all\n" * 4  # 188 bytes of
 
 
 def test_the_baseline_passes_the_default_limits() -> None:
-    assert refusal(BASELINE, Limits.of(ServerSettings())) is None
+    assert refusal(BASELINE, ServerSettings().train_py_limits) is None
 
 
 def test_each_limit_refuses_alone_naming_itself() -> None:
