@@ -89,7 +89,7 @@ class Strict(Input):
 
 
 class Edit(Strict):
-    """One search/replace edit of train.py (server/trainpy/edits.py)."""
+    """One search/replace edit of train.py."""  # applied by server/trainpy/edits.py
 
     old: Text = Field(min_length=1, description="text of train.py to replace: it must occur exactly once")
     new: Text = Field(description="what replaces it (empty: delete it)")
@@ -571,7 +571,7 @@ class ConstantSetOut(BaseModel):
 
 
 class ChangeOut(BaseModel):
-    """What a change made (server/trainpy/changes.py), as stored when it was decided."""
+    """What a change made, as stored when it was decided."""  # server/trainpy/changes.py
 
     parsed: bool | None = Field(
         description="both train.py files parse; when not, its constants and regions are unknown"
