@@ -3,7 +3,7 @@
 With ten thousand experiments, reading every finished one and drawing the chart is most of the
 cost of the leaderboard, yet it changes only when an experiment finishes or the best is run again.
 Each request reads a cheap key (counts and id sums per status, from an index, plus the best's
-runs and the noise estimate: `queries.chart_signature`); when it moved, only the experiments that
+runs and the noise estimate: `pages.chart_signature`); when it moved, only the experiments that
 finished after the last one read are fetched, the kept ones' means are read again (a best's
 repeats move its mean), and the chart is redrawn. One chart per track.
 Should the rows read so far plus the new ones not add up to the key (an experiment that finished
@@ -20,8 +20,8 @@ from markupsafe import Markup
 from sqlalchemy.orm import Session
 
 from protocol.states import ExperimentStatus
+from server.crud import pages
 from server.models import FIRST_TRACK_ID
-from server.pages import queries
 from server.pages.chart import Finished, build_chart
 from server.pages.templating import templates
 
@@ -37,7 +37,7 @@ class Plotted:
     last: tuple[datetime, int] | None = None  # (finished_at, id) of the last row read
     crashed_runs: int = 0  # reverted without a score
 
-    def extended(self, rows: list[queries.PlottedRow]) -> Plotted:
+    def extended(self, rows: list[pages.PlottedRow]) -> Plotted:
         totals = dict(self.totals)
         crashed = self.crashed_runs
         for row in rows:
@@ -61,7 +61,7 @@ class Plotted:
 
 @dataclass(frozen=True)
 class PlottedView:
-    key: queries.ChartSignature
+    key: pages.ChartSignature
     plotted: Plotted
     markup: Markup  # the chart's <figure>
 
@@ -71,20 +71,20 @@ class ChartCache:
         self._views: dict[int, PlottedView] = {}  # by track
 
     def view(self, session: Session, totals: Totals, track_id: int = FIRST_TRACK_ID) -> PlottedView:
-        """The track's chart; `totals` are its status totals (queries.status_totals)."""
-        key = queries.chart_signature(session, totals, track_id)
+        """The track's chart; `totals` are its status totals (pages.status_totals)."""
+        key = pages.chart_signature(session, totals, track_id)
         view = self._views.get(track_id)  # one read: another thread may replace it, which is fine
         if view is not None and view.key == key:
             return view
         plotted = None
         if view is not None and view.plotted.last is not None:
-            rows = queries.plotted_rows(session, after=view.plotted.last, track_id=track_id)
+            rows = pages.plotted_rows(session, after=view.plotted.last, track_id=track_id)
             plotted = view.plotted.extended(rows)
-        if plotted is None or queries.plotted_key(plotted.totals) != key.plotted:
-            plotted = Plotted().extended(queries.plotted_rows(session, track_id=track_id))
-        plotted = plotted.with_kept(queries.kept_values(session, track_id))
+        if plotted is None or pages.plotted_key(plotted.totals) != key.plotted:
+            plotted = Plotted().extended(pages.plotted_rows(session, track_id=track_id))
+        plotted = plotted.with_kept(pages.kept_values(session, track_id))
         chart = build_chart(plotted.points, key.noise.sigma if key.noise is not None else None)
         markup = Markup(templates.get_template("_chart.html").render(chart=chart))
-        view = PlottedView(replace(key, plotted=queries.plotted_key(plotted.totals)), plotted, markup)
+        view = PlottedView(replace(key, plotted=pages.plotted_key(plotted.totals)), plotted, markup)
         self._views[track_id] = view
         return view

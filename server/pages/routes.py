@@ -19,14 +19,13 @@ from server import history
 from server.api.deps import Ctx, Reader
 from server.api.params import Cursor
 from server.core.problems import Problem
-from server.crud import standings
+from server.crud import pages, standings
 from server.crud.experiments import get_view
 from server.crud.leases import progress_of
 from server.crud.notes import list_notes
 from server.crud.similar import similar_to_experiment
 from server.crud.tracks import TrackState, all_tracks, by_name, current_best
 from server.models import Experiment, Result, Track
-from server.pages import queries
 from server.pages.diff_view import render_diff
 from server.pages.templating import templates
 
@@ -84,17 +83,17 @@ def leaderboard(
     track: TrackParam = None,
     status: Annotated[str | None, Query(max_length=20)] = None,
     agent: Annotated[str | None, Query(max_length=100)] = None,
-    sort: queries.SortKey = "id",
+    sort: pages.SortKey = "id",
     order: Literal["asc", "desc"] = "desc",
     page: Annotated[int, Query(ge=1, le=10_000_000)] = 1,
 ) -> HTMLResponse:
     status, agent = _status_filter(status), _optional(agent)
     with ctx.db.read() as session:
         shown, tracks = _page_track(session, track)
-        totals = queries.status_totals(session, shown.id)
+        totals = pages.status_totals(session, shown.id)
         plotted = request.app.state.pages_chart.view(session, totals, shown.id)
-        summary = queries.summary(session, totals, plotted.plotted.crashed_runs, shown.id)
-        table = queries.table_page(
+        summary = pages.summary(session, totals, plotted.plotted.crashed_runs, shown.id)
+        table = pages.table_page(
             session,
             status=status,
             agent=agent,
@@ -103,7 +102,7 @@ def leaderboard(
             page=page,
             track_id=shown.id,
         )
-        agents = queries.agent_choices(session)
+        agents = pages.agent_choices(session)
         near = history.near_miss_list(session, ctx.repo, shown, NEAR_MISSES_SHOWN)
     chosen = shown.name if track is not None else None  # the default track stays out of the links
     params = {
@@ -149,8 +148,8 @@ def experiment_page(
             return templates.TemplateResponse(
                 request, "not_found.html", {"what": f"experiment {experiment_id}"}, status_code=404
             )
-        place = queries.run_place(session, experiment_id)
-        base_id = queries.experiment_id_of_commit(session, view.base)
+        place = pages.run_place(session, experiment_id)
+        base_id = pages.experiment_id_of_commit(session, view.base)
         notes = list_notes(session, experiment_id=experiment_id, limit=NOTES_SHOWN).items
         experiment = session.get(Experiment, experiment_id)
         assert experiment is not None
@@ -196,7 +195,7 @@ def agents_page(request: Request, ctx: Ctx, _reader: Reader, track: TrackParam =
     with ctx.db.read() as session:
         shown, tracks = _page_track(session, track)
         rows = standings.agent_standings(session, shown.id)
-        contributions = queries.best_contributions(session, shown.id)
+        contributions = pages.best_contributions(session, shown.id)
         rates = history.keep_rate_table(session, shown, limit=KEEP_RATES_SHOWN)
     return templates.TemplateResponse(
         request,
@@ -216,7 +215,7 @@ def agents_page(request: Request, ctx: Ctx, _reader: Reader, track: TrackParam =
 @router.get("/workers")
 def workers_page(request: Request, ctx: Ctx, _reader: Reader) -> HTMLResponse:
     with ctx.db.read() as session:
-        rows = queries.workers(session, ctx.settings.lease_seconds, all_tracks(session))
+        rows = pages.workers(session, ctx.settings.lease_seconds, all_tracks(session))
     return templates.TemplateResponse(
         request,
         "workers.html",
@@ -262,7 +261,7 @@ def notes_page(
         page = list_notes(
             session, author=author, limit=NOTES_SHOWN, before_id=int(cursor) if cursor else None
         )
-        authors = queries.note_authors(session)
+        authors = pages.note_authors(session)
     older = {"author": author, "cursor": page.next_cursor}
     return templates.TemplateResponse(
         request,

@@ -12,9 +12,9 @@ from sqlalchemy import select
 
 from protocol.states import ExperimentStatus
 from server.core.db import Database, create_db_engine
+from server.crud import pages
 from server.crud.tracks import load_track
 from server.models import Experiment, NoiseEstimate, utcnow
-from server.pages import queries
 from server.pages.chart_cache import ChartCache
 from testkit.seeded_history import seed_experiments
 from tests.pages.live_server import init_research
@@ -44,7 +44,7 @@ def finish(db: Database, status: str, val_bpb: float | None, finished_at: dateti
 
 def view_markup(cache: ChartCache, db: Database) -> tuple[str, int]:
     with db.read() as session:
-        view = cache.view(session, queries.status_totals(session))
+        view = cache.view(session, pages.status_totals(session))
         return str(view.markup), view.plotted.crashed_runs
 
 

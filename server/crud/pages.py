@@ -1,4 +1,4 @@
-"""Database reads for the web pages that the API's crud modules do not offer.
+"""Database reads for the web pages that the other crud modules do not offer.
 
 Each function is a handful of indexed queries returning plain rows, so that the leaderboard stays
 fast with tens of thousands of experiments (bench/pages.py measures it).
