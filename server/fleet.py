@@ -43,13 +43,11 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
-from sqlalchemy import func, literal, select, union_all
 from starlette.concurrency import run_in_threadpool
 
-from protocol.states import RunState
 from server.core.db import Database
+from server.crud.runs import queued_by_track
 from server.events import Broadcaster
-from server.models import RUNS, TRACKS
 
 log = logging.getLogger(__name__)
 
@@ -159,30 +157,7 @@ def quietest_slot(ends: Mapping[int, int], first: int, last: int, draw: float) -
     return quietest[int(draw * len(quietest))]
 
 
-_ACTIVE_TRACKS = select(TRACKS.c.id, TRACKS.c.name).where(TRACKS.c.archived_at.is_(None))
-
-
 def queued_runs(db: Database, limit: int) -> dict[str | None, int]:
-    """How many runs are queued on each track not archived, counting at most `limit` of each (on
-    the queue index), in one statement."""
+    """How many runs are queued on each track not archived, counting at most `limit` of each."""
     with db.read() as session:
-        tracks = session.execute(_ACTIVE_TRACKS).all()
-        if not tracks:
-            return {}
-        counts = [
-            select(
-                literal(track_id).label("track_id"),
-                select(func.count())
-                .select_from(
-                    select(RUNS.c.id)
-                    .where(RUNS.c.status == RunState.QUEUED, RUNS.c.track_id == track_id)
-                    .limit(limit)
-                    .subquery()
-                )
-                .scalar_subquery()
-                .label("queued"),
-            )
-            for track_id, _name in tracks
-        ]
-        found = {row.track_id: int(row.queued or 0) for row in session.execute(union_all(*counts))}
-    return {name: found.get(track_id, 0) for track_id, name in tracks}
+        return {name: queued for name, queued in queued_by_track(session, limit).items()}

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from cachetools import LRUCache
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from protocol.schemas import (
@@ -28,50 +27,28 @@ from protocol.schemas import (
     TransferOut,
     TransferTrack,
 )
-from protocol.states import Decision, Direction, Part
+from protocol.states import Direction, Part
 from server.crud import change_kinds
 from server.crud import noise as noise_crud
 from server.crud.experiments import labelled, track_names
 from server.crud.tracks import TrackState
 from server.crud.transfer import tried_on_several_tracks
-from server.models import EXPERIMENTS
 from server.rules.keep_rates import KeepRates, Tally, keep_rates
-from server.rules.near_misses import Measured, NearMiss, near_misses
+from server.rules.near_misses import NearMiss, near_misses
 from server.rules.transfer import transfers
 from server.trainpy.patches import PatchError
 from server.trainpy.research_repo import ResearchRepo, UnknownCommit
 
 T = TypeVar("T")
-_REVERTED_AND_MEASURED = select(
-    EXPERIMENTS.c.id,
-    EXPERIMENTS.c.effect,
-    EXPERIMENTS.c.effect_se,
-    EXPERIMENTS.c.compared_runs,
-    EXPERIMENTS.c.best_runs,
-).where(
-    EXPERIMENTS.c.decision == Decision.REVERT,
-    EXPERIMENTS.c.valid_runs > 0,
-    EXPERIMENTS.c.effect.is_not(None),
-    EXPERIMENTS.c.compared_runs.is_not(None),
-)
 
 
 def near_miss_list(session: Session, repo: ResearchRepo, track: TrackState, limit: int) -> NearMissesOut:
     """The `limit` strongest near misses of the track, on its platform (server/rules/near_misses.py)."""
     estimate = noise_crud.noise(session, track.id, track.platform, track.harness_id)
     noise_sigma = estimate.sigma if estimate is not None else None
-    # Most reverted experiments measured worse: only gains are read (the rule is near_misses()).
-    gained = EXPERIMENTS.c.effect < 0
-    statement = _REVERTED_AND_MEASURED.where(
-        EXPERIMENTS.c.track_id == track.id, EXPERIMENTS.c.platform == track.platform, gained
-    )
 
     def ranked() -> list[NearMiss]:
-        measured = [
-            Measured(row.id, row.effect, row.effect_se, row.compared_runs, row.best_runs or 0)
-            for row in session.execute(statement)
-        ]
-        return near_misses(measured, noise_sigma)
+        return near_misses(change_kinds.reverted_gains(session, track.id, track.platform), noise_sigma)
 
     # The pooled noise changes with runs, not decisions: it is one of the arguments.
     found = NEAR_MISSES.get(session, (track.id, track.platform, noise_sigma), ranked)[:limit]
@@ -169,11 +146,6 @@ def keep_rate_table(
     )
 
 
-_DECIDED = select(func.count(), func.coalesce(func.sum(EXPERIMENTS.c.id), 0)).where(
-    EXPERIMENTS.c.decision.is_not(None), EXPERIMENTS.c.changes_parsed.is_not(None)
-)
-
-
 class SinceLastDecision:
     """What was computed last from the decided experiments, per database and arguments.
 
@@ -190,8 +162,7 @@ class SinceLastDecision:
 
     def get(self, session: Session, arguments: tuple[Any, ...], compute: Callable[[], T]) -> T:
         place = (str(session.get_bind().engine.url), *arguments)
-        count, ids = session.execute(_DECIDED).one()
-        state = (int(count), int(ids))
+        state = change_kinds.decided(session)
         with self._lock:  # cachetools' caches are not thread-safe; requests run in threads
             computed = self._computed.get(place)
         if computed is None or computed[0] != state:

@@ -17,12 +17,11 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from sqlalchemy import case, func, select
 
 from protocol.states import FINAL_STATUSES, ExperimentStatus, RunState
 from server.context import AppContext
+from server.crud import metrics
 from server.flows.workers import online
-from server.models import Experiment, Result, Run
 
 DURATION_BUCKETS = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 3600.0)
 
@@ -38,27 +37,9 @@ class DatabaseCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         with self.ctx.db.read() as session:
-            by_status = dict(
-                session.execute(select(Experiment.status, func.count()).group_by(Experiment.status)).all()
-            )
-            runs_by_state = dict(
-                session.execute(
-                    select(Run.status, func.count())
-                    .where(Run.status.in_((RunState.QUEUED, RunState.RUNNING)))
-                    .group_by(Run.status)
-                ).all()
-            )
-            bucket_columns = [
-                func.sum(case((Result.total_seconds <= bound, 1), else_=0)) for bound in DURATION_BUCKETS
-            ]
-            row = session.execute(
-                select(
-                    func.count(Result.total_seconds),
-                    func.coalesce(func.sum(Result.total_seconds), 0.0),
-                    *bucket_columns,
-                )
-            ).one()
-        count, total, buckets = row[0], row[1], row[2:]
+            by_status = metrics.experiments_by_status(session)
+            runs_by_state = metrics.live_runs_by_state(session)
+            count, total, buckets = metrics.run_durations(session, DURATION_BUCKETS)
         yield GaugeMetricFamily(
             "autoresearch_queue_depth",
             "Runs waiting in the queue (first runs, confirmation runs, repeats of the best).",

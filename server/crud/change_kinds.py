@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from itertools import groupby
 from typing import Any
 
-from sqlalchemy import bindparam, delete, exists, insert, select, update
+from sqlalchemy import bindparam, delete, exists, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from harness.runner.devices import platform_device
@@ -28,6 +28,7 @@ from protocol.states import Decision, Direction, Part
 from server.crud.similar import stored_summary
 from server.models import CHANGE_KINDS, EXPERIMENTS, RESULTS, Experiment, ExperimentChange
 from server.rules.keep_rates import Kind, Outcome, kinds_of
+from server.rules.near_misses import Measured
 from server.trainpy.changes import ChangeSummary
 
 # A change that sets more constants (or touches more regions) than this is a rewrite, not a kind
@@ -179,3 +180,43 @@ def stored(session: Session, experiment_ids: Sequence[int], platform: str | None
         if counts(row.part, row.name, device):
             found.setdefault(row.experiment_id, []).append(row)
     return found
+
+
+_REVERTED_AND_GAINED = select(
+    EXPERIMENTS.c.id,
+    EXPERIMENTS.c.effect,
+    EXPERIMENTS.c.effect_se,
+    EXPERIMENTS.c.compared_runs,
+    EXPERIMENTS.c.best_runs,
+).where(
+    EXPERIMENTS.c.decision == Decision.REVERT,
+    EXPERIMENTS.c.valid_runs > 0,
+    EXPERIMENTS.c.effect.is_not(None),
+    EXPERIMENTS.c.compared_runs.is_not(None),
+    # Most reverted experiments measured worse: only gains are read (the rule is near_misses()).
+    EXPERIMENTS.c.effect < 0,
+)
+
+
+def reverted_gains(session: Session, track_id: int, platform: str | None) -> list[Measured]:
+    """The track's reverted experiments measured better than what they were compared with, on its
+    platform: what near_misses() ranks."""
+    statement = _REVERTED_AND_GAINED.where(
+        EXPERIMENTS.c.track_id == track_id, EXPERIMENTS.c.platform == platform
+    )
+    rows = session.execute(statement)
+    return [
+        Measured(row.id, row.effect, row.effect_se, row.compared_runs, row.best_runs or 0) for row in rows
+    ]
+
+
+_DECIDED = select(func.count(), func.coalesce(func.sum(EXPERIMENTS.c.id), 0)).where(
+    EXPERIMENTS.c.decision.is_not(None), EXPERIMENTS.c.changes_parsed.is_not(None)
+)
+
+
+def decided(session: Session) -> tuple[int, int]:
+    """How many experiments are decided with their change summarised, and the sum of their ids:
+    what changes when a decision counts in keep rates and near misses."""
+    count, ids = session.execute(_DECIDED).one()
+    return int(count), int(ids)

@@ -15,6 +15,7 @@ from protocol.schemas import BestBefore, ComparisonOut, ExperimentOut, Experimen
 from protocol.states import AGENT_KINDS, RunState
 from server.crud.runs import runs_of
 from server.models import (
+    AnyRow,
     ApiToken,
     Experiment,
     ExperimentChange,
@@ -263,6 +264,17 @@ def by_commit(session: Session, commit: str) -> Experiment | None:
     """The experiment whose commit this is (the oldest, should two share it)."""
     return session.scalars(
         select(Experiment).where(Experiment.commit_sha == commit).order_by(Experiment.id).limit(1)
+    ).first()
+
+
+def status_of_commit(session: Session, commit: str, track_id: int) -> AnyRow | None:
+    """The status and decision reason of the track's experiment whose commit this is (the oldest,
+    should two share it)."""
+    return session.execute(
+        select(Experiment.status, Experiment.decision_reason)
+        .where(Experiment.commit_sha == commit, Experiment.track_id == track_id)
+        .order_by(Experiment.id)
+        .limit(1)
     ).first()
 
 

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from protocol.schemas import ResultOutcome
 from protocol.states import RunState
 from server.core.problems import Problem
-from server.models import EXPERIMENTS, RESULTS, RUNS, AnyRow, Experiment, Result
+from server.models import EXPERIMENTS, RESULTS, RUNS, AnyRow, Experiment, Result, Run
 
 RESULT_COLUMNS = frozenset(RESULTS.columns.keys())
 _INSERT_RESULT = insert(RESULTS)
@@ -75,3 +75,11 @@ def insert_result(session: Session, row: dict[str, Any]) -> None:
 
 def update_experiment(session: Session, experiment_id: int, changes: dict[str, object]) -> None:
     session.connection().execute(_UPDATE_EXPERIMENT, {"experiment_id": experiment_id, **changes})
+
+
+def latest_result(session: Session, experiment_id: int, number: int | None = None) -> Result | None:
+    """The result of the experiment's run `number`, or of its latest run with one."""
+    statement = select(Result).join(Run, Run.id == Result.run_id).where(Result.experiment_id == experiment_id)
+    if number is not None:
+        statement = statement.where(Run.number == number)
+    return session.scalars(statement.order_by(Run.number.desc()).limit(1)).first()

@@ -9,13 +9,14 @@ ahead of everything submitted after that experiment.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import and_, bindparam, case, func, insert, or_, select, update
+from sqlalchemy import and_, bindparam, case, func, insert, literal, or_, select, union_all, update
 from sqlalchemy.orm import Session, aliased
 
 from protocol.states import RunKind, RunState
-from server.models import RUNS, Run
+from server.models import EXPERIMENTS, RUNS, TRACKS, AnyRow, Run
 
 SEED_BITS = 31  # seeds fit a C int: every library takes them
 
@@ -134,3 +135,60 @@ def runs_of(
         if place and place[0] is not None:
             places[run.id] = place[0]
     return found, places
+
+
+_ACTIVE_TRACKS = select(TRACKS.c.id, TRACKS.c.name).where(TRACKS.c.archived_at.is_(None))
+
+
+def queued_by_track(session: Session, limit: int) -> dict[str, int]:
+    """How many runs are queued on each track not archived (by name), counting at most `limit` of
+    each (on the queue index), in one statement."""
+    tracks = session.execute(_ACTIVE_TRACKS).all()
+    if not tracks:
+        return {}
+    counts = [
+        select(
+            literal(track_id).label("track_id"),
+            select(func.count())
+            .select_from(
+                select(RUNS.c.id)
+                .where(RUNS.c.status == RunState.QUEUED, RUNS.c.track_id == track_id)
+                .limit(limit)
+                .subquery()
+            )
+            .scalar_subquery()
+            .label("queued"),
+        )
+        for track_id, _name in tracks
+    ]
+    found = {row.track_id: int(row.queued or 0) for row in session.execute(union_all(*counts))}
+    return {name: found.get(track_id, 0) for track_id, name in tracks}
+
+
+# First runs queued on a former best of their track: the changes a claim will re-apply
+# (server/flows/decisions.py, reapply_before_running), each with its track's best.
+_QUEUED_ON_FORMER_BEST = (
+    select(
+        EXPERIMENTS.c.agent_id,
+        EXPERIMENTS.c.description,
+        EXPERIMENTS.c.hypothesis,
+        EXPERIMENTS.c.base_commit,
+        EXPERIMENTS.c.commit_sha,
+        TRACKS.c.best_commit.label("best"),
+    )
+    .join(RUNS, RUNS.c.experiment_id == EXPERIMENTS.c.id)
+    .join(TRACKS, TRACKS.c.id == EXPERIMENTS.c.track_id)
+    .where(
+        RUNS.c.number == 1,
+        RUNS.c.status == RunState.QUEUED,
+        EXPERIMENTS.c.decision.is_(None),
+        EXPERIMENTS.c.base_commit != TRACKS.c.best_commit,
+    )
+    .order_by(RUNS.c.queued_at, RUNS.c.id)
+)
+
+
+def queued_on_former_best(session: Session, limit: int) -> Sequence[AnyRow]:
+    """The first `limit` changes (in queue order) whose first run waits on a former best of their
+    track, each with that track's best (`best`)."""
+    return session.execute(_QUEUED_ON_FORMER_BEST.limit(limit)).all()

@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import bindparam, or_, select
+from sqlalchemy import bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
 from protocol.schemas import SimilarExperiment
-from protocol.states import SimilarityKind
+from protocol.states import ExperimentStatus, SimilarityKind
 from server.crud.experiments import labelled, track_names
 from server.models import (
     NOT_RERUN_STATUSES,
@@ -159,11 +159,37 @@ def _candidates(session: Session, change: Change, exclude: set[int], before_id: 
 
 # The experiments with this exact train.py that were run or will be (not cancelled or
 # infra-failed): built once (building one costs about what running it does), every submit runs
-# it; server/flows/candidates.py takes the first of them.
-SAME_TRAIN_PY = select(Experiment.id).where(
+# it. A train.py is run once per track: another track is other hardware or another preset, where
+# the same file measures something else.
+_SAME_TRAIN_PY = select(Experiment.id).where(
     Experiment.train_py_blob == bindparam("blob"), Experiment.status.in_(NOT_RERUN_STATUSES)
 )
-_SAME_TRAIN_PY_BEFORE = SAME_TRAIN_PY.where(Experiment.id < bindparam("before_id"))
+_SAME_TRAIN_PY_BEFORE = _SAME_TRAIN_PY.where(Experiment.id < bindparam("before_id"))
+_SAME_ON_TRACK = (
+    _SAME_TRAIN_PY.where(Experiment.track_id == bindparam("track_id")).order_by(Experiment.id).limit(1)
+)
+_SAME_AND_QUEUED = select(
+    _SAME_ON_TRACK.scalar_subquery(),
+    select(func.count())
+    .where(Experiment.agent_id == bindparam("agent_id"), Experiment.status == ExperimentStatus.QUEUED)
+    .scalar_subquery(),
+)
+
+
+def find_same_train_py(session: Session, blob: str, track_id: int) -> int | None:
+    """The id of an experiment of the track with this exact train.py that was run or will be (not
+    cancelled/infra-failed)."""
+    return session.scalars(_SAME_ON_TRACK, {"blob": blob, "track_id": track_id}).first()
+
+
+def same_train_py_and_queued(
+    session: Session, blob: str, agent_id: int, track_id: int
+) -> tuple[int | None, int]:
+    """What a submission checks with the track locked, in one query: `find_same_train_py`, and
+    how many experiments the agent has queued (on every track: the limit is the agent's)."""
+    params = {"blob": blob, "agent_id": agent_id, "track_id": track_id}
+    same, queued = session.execute(_SAME_AND_QUEUED, params).one()
+    return same, int(queued or 0)
 
 
 def find_similar(
@@ -181,7 +207,7 @@ def find_similar(
     identical: list[Match] = []
     if blob is not None:
         found = (
-            session.scalars(SAME_TRAIN_PY, {"blob": blob})
+            session.scalars(_SAME_TRAIN_PY, {"blob": blob})
             if before_id is None
             else session.scalars(_SAME_TRAIN_PY_BEFORE, {"blob": blob, "before_id": before_id})
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, and_, func, select
 from sqlalchemy.orm import Session
 
 from server.core.problems import Problem
@@ -29,7 +29,14 @@ def refuse_taken_name(session: Session, principal: Principal, name: str) -> None
         )
 
 
-def online_count(session: Session, since: datetime) -> int:
+def _online(since: datetime) -> ColumnElement[bool]:
     """Workers seen (register, claim or heartbeat) since `since`, and accepted by a track."""
-    statement = select(func.count()).where(Worker.last_seen_at >= since, Worker.refused.is_(None))
-    return int(session.scalar(statement) or 0)
+    return and_(Worker.last_seen_at >= since, Worker.refused.is_(None))
+
+
+def online_count(session: Session, since: datetime) -> int:
+    return int(session.scalar(select(func.count()).where(_online(since))) or 0)
+
+
+def online(session: Session, since: datetime) -> list[Worker]:
+    return list(session.scalars(select(Worker).where(_online(since))))

@@ -5,50 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import bindparam, func, select
-from sqlalchemy.orm import Session
-
 from protocol.events import Queued
 from protocol.states import ExperimentStatus, RunKind
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud.runs import queue_runs
-from server.crud.similar import SAME_TRAIN_PY, store_change
+from server.crud.similar import same_train_py_and_queued, store_change
 from server.crud.tokens import Principal
 from server.crud.tracks import TrackRef
 from server.models import Experiment, utcnow
 from server.trainpy.changes import ChangeSummary
 from server.transaction import Transaction
-
-# Built once: every submission runs it. A train.py is run once per track: another track is other
-# hardware or another preset, where the same file measures something else.
-_SAME_TRAIN_PY = (
-    SAME_TRAIN_PY.where(Experiment.track_id == bindparam("track_id")).order_by(Experiment.id).limit(1)
-)
-
-
-def find_same_train_py(session: Session, blob: str, track_id: int) -> int | None:
-    """The id of an experiment of the track with this exact train.py that was run or will be (not
-    cancelled/infra-failed)."""
-    return session.scalars(_SAME_TRAIN_PY, {"blob": blob, "track_id": track_id}).first()
-
-
-_SAME_AND_QUEUED = select(
-    _SAME_TRAIN_PY.scalar_subquery(),
-    select(func.count())
-    .where(Experiment.agent_id == bindparam("agent_id"), Experiment.status == ExperimentStatus.QUEUED)
-    .scalar_subquery(),
-)
-
-
-def same_train_py_and_queued(
-    session: Session, blob: str, agent_id: int, track_id: int
-) -> tuple[int | None, int]:
-    """What a submission checks with the track locked, in one query: `find_same_train_py`, and
-    how many experiments the agent has queued (on every track: the limit is the agent's)."""
-    params = {"blob": blob, "agent_id": agent_id, "track_id": track_id}
-    same, queued = session.execute(_SAME_AND_QUEUED, params).one()
-    return same, int(queued or 0)
 
 
 def commit_message(description: str, hypothesis: str | None) -> str:

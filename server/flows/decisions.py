@@ -30,14 +30,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from protocol.events import DECIDED_PAYLOAD, Queued, Reverted
 from protocol.states import DECIDED_STATUS, Decision, ExperimentStatus, Rule, RunKind, RunState
 from server.context import AppContext
-from server.crud.experiments import agent_label, agent_names, by_commit
-from server.crud.runs import cancel_queued_runs, count_runs, queue_runs
+from server.crud.experiments import agent_label, agent_names, by_commit, status_of_commit
+from server.crud.runs import cancel_queued_runs, count_runs, queue_runs, queued_on_former_best
+from server.crud.similar import find_same_train_py
 from server.crud.tracks import (
     TrackRef,
     TrackState,
@@ -46,8 +46,8 @@ from server.crud.tracks import (
     move_best,
     submitted_since,
 )
-from server.flows.candidates import Candidate, commit_message, find_same_train_py, queue_candidate
-from server.models import EXPERIMENTS, RUNS, TRACKS, AnyRow, Experiment, Run, utcnow
+from server.flows.candidates import Candidate, commit_message, queue_candidate
+from server.models import AnyRow, Experiment, Run, utcnow
 from server.rules.judge import Action, Comparison, Verdict
 from server.rules.lifecycle import move_experiment, move_run
 from server.trainpy.carry import CACHED, Carried, carried
@@ -222,36 +222,12 @@ def _carry_onto_best(ctx: AppContext, experiment: Carriable, best_commit: str, a
     )
 
 
-# First runs queued on a former best of their track: the changes a claim will re-apply
-# (reapply_before_running), each with its track's best.
-_QUEUED_ON_FORMER_BEST = (
-    select(
-        EXPERIMENTS.c.agent_id,
-        EXPERIMENTS.c.description,
-        EXPERIMENTS.c.hypothesis,
-        EXPERIMENTS.c.base_commit,
-        EXPERIMENTS.c.commit_sha,
-        TRACKS.c.best_commit.label("best"),
-    )
-    .join(RUNS, RUNS.c.experiment_id == EXPERIMENTS.c.id)
-    .join(TRACKS, TRACKS.c.id == EXPERIMENTS.c.track_id)
-    .where(
-        RUNS.c.number == 1,
-        RUNS.c.status == RunState.QUEUED,
-        EXPERIMENTS.c.decision.is_(None),
-        EXPERIMENTS.c.base_commit != TRACKS.c.best_commit,
-    )
-    .order_by(RUNS.c.queued_at, RUNS.c.id)
-    .limit(CACHED)
-)
-
-
 def carry_ahead(ctx: AppContext) -> None:
     """Carry the changes queued on a former best onto their track's best, outside any transaction,
     so that the claims that re-apply them under the lock find them carried (server/trainpy/carry.py). The
     server runs it in the background after each keep (server/main.py)."""
     with ctx.db.read() as session:  # closed before the carrying: git writes can wait for the disk
-        queued = session.execute(_QUEUED_ON_FORMER_BEST).all()
+        queued = queued_on_former_best(session, CACHED)
         authors = _agent_labels(session, queued)
     for experiment, author in zip(queued, authors, strict=True):
         try:
@@ -275,12 +251,7 @@ def reapply_before_running(
     assert experiment is not None
     if experiment.base_commit in (None, track.best_commit) or experiment.decision is not None:
         return False
-    base = tx.session.execute(
-        select(Experiment.status, Experiment.decision_reason)
-        .where(Experiment.commit_sha == experiment.base_commit, Experiment.track_id == track_id)
-        .order_by(Experiment.id)
-        .limit(1)
-    ).first()
+    base = status_of_commit(tx.session, experiment.base_commit, track_id)
     was_best = base is not None and (
         base.status == ExperimentStatus.KEPT or (base.decision_reason or "").startswith(REVOKED)
     )

@@ -17,10 +17,10 @@ from protocol.states import ExperimentStatus
 from server.context import AppContext
 from server.core.problems import Problem, unknown_experiment
 from server.crud.experiments import get_view
-from server.crud.similar import similar_earlier
+from server.crud.similar import find_same_train_py, similar_earlier
 from server.crud.tokens import Principal
 from server.crud.tracks import TrackRef, current_best, load_track, named_or_only
-from server.flows.candidates import Candidate, commit_message, find_same_train_py, queue_submission
+from server.flows.candidates import Candidate, commit_message, queue_submission
 from server.flows.decisions import queue_best_repeats
 from server.flows.submit import SubmitOutcome
 from server.models import Experiment

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from harness.config import PRESETS
@@ -21,10 +20,11 @@ from protocol.states import ExperimentStatus
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import tracks as crud
+from server.crud import workers as workers_crud
 from server.crud.runs import cancel_queued_runs
 from server.crud.tokens import Principal
 from server.crud.tracks import offer_of, pins_of
-from server.models import FIRST_TRACK_ID, Track, Worker, utcnow
+from server.models import FIRST_TRACK_ID, Track, utcnow
 from server.rules.lifecycle import move_experiment
 from server.rules.tracks import refusal
 from server.trainpy.limits import refusal as train_py_refusal
@@ -58,11 +58,8 @@ def listed(ctx: AppContext) -> TracksOut:
     with ctx.db.read() as session:
         tracks = crud.all_tracks(session)
         experiments, queued = crud.counts(session)
-        online = list(session.scalars(select(Worker).where(Worker.last_seen_at >= since)))
-        serving = {
-            t.id: sum(refusal(pins_of(t), offer_of(w)) is None for w in online if w.refused is None)
-            for t in tracks
-        }
+        online = workers_crud.online(session, since)
+        serving = {t.id: sum(refusal(pins_of(t), offer_of(w)) is None for w in online) for t in tracks}
         return TracksOut(
             tracks=[view(t, experiments.get(t.id, 0), queued.get(t.id, 0), serving[t.id]) for t in tracks]
         )

@@ -11,7 +11,6 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from protocol.states import ExperimentStatus
@@ -23,9 +22,10 @@ from server.crud import pages, standings
 from server.crud.experiments import get_view
 from server.crud.leases import progress_of
 from server.crud.notes import list_notes
+from server.crud.results import latest_result
 from server.crud.similar import similar_to_experiment
 from server.crud.tracks import TrackState, all_tracks, by_name, current_best
-from server.models import Experiment, Result, Track
+from server.models import Experiment, Track
 from server.pages.diff_view import render_diff
 from server.pages.templating import templates
 
@@ -154,12 +154,7 @@ def experiment_page(
         experiment = session.get(Experiment, experiment_id)
         assert experiment is not None
         similar = similar_to_experiment(session, experiment)
-        log = session.execute(
-            select(Result.log_tail, Result.error_message)
-            .where(Result.experiment_id == experiment_id)
-            .order_by(Result.run_id.desc())
-            .limit(1)
-        ).first()
+        log = latest_result(session, experiment_id)
         progress_run, stored = progress_of(session, experiment_id)
         several_tracks = len(all_tracks(session)) > 1
     new = ctx.repo.train_py(view.commit).decode("utf-8", "replace")

@@ -6,7 +6,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Response
 from fastapi.responses import PlainTextResponse
-from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
 from protocol.result import ProgressEvent
@@ -27,11 +26,12 @@ from server.core.problems import unknown_experiment
 from server.crud import experiments as crud
 from server.crud.experiments import Touched
 from server.crud.leases import progress_of
+from server.crud.results import latest_result
 from server.crud.similar import similar_to_experiment
 from server.crud.tracks import named_or_only
 from server.flows import cancel, ports
 from server.flows.submit import submit
-from server.models import Experiment, Result, Run
+from server.models import Experiment
 from server.rules.failures import log_with_message
 from server.trainpy.patches import make_patch
 
@@ -162,12 +162,7 @@ def get_log(
         experiment = session.get(Experiment, experiment_id)
         if experiment is None:
             raise unknown_experiment(experiment_id)
-        statement = (
-            select(Result).join(Run, Run.id == Result.run_id).where(Result.experiment_id == experiment_id)
-        )
-        if run is not None:
-            statement = statement.where(Run.number == run)
-        result = session.scalars(statement.order_by(Run.number.desc()).limit(1)).first()
+        result = latest_result(session, experiment_id, run)
     if result is None:
         return PlainTextResponse("")
     return PlainTextResponse(
