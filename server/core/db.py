@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -106,6 +106,11 @@ class Database:
         """
         with self._write_lock, self._write() as session, session.begin():
             yield session
+
+    def ping(self) -> None:
+        """Raises unless the database answers a query."""
+        with self.read() as session:
+            session.execute(text("SELECT 1"))
 
     def checkpoint(self) -> None:
         """Copy what it can of SQLite's WAL into the database file, waiting for no reader or

@@ -4,7 +4,7 @@ Persistence (server/crud) calls nothing above it, so a reader of a crud module f
 written, not decisions or transactions (issue 31); flows are what routes and background tasks call.
 Between packages no arrow points up and none goes round (issue 54): protocol/ (the shared
 vocabulary) imports nothing of this repository, the harness only protocol, the pure rules and the
-train.py text tools no database, and the package graph has no cycle."""
+train.py text tools no database, the package graph has no cycle, and SQL is written only in crud."""
 
 from __future__ import annotations
 
@@ -21,6 +21,13 @@ PACKAGES = ("protocol", "harness", "client", "server", "worker", "cli", "agent",
 # The units of the package graph: the server's subpackages and root modules, and the other packages.
 SERVER_PARTS = ("rules", "trainpy", "mcp", "crud", "flows", "api", "pages", "core", "models")
 DATABASE = ("sqlalchemy", "server.crud", "server.core.db", "server.context", "server.transaction")
+# SQLAlchemy's statement builders and raw SQL: only persistence writes them.
+SQL_BUILDERS = {"select", "insert", "update", "delete", "text", "union_all", "exists"}
+RAW_SQL_CALLS = {"execute", "exec_driver_sql", "executescript"}
+# Where SQL may be written in the server: persistence, the schema (its server defaults are SQL
+# text), and the engine (SQLite's pragmas and BEGIN mode on each connection, the WAL checkpoint and
+# the health check's ping: about the connection, no table).
+SQL_ALLOWED = ("server.crud", "server.models", "server.core.db")
 
 
 def imported(path: Path) -> set[str]:
@@ -51,6 +58,39 @@ def unit(name: str) -> str | None:
     if parts[0] == "server" and len(parts) > 1:
         return f"server.{parts[1]}"
     return parts[0]
+
+
+def sql_written(path: Path) -> list[str]:
+    """Each place in `path` that builds a statement with SQLAlchemy or passes SQL as a string, as
+    `line: code`."""
+    tree = ast.parse(path.read_text())
+    builders, packages = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sqlalchemy":
+            builders |= {alias.asname or alias.name for alias in node.names if alias.name in SQL_BUILDERS}
+        elif isinstance(node, ast.Import):
+            packages |= {alias.asname or alias.name for alias in node.names if alias.name == "sqlalchemy"}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        function = node.func
+        built = isinstance(function, ast.Name) and function.id in builders
+        qualified = (
+            isinstance(function, ast.Attribute)
+            and function.attr in SQL_BUILDERS
+            and isinstance(function.value, ast.Name)
+            and function.value.id in packages
+        )
+        raw = (
+            isinstance(function, ast.Attribute)
+            and function.attr in RAW_SQL_CALLS
+            and bool(node.args)
+            and isinstance(node.args[0], ast.Constant | ast.JoinedStr)
+        )
+        if built or qualified or raw:
+            found.append(f"{node.lineno}: {ast.unparse(function)}(")
+    return found
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -118,3 +158,17 @@ def test_rules_and_train_py_tools_touch_no_database() -> None:
         name: sorted(n for n in imported(path) if n.startswith(DATABASE)) for name, path in pure.items()
     }
     assert {name: names for name, names in offending.items() if names} == {}
+
+
+def test_sql_is_written_only_in_persistence() -> None:
+    found = modules(SERVER)
+    assert "server.crud.pages" in found
+    offending = {
+        name: written
+        for name, path in found.items()
+        if not name.startswith(SQL_ALLOWED) and (written := sql_written(path))
+    }
+    assert offending == {}
+    # The check sees what it refuses: crud and the engine write SQL, each in its own way.
+    assert any("select(" in line for line in sql_written(SERVER / "crud" / "pages.py"))
+    assert any("execute(" in line for line in sql_written(SERVER / "core" / "db.py"))

@@ -10,7 +10,6 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from sqlalchemy import text
 
 from protocol.schemas import HealthOut
 from server.api.deps import Ctx, Reader
@@ -27,8 +26,7 @@ router = APIRouter(tags=["operations"])
 def healthz(ctx: Ctx) -> HealthOut | JSONResponse:
     """Liveness and readiness: the database answers and the research repo has a `best`."""
     try:
-        with ctx.db.read() as session:
-            session.execute(text("SELECT 1"))
+        ctx.db.ping()
         database = "ok"
     except Exception as exc:  # report, don't crash: this is what the check is for
         database = f"error: {type(exc).__name__}"
