@@ -1,7 +1,7 @@
 """The pages in a real browser (Debian's headless Chromium) against a real server.
 
 A night of research is replayed through the HTTP API first: three agents submit changes of
-train.py and a worker claims, runs and reports them (see tests/pages/protocol.py: the worker
+train.py and a worker claims, runs and reports them (see tests/pages/research.py: the worker
 reports chosen val_bpb values instead of training, as there is no GPU). The server decides keep
 or revert as it always does. Screenshots go to artifacts/screenshots/.
 """
@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.pages.live_server import LiveServer, live_server
-from tests.pages.protocol import Research
+from tests.pages.research import Research
 
 pytestmark = pytest.mark.browser
 Shoot = Callable[[Page, str], Path]

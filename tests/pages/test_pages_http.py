@@ -18,7 +18,7 @@ import pytest
 from server.core.db import Database, create_db_engine
 from testkit.seeded_history import seed_experiments
 from tests.pages.live_server import LiveServer, live_server
-from tests.pages.protocol import Research
+from tests.pages.research import Research
 
 SEEDED = 150
 IN_FLIGHT = 4

@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.pages.live_server import LiveServer, live_server
-from tests.pages.protocol import Research
+from tests.pages.research import Research
 
 pytestmark = pytest.mark.browser
 Shoot = Callable[[Page, str], Path]

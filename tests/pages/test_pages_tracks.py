@@ -15,7 +15,7 @@ from playwright.sync_api import Page, expect
 
 from client import ApiError, Client
 from tests.pages.live_server import LiveServer, live_server
-from tests.pages.protocol import Research
+from tests.pages.research import Research
 
 pytestmark = pytest.mark.browser
 Shoot = Callable[[Page, str], Path]
