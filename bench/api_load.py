@@ -14,9 +14,9 @@ Phases, for each database:
    report as fast as they can for 15 s. Target: >= 100 cycles/s on PostgreSQL. The reference,
    measured in the same run with the same concurrency, is GET /healthz (the HTTP stack plus one
    `SELECT 1`): the ratio says how many health checks one cycle costs.
-4. reads at scale: experiments (with results, leases, agents) bulk-inserted up to
-   `--experiments`, then GET /leaderboard and GET /experiments (first page, filtered, deep
-   cursor). Target: under 100 ms.
+4. reads at scale: finished experiments (with results, leases, agents; none kept) bulk-inserted
+   by testkit/seeded_history.py up to `--experiments`, then GET /leaderboard and GET /experiments
+   (first page, filtered, deep cursor). Target: under 100 ms.
 
 Each phase runs `--runs` times (3) on the same server, and the worst figure of the runs is
 reported next to each run's: a figure in docs/benchmarks.md should hold when someone else runs it.
@@ -62,14 +62,14 @@ from server.core.db import Database, create_db_engine
 from server.core.request_metrics import BUCKETS
 from server.crud.runs import new_seed
 from server.crud.tokens import create_token
-from server.crud.tracks import load_track
-from server.models import FIRST_TRACK_ID, ApiToken, Experiment, Lease, Result, Run
+from server.crud.tracks import counts, last_experiment_id, load_track
+from server.models import FIRST_TRACK_ID, ApiToken, Experiment, Run
 from server.project_init import DEFAULT_PROGRAM_MD, DEFAULT_TRAIN_PY, init_project
 from server.trainpy.patches import make_patch
 from server.trainpy.research_repo import blob_sha
 from testkit.pg_scratch import free_port, new_database, scratch_cluster
+from testkit.seeded_history import HARNESS_ID, PLATFORM, seed_experiments
 
-HARNESS_ID, PLATFORM = "bench-harness", "bench-device"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -454,7 +454,7 @@ def seed_queue(
     now = datetime.now(UTC)
     tracks = tracks or [(FIRST_TRACK_ID, baseline)]
     with db.write() as session:
-        first = (session.scalar(select(func.max(Experiment.id))) or 0) + 1
+        first = last_experiment_id(session) + 1
         rows = [
             {
                 "id": first + i,
@@ -543,111 +543,6 @@ async def cycles_phase(server: ServerProcess, token: str, workers: int, duration
 
 
 # Phase 4: reads with many experiments stored ----------------------------------------------------------
-
-
-def seed_history(db: Database, total: int, baseline: str, agent_ids: list[int], worker_id: str) -> int:
-    """Bulk-insert finished experiments (with leases and results) until `total` are stored."""
-    with db.read() as session:
-        have = session.scalar(select(func.count(Experiment.id))) or 0
-    missing = max(0, total - have)
-    start = datetime.now(UTC) - timedelta(days=30)
-    batch = 5000
-    for first in range(0, missing, batch):
-        n = min(batch, missing - first)
-        experiments: list[dict[str, object]] = []
-        runs: list[dict[str, object]] = []
-        leases: list[dict[str, object]] = []
-        results: list[dict[str, object]] = []
-        with db.write() as session:
-            next_id = (session.scalar(select(Experiment.id).order_by(Experiment.id.desc()).limit(1)) or 0) + 1
-            next_run = (session.scalar(select(func.max(Run.id))) or 0) + 1
-            for k in range(n):
-                eid = next_id + k
-                when = start + timedelta(seconds=(first + k) * 20)
-                crashed = k % 10 == 0
-                val = None if crashed else 0.95 + random.random() * 0.1
-                experiments.append(
-                    {
-                        "id": eid,
-                        "agent_id": agent_ids[k % len(agent_ids)],
-                        "source": "agent",
-                        "description": f"history {eid}: try something",
-                        "base_commit": baseline,
-                        "commit_sha": uuid.uuid4().hex + uuid.uuid4().hex[:8],
-                        "train_py_blob": uuid.uuid4().hex + uuid.uuid4().hex[:8],
-                        "status": "reverted",
-                        "cancel_requested": False,
-                        "created_at": when,
-                        "queued_at": when,
-                        "started_at": when,
-                        "finished_at": when + timedelta(seconds=330),
-                        "decision": "revert",
-                        "decision_reason": "0.99 >= best 0.98 - 0.0005",
-                        "best_before_commit": baseline,
-                        "best_before_val_bpb": 0.98,
-                        "val_bpb": val,
-                        "valid_runs": 0 if crashed else 1,
-                        "val_bpb_m2": 0.0,
-                        "effect": None if val is None else val - 0.98,
-                        "compared_runs": None if crashed else 1,
-                        "best_runs": None if crashed else 1,
-                        "platform": PLATFORM,
-                    }
-                )
-                run_id = next_run + k
-                runs.append(
-                    {
-                        "id": run_id,
-                        "experiment_id": eid,
-                        "number": 1,
-                        "seed": new_seed(),
-                        "kind": "first",
-                        "status": "finished",
-                        "attempts": 1,
-                        "queued_at": when,
-                        "started_at": when,
-                        "finished_at": when + timedelta(seconds=330),
-                    }
-                )
-                lease_id = str(uuid.uuid4())
-                leases.append(
-                    {
-                        "id": lease_id,
-                        "experiment_id": eid,
-                        "run_id": run_id,
-                        "worker_id": worker_id,
-                        "attempt": 1,
-                        "state": "finished",
-                        "claimed_at": when,
-                        "expires_at": when + timedelta(seconds=60),
-                        "ended_at": when + timedelta(seconds=330),
-                    }
-                )
-                results.append(
-                    {
-                        "id": str(uuid.uuid4()),
-                        "experiment_id": eid,
-                        "run_id": run_id,
-                        "lease_id": lease_id,
-                        "worker_id": worker_id,
-                        "received_at": when + timedelta(seconds=330),
-                        "status": "crash" if crashed else "ok",
-                        "error_class": "train_error" if crashed else None,
-                        "val_bpb": val,
-                        "total_seconds": 330.0,
-                        "peak_memory_mb": 40000.0,
-                        "device": PLATFORM,
-                        "harness_id": HARNESS_ID,
-                        "sandbox": True,
-                        "log_tail": "",
-                        "extra": {},
-                    }
-                )
-            session.execute(insert(Experiment), experiments)
-            session.execute(insert(Run), runs)
-            session.execute(insert(Lease), leases)
-            session.execute(insert(Result), results)
-    return missing
 
 
 async def reads_phase(url: str, repeats: int) -> Stats:
@@ -742,6 +637,7 @@ class Bench:
     tokens: dict
     baseline: str
     train_py: Path
+    agents: list[str]  # their names
     agent_ids: list[int]
     results: SimulatedResults = field(default_factory=SimulatedResults)  # the mixed runs, one after another
 
@@ -862,16 +758,12 @@ def cycles_report(bench: Bench) -> Outcome:
     return Outcome(result.stats.errors, [cycles], result.stats.dropped)
 
 
-async def history_worker(url: str, token: str) -> str:
-    """The worker the bulk-inserted history is attributed to."""
-    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-        return await register(http, token, "gpu-history")
-
-
 def reads_report(bench: Bench) -> Outcome:
-    worker_id = asyncio.run(history_worker(bench.server.url, bench.tokens["worker"]))
     started = time.monotonic()
-    added = seed_history(bench.db, bench.args.experiments, bench.baseline, bench.agent_ids, worker_id)
+    with bench.db.read() as session:
+        added = max(0, bench.args.experiments - sum(counts(session)[0].values()))
+    if added:  # finished experiments, none kept: the best and its lineage stay as the mixed phase left them
+        seed_experiments(bench.db, added, in_flight=0, agents=bench.agents, kept=0.0)
     print(
         f"reads with {bench.args.experiments} experiments stored ({added} bulk-inserted in "
         f"{time.monotonic() - started:.1f} s):",
@@ -921,11 +813,10 @@ def run_database(kind: str, database_url: str, args: argparse.Namespace, folder:
     train_py, program_md = baseline_source()
     init_project(settings, train_py, program_md)
     db = Database(create_db_engine(settings.resolved_database_url))
+    agents = [f"bench-agent-{i}" for i in range(max(args.agents, 16))]
     with db.write() as session:
         tokens = {
-            "agents": [
-                create_token(session, "agent", f"bench-agent-{i}") for i in range(max(args.agents, 16))
-            ],
+            "agents": [create_token(session, "agent", name) for name in agents],
             "worker": create_token(session, "worker", "bench-workers"),
         }
     with db.read() as session:
@@ -935,7 +826,7 @@ def run_database(kind: str, database_url: str, args: argparse.Namespace, folder:
     env = server_env(folder, database_url, LEASE_SECONDS="120", PUBLIC_READS="true")
     errors: list[str] = []
     with running_server(env, free_port()) as server:
-        bench = Bench(kind, args, db, server, tokens, baseline, train_py, agent_ids)
+        bench = Bench(kind, args, db, server, tokens, baseline, train_py, agents, agent_ids)
         for phase in args.phases:
             errors += run_phase(bench, phase)
     db.dispose()

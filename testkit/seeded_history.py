@@ -1,12 +1,14 @@
 """A night of research written straight into a project's database, for the pages: kept experiments
 improving the best step by step, most reverted, some crashed, a few running and queued, each
-finished one with its lease and result row (bench/pages.py at 10,000, tests/pages at a few dozen).
+finished one with its lease and result row (bench/pages.py at 10,000, bench/api_load.py at 100,000,
+tests/pages at a few dozen).
 """
 
 from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import func, insert, select
@@ -15,11 +17,13 @@ from sqlalchemy.orm import Session
 from protocol.states import Decision, ExperimentStatus, LeaseState, RunKind, RunState, TokenKind
 from server.core.db import Database
 from server.crud.tokens import create_token
-from server.crud.tracks import load_track
+from server.crud.tracks import last_experiment_id, load_track
 from server.models import ApiToken, Experiment, Lease, Result, Run, Worker
 
 HARNESS_ID = "bench-harness"
 PLATFORM = "bench-device"
+KEPT = 0.05  # of the finished experiments: a night's share of keeps
+BATCH = 5000  # experiments written in one transaction
 IDEAS = (
     "double the matrix learning rate", "halve the warmdown", "wider MLP", "deeper by two layers",
     "remove the logit softcap", "sliding window on odd layers", "rope base 50000", "weight decay 0.1",
@@ -54,14 +58,17 @@ def seed_experiments(
     count: int,
     *,
     in_flight: int = 4,
-    agents: tuple[str, ...] = ("alice", "bob", "carol"),
+    agents: Sequence[str] = ("alice", "bob", "carol"),
     seed: int = 0,
+    kept: float = KEPT,
 ) -> None:
-    """Add `count` experiments, the newest `in_flight` of them running or queued, as agents made them.
+    """Add `count` experiments, the newest `in_flight` of them running or queued, as agents made them;
+    a share `kept` of the finished ones is kept (0: the best stays, as when every idea failed).
 
     The baseline's commit stands in for every candidate's commit (the pages read commits only on
     an experiment's own page). The project's best becomes the last kept experiment. Can be called
-    again to add more.
+    again to add more. Written BATCH experiments a transaction, so that a hundred thousand fit
+    in memory (bench/api_load.py).
     """
     rng = random.Random(seed)
     with db.write() as session:
@@ -77,11 +84,12 @@ def seed_experiments(
             datetime.now(UTC) - timedelta(minutes=6 * count), latest or datetime.min.replace(tzinfo=UTC)
         )
         worker_id = _worker_id(session, start)
-        first_id = int(session.scalar(select(func.max(Experiment.id))) or 0) + 1
+        first_id = last_experiment_id(session) + 1
         first_run_id = int(session.scalar(select(func.max(Run.id))) or 0) + 1
-        experiments, runs, leases, results = [], [], [], []
         best_id = project.best_experiment_id
-        for n in range(count):
+    for batch in range(0, count, BATCH):
+        experiments, runs, leases, results = [], [], [], []
+        for n in range(batch, min(batch + BATCH, count)):
             id_ = first_id + n
             created = start + timedelta(minutes=6 * n)
             if n >= count - in_flight:  # the newest few are still running or queued
@@ -91,7 +99,7 @@ def seed_experiments(
                     None,
                 )
             else:
-                status, val_bpb, run_status = _outcome(rng, best)
+                status, val_bpb, run_status = _outcome(rng, best, kept)
             finished = (
                 created + timedelta(minutes=5, seconds=30)
                 if run_status or status == ExperimentStatus.INFRA_FAILED
@@ -145,27 +153,32 @@ def seed_experiments(
                 )  # fmt: skip
             if status == ExperimentStatus.KEPT and val_bpb is not None:
                 best, best_id = val_bpb, id_
-        session.execute(insert(Experiment), experiments)
-        session.execute(insert(Run), runs)
-        if leases:
-            session.execute(insert(Lease), leases)
-            session.execute(insert(Result), results)
-        project.best_experiment_id = best_id
+        with db.write() as session:
+            session.execute(insert(Experiment), experiments)
+            session.execute(insert(Run), runs)
+            if leases:
+                session.execute(insert(Lease), leases)
+                session.execute(insert(Result), results)
+    with db.write() as session:
+        load_track(session).best_experiment_id = best_id
 
 
 DECISIONS = {ExperimentStatus.KEPT: Decision.KEEP, ExperimentStatus.REVERTED: Decision.REVERT}
 
 
-def _outcome(rng: random.Random, best: float) -> tuple[ExperimentStatus, float | None, str | None]:
-    """Status, val_bpb and run status of one finished experiment: mostly worse than the best.
+def _outcome(
+    rng: random.Random, best: float, kept: float
+) -> tuple[ExperimentStatus, float | None, str | None]:
+    """Status, val_bpb and run status of one finished experiment: a share `kept` kept, 8% crashed,
+    2% lost by the infrastructure, the rest worse than the best.
 
     Keeps gain less and less as the best nears a floor of 0.8, as a long night of research does.
     """
     roll = rng.random()
-    if roll < 0.05:
+    if roll < kept:
         return ExperimentStatus.KEPT, best - 0.0006 - (best - 0.8) * rng.uniform(0.0, 0.03), "ok"
-    if roll < 0.13:
+    if roll < kept + 0.08:
         return ExperimentStatus.REVERTED, None, "crash"
-    if roll < 0.15:
+    if roll < kept + 0.10:
         return ExperimentStatus.INFRA_FAILED, None, None
     return ExperimentStatus.REVERTED, best + abs(rng.gauss(0.004, 0.006)), "ok"
