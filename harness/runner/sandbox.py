@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import harness
+import protocol
 
 # Files under /etc that programs inside need (dynamic linker cache, user names for getpass,
 # time zone, `cc` alternatives for torch.compile). /etc as a whole is not shown.
@@ -95,17 +96,23 @@ def check_bwrap() -> str:
 
 
 def python_roots() -> list[Path]:
-    """The Python installation, the virtualenv and the harness package: shown read-only.
+    """The Python installation, the virtualenv, the harness package and the vocabulary it writes
+    its results in (protocol/, public source like the harness): shown read-only.
 
     Both the given and the resolved name of each are bound, so symlinked venvs keep working.
     """
-    roots = {Path(sys.base_prefix), Path(sys.prefix), Path(harness.__file__).parent}
+    roots = {
+        Path(sys.base_prefix),
+        Path(sys.prefix),
+        Path(harness.__file__).parent,
+        Path(protocol.__file__).parent,
+    }
     return sorted(roots | {root.resolve() for root in roots})
 
 
 def whole_roots() -> list[Path]:
     """The host folders system_args() and the Python binds show whole: /usr, root folders that
-    are not links to it, the Python installation, the virtualenv and the harness package."""
+    are not links to it, the Python installation, the virtualenv, harness/ and protocol/."""
     roots = [Path("/usr"), *(Path("/") / name for name in ROOT_LINKS)]
     return [root for root in roots if root.is_dir() and not root.is_symlink()] + python_roots()
 
