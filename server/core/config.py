@@ -51,6 +51,11 @@ class ServerSettings(BaseSettings):
     screen_margin: float = Field(0.6, ge=0.0, le=5.0, description="standard errors a first run must gain")
     futility_margin: float = Field(1.0, ge=0.0, le=5.0, description="standard errors a candidate must keep")
     best_rerun_every: int = Field(0, ge=0, le=10_000, description="submissions per extra run of the best")
+    # A fleet (docs/api.md, "Decisions"; measured in bench/research_night.py).
+    worker_offsets: bool = Field(True, description="correct each run by its worker's offset")
+    worker_offsets_half_life_h: float = Field(
+        2.0, ge=0.0, le=10_000.0, description="hours over which an offset's runs count half (0: all alike)"
+    )
     lease_seconds: float = Field(60.0, gt=0.0)
     max_attempts: int = Field(3, ge=1)
     max_queued_per_agent: int = Field(20, ge=1)
@@ -99,6 +104,11 @@ class ServerSettings(BaseSettings):
         return Limits(
             self.train_py_max_bytes, self.train_py_max_data_bytes, self.train_py_max_information_bytes
         )
+
+    @property
+    def offsets_half_life_h(self) -> float | None:
+        """The workers' offsets' half-life in hours, None with WORKER_OFFSETS off."""
+        return self.worker_offsets_half_life_h if self.worker_offsets else None
 
     @property
     def resolved_database_url(self) -> str:

@@ -1,9 +1,15 @@
 """What the judge looks at when a run's result arrives, read inside the result's transaction:
 the run counted into its experiment's sample (and into the noise estimate when it measures), and
 the snapshot (server/rules/judge.py) of the candidate, its reference, its earlier evidence and the noise.
+
+On a fleet every value in the snapshot is corrected by its worker's offset (noise_crud.Fleet,
+fitted on the track's measuring runs only), so the judge compares like with like; the
+experiments' stored val_bpb stay the runs' own.
 """
 
 from __future__ import annotations
+
+import statistics
 
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
@@ -25,6 +31,7 @@ from server.rules.judge import (
     run_counts,
 )
 from server.rules.noise_pool import bounded_mean
+from server.rules.worker_offsets import NO_OFFSETS
 
 # The oldest experiment of a commit on the track (by_commit), as the sample a candidate is compared
 # with.
@@ -40,7 +47,12 @@ _EARLIER = select(EXPERIMENTS.c.base_commit, EXPERIMENTS.c.rebased_from_id).wher
 
 
 def count_run(
-    session: Session, track: TrackState, experiment: AnyRow, run: AnyRow, result: RunResult
+    session: Session,
+    track: TrackState,
+    experiment: AnyRow,
+    run: AnyRow,
+    result: RunResult,
+    half_life_h: float | None,
 ) -> noise_crud.RunStats:
     """The experiment's valid runs with this one (when it counts, judge.run_counts); a measuring
     run is pooled into the noise estimate first, so the snapshot reads the estimate with it."""
@@ -53,7 +65,11 @@ def count_run(
     if noise_crud.is_measuring(experiment.base_commit is None, run.kind):
         # Recorded already, just before this decision: pooled with all the others.
         noise_crud.update_estimate(
-            session, track.id, track.platform or result.device, track.harness_id or result.harness_id
+            session,
+            track.id,
+            track.platform or result.device,
+            track.harness_id or result.harness_id,
+            half_life_h,
         )
     return before.with_run(result.val_bpb)
 
@@ -66,16 +82,22 @@ def snapshot(
     run: AnyRow,
     result: RunResult,
     candidate: noise_crud.RunStats,
+    half_life_h: float | None,
 ) -> Snapshot:
     """Everything judge() looks at. A decided experiment's run is judged on the run alone: its
     reference, earlier evidence and the noise are not read."""
     is_baseline = experiment.base_commit is None
     decided = experiment.decision is not None or experiment.status in DECIDED_STATUS.values()
     noise = None if decided else noise_crud.noise(session, track.id, track.platform, track.harness_id)
+    fleet = (
+        noise_crud.Fleet()
+        if decided
+        else noise_crud.fleet(session, track.id, track.platform, track.harness_id, half_life_h)
+    )
     reference = (
         Reference(Sample(0, None), measured=False)
         if is_baseline or decided
-        else _reference_sample(session, experiment.base_commit, track, settings.rule, noise)
+        else _reference_sample(session, experiment.base_commit, track, settings.rule, noise, fleet)
     )
     reference_commit = experiment.commit_sha if is_baseline else experiment.base_commit
     return Snapshot(
@@ -91,12 +113,14 @@ def snapshot(
         ),
         platform=track.platform,
         harness_id=track.harness_id,
-        candidate=Sample(candidate.n, candidate.mean, identical=candidate.n >= 2 and candidate.m2 == 0.0),
+        candidate=_candidate_sample(session, track, experiment.id, candidate, fleet),
         reference=reference.sample,
         reference_measured=reference.measured,
         reference_is_best=reference_commit == track.best_commit,
         is_baseline=is_baseline,
-        earlier=() if decided else _earlier(session, track, settings.rule, noise, experiment.rebased_from_id),
+        earlier=()
+        if decided
+        else _earlier(session, track, settings.rule, noise, fleet, experiment.rebased_from_id),
         noise=noise,
         decided=decided,
         cancel_requested=bool(experiment.cancel_requested),
@@ -104,11 +128,27 @@ def snapshot(
     )
 
 
+def _candidate_sample(
+    session: Session,
+    track: TrackState,
+    experiment_id: int,
+    stats: noise_crud.RunStats,
+    fleet: noise_crud.Fleet,
+) -> Sample:
+    """The candidate's valid runs: their mean less the mean offset of the workers that made them."""
+    identical = stats.n >= 2 and stats.m2 == 0.0
+    if fleet.offsets is NO_OFFSETS or stats.mean is None:
+        return Sample(stats.n, stats.mean, identical)
+    rows = noise_crud.valid_runs(session, experiment_id, track.platform, track.harness_id, confirming=False)
+    return Sample(len(rows), statistics.fmean(fleet.corrected(rows)), identical)
+
+
 def _earlier(
     session: Session,
     track: TrackState,
     rule: Rule,
     noise: Noise | None,
+    fleet: noise_crud.Fleet,
     rebased_from_id: int | None,
 ) -> tuple[Evidence, ...]:
     """A re-applied change's confirmation runs on each base it was measured on before, with that
@@ -120,23 +160,25 @@ def _earlier(
     evidence: list[Evidence] = []
     while rebased_from_id is not None and rule == Rule.NOISE_AWARE:
         row = session.connection().execute(_EARLIER, {"id": rebased_from_id}).one()
-        values = noise_crud.confirmation_runs(session, rebased_from_id, track.platform, track.harness_id)
+        values = fleet.corrected(
+            noise_crud.valid_runs(session, rebased_from_id, track.platform, track.harness_id, confirming=True)
+        )
         if values:
-            reference = _reference_sample(session, row.base_commit, track, rule, noise).sample
+            reference = _reference_sample(session, row.base_commit, track, rule, noise, fleet).sample
             evidence.append(Evidence(Sample(len(values), sum(values) / len(values)), reference))
         rebased_from_id = row.rebased_from_id
     return tuple(evidence)
 
 
 def _reference_sample(
-    session: Session, commit: str, track: TrackState, rule: Rule, noise: Noise | None
+    session: Session, commit: str, track: TrackState, rule: Rule, noise: Noise | None, fleet: noise_crud.Fleet
 ) -> Reference:
     """The sample a candidate on `commit` is compared with.
 
     Under the noise-aware rule, a kept change's own runs do not count: they were selected for being
     good (it was kept because they were), so their mean is too low, and every later candidate
     compared with it would look worse than it is (the winner's curse; docs/api.md, "Decisions").
-    Its value is its measuring runs (noise_crud.measuring_runs): its repeats as the best, or all
+    Its value is its measuring runs (noise_crud.Fleet, corrected): its repeats as the best, or all
     of the baseline's runs; their mean, each run bounded at a few pooled sigmas from their median
     (noise_pool.bounded_mean: one far run would pin the best's value).
     """
@@ -146,8 +188,6 @@ def _reference_sample(
     measured = row.valid_runs > 0
     if rule == Rule.GREEDY:
         return Reference(Sample(row.valid_runs, row.val_bpb), measured)
-    values = noise_crud.measuring_runs(
-        session, row.id, row.base_commit is None, track.platform, track.harness_id
-    )
+    values = fleet.measured(row.id)
     sigma = None if noise is None else noise.sigma
     return Reference(Sample(len(values), bounded_mean(values, sigma) if values else None), measured)

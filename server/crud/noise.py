@@ -7,6 +7,10 @@ candidate's own runs are left out: its first run passed the screen because it wa
 spread around the candidate's mean is wider than the noise (the rule would then need more
 evidence than it should).
 
+On a fleet every run is first corrected by its worker's offset (`Fleet`, server/rules/worker_offsets.py),
+fitted on the same measuring runs: runs of known code, never a candidate's. With one worker (or
+WORKER_OFFSETS off) there are no offsets and the values are the runs' own.
+
 Each new measuring run pools the track's again (`update_estimate`): server/rules/noise_pool.py, a
 winsorized pooled sigma that one far-off run cannot blow up. The row stores it as sum_sq = df *
 sigma^2 with its df, so readers take sigma = sqrt(sum_sq / df). The row is locked while its runs
@@ -16,17 +20,19 @@ are read and pooled, so concurrent results are pooled one after the other and no
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from dataclasses import dataclass
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from sqlalchemy import ColumnElement, and_, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from protocol.schemas import NoiseOut
-from protocol.states import RunKind
-from server.models import EXPERIMENTS, NOISE, RUNS, NoiseEstimate, Result, utcnow
+from protocol.states import RunKind, RunState
+from server.models import EXPERIMENTS, NOISE, RUNS, AnyRow, NoiseEstimate, Result, utcnow
 from server.rules.judge import Noise
 from server.rules.noise_pool import pool
+from server.rules.worker_offsets import NO_OFFSETS, Measured, Offsets, corrected, worker_offsets
 
 
 @dataclass(frozen=True)
@@ -59,36 +65,34 @@ def measuring_clause(baseline: ColumnElement[bool]) -> ColumnElement[bool]:
 
 def counted_clause() -> ColumnElement[bool]:
     """server.rules.judge.run_counts in SQL, on Result, for the platform and harness bound as
-    `platform` and `harness_id` (never None here: the callers pass the track's, else the run's)."""
+    `platform` and `harness_id` (never None here: the callers pass the track's, else the run's);
+    a run presumed slowed (RunState.SLOWED: run again instead) does not count either."""
     return and_(
         Result.status == "ok",
         Result.val_bpb.is_not(None),
         Result.device == bindparam("platform"),
         Result.harness_id == bindparam("harness_id"),
+        RUNS.c.status == RunState.FINISHED,
     )
 
 
 _COUNTED = counted_clause()
-# One experiment's valid measuring runs.
-_MEASURING = (
-    select(Result.val_bpb)
-    .join(RUNS, RUNS.c.id == Result.run_id)
-    .where(
-        Result.experiment_id == bindparam("experiment_id"),
-        measuring_clause(bindparam("baseline")),
-        _COUNTED,
-    )
-    .order_by(RUNS.c.number)
-)
+_RUN_COLUMNS = (Result.val_bpb, Result.worker_id, Result.received_at)
 # One experiment's valid confirmation runs (those after its screening run).
 _CONFIRMING = (
-    select(Result.val_bpb)
+    select(*_RUN_COLUMNS)
     .join(RUNS, RUNS.c.id == Result.run_id)
     .where(Result.experiment_id == bindparam("experiment_id"), RUNS.c.kind == RunKind.CONFIRMATION, _COUNTED)
 )
+# One experiment's valid runs, of any kind.
+_VALID = (
+    select(*_RUN_COLUMNS)
+    .join(RUNS, RUNS.c.id == Result.run_id)
+    .where(Result.experiment_id == bindparam("experiment_id"), _COUNTED)
+)
 # Every valid measuring run of a track's experiments on a platform and harness.
 _ALL_MEASURING = (
-    select(Result.experiment_id, Result.val_bpb)
+    select(Result.experiment_id, *_RUN_COLUMNS)
     .join(RUNS, RUNS.c.id == Result.run_id)
     .join(EXPERIMENTS, EXPERIMENTS.c.id == Result.experiment_id)
     .where(
@@ -96,33 +100,71 @@ _ALL_MEASURING = (
         measuring_clause(EXPERIMENTS.c.base_commit.is_(None)),
         _COUNTED,
     )
+    .order_by(Result.received_at)
 )
 
 
-def measuring_runs(
-    session: Session, experiment_id: int, baseline: bool, platform: str | None, harness_id: str | None
-) -> list[float]:
-    """The val_bpb of the experiment's valid measuring runs, in run order."""
-    params = {
-        "experiment_id": experiment_id,
-        "baseline": baseline,
-        "platform": platform,
-        "harness_id": harness_id,
-    }
-    return [
-        value for value in session.connection().execute(_MEASURING, params).scalars() if value is not None
-    ]
+# Measuring runs a worker needs before it is given an offset: one run's offset is its noise.
+OFFSET_MIN_RUNS = 2
 
 
-def confirmation_runs(
-    session: Session, experiment_id: int, platform: str | None, harness_id: str | None
-) -> list[float]:
-    """The val_bpb of the experiment's valid confirmation runs: its runs after the screening run,
-    which alone chose it (a re-applied change's evidence from a former base, crud/evidence.py, _earlier)."""
+@dataclass(frozen=True)
+class Fleet:
+    """A track's valid measuring runs (experiment id: its runs), and its workers' offsets fitted on
+    them (server/rules/worker_offsets.py): the runs of known code, so that every other run can be
+    compared like with like whichever worker made it."""
+
+    runs: dict[int, list[Measured]] = field(default_factory=dict)
+    workers: dict[str, int] = field(default_factory=dict)  # worker id: its Measured.worker
+    offsets: Offsets = NO_OFFSETS
+
+    @property
+    def fitted(self) -> int:
+        """Parameters the offsets took from the measuring runs: one per worker with an offset, less
+        one (they centre on 0); noise_pool.pool takes as many degrees of freedom."""
+        return max(len(self.offsets.times) - 1, 0)
+
+    def offset(self, worker_id: str, at: datetime) -> float:
+        """The worker's offset at `at` (0 without offsets, or for a worker with no measuring run)."""
+        return self.offsets.at(self.workers.get(worker_id, -1), at.timestamp())
+
+    def corrected(self, rows: list[AnyRow]) -> list[float]:
+        """Runs given as rows of (val_bpb, worker_id, received_at), each less its worker's offset."""
+        return [row.val_bpb - self.offset(row.worker_id, row.received_at) for row in rows]
+
+    def measured(self, experiment_id: int) -> list[float]:
+        """The experiment's measuring runs, corrected."""
+        return corrected(self.runs.get(experiment_id, []), self.offsets)
+
+
+def fleet(
+    session: Session, track_id: int, platform: str | None, harness_id: str | None, half_life_h: float | None
+) -> Fleet:
+    """The track's measuring runs on its platform and harness, and the offsets fitted on the runs of
+    the workers with OFFSET_MIN_RUNS of them or more (none with `half_life_h` None: WORKER_OFFSETS
+    off)."""
+    if platform is None or harness_id is None:
+        return Fleet()
+    params = {"track_id": track_id, "platform": platform, "harness_id": harness_id}
+    runs: defaultdict[int, list[Measured]] = defaultdict(list)
+    workers: dict[str, int] = {}
+    for row in session.connection().execute(_ALL_MEASURING, params):
+        worker = workers.setdefault(row.worker_id, len(workers))
+        runs[row.experiment_id].append(Measured(row.val_bpb, worker, row.received_at.timestamp()))
+    if half_life_h is None:
+        return Fleet(dict(runs), workers)
+    made = Counter(run.worker for group in runs.values() for run in group)
+    fitted = [[run for run in group if made[run.worker] >= OFFSET_MIN_RUNS] for group in runs.values()]
+    return Fleet(dict(runs), workers, worker_offsets([group for group in fitted if group], half_life_h))
+
+
+def valid_runs(
+    session: Session, experiment_id: int, platform: str | None, harness_id: str | None, *, confirming: bool
+) -> list[AnyRow]:
+    """The experiment's valid runs (`confirming`: only its confirmation runs, those after the
+    screening run, which alone chose it), as rows of (val_bpb, worker_id, received_at)."""
     params = {"experiment_id": experiment_id, "platform": platform, "harness_id": harness_id}
-    return [
-        value for value in session.connection().execute(_CONFIRMING, params).scalars() if value is not None
-    ]
+    return list(session.connection().execute(_CONFIRMING if confirming else _VALID, params))
 
 
 _KEY = (
@@ -146,17 +188,16 @@ _INSERT = insert(NOISE)
 _READ = select(NOISE.c.sum_sq, NOISE.c.df).where(*_KEY)
 
 
-def update_estimate(session: Session, track_id: int, platform: str, harness_id: str) -> None:
+def update_estimate(
+    session: Session, track_id: int, platform: str, harness_id: str, half_life_h: float | None
+) -> None:
     """Pool every measuring run of the track on this platform and harness again (after a new one
-    was recorded)."""
+    was recorded), each corrected by its worker's offset (`fleet`)."""
     connection = session.connection()
     key = {"t": track_id, "p": platform, "h": harness_id}
     exists = connection.execute(_LOCK, key).first() is not None
-    groups: defaultdict[int, list[float]] = defaultdict(list)
-    params = {"track_id": track_id, "platform": platform, "harness_id": harness_id}
-    for row in connection.execute(_ALL_MEASURING, params):
-        groups[row.experiment_id].append(row.val_bpb)
-    pooled = pool(list(groups.values()))
+    measured = fleet(session, track_id, platform, harness_id, half_life_h)
+    pooled = pool([measured.measured(experiment_id) for experiment_id in measured.runs], measured.fitted)
     if pooled is None:
         return  # no commit has two runs yet: nothing said about the noise
     columns = {

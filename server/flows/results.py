@@ -75,11 +75,12 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
             ),
         )
         track = current_best(tx.session, experiment.track_id)
-        after = evidence.count_run(tx.session, track, experiment, run, measured)
+        half_life_h = ctx.settings.offsets_half_life_h
+        after = evidence.count_run(tx.session, track, experiment, run, measured, half_life_h)
         locked = False
         while True:  # a verdict that moves the best or builds on it is reached again on the locked row
             snapshot = evidence.snapshot(
-                tx.session, ctx.settings.rule, track, experiment, run, measured, after
+                tx.session, ctx.settings.rule, track, experiment, run, measured, after, half_life_h
             )
             verdict = judge(snapshot)
             if locked or verdict.action not in NEEDS_FRESH_BEST:

@@ -59,11 +59,13 @@ class Pooled:
     commits: int
 
 
-def pool(groups: Sequence[Sequence[float]]) -> Pooled | None:
+def pool(groups: Sequence[Sequence[float]], fitted: int = 0) -> Pooled | None:
     """The winsorized pooled sigma of these commits' runs, or None before any commit has two.
     A commit whose runs are all equal is left out: each run has its own seed and data order, so
     such runs come from a model that ignores both (server/rules/judge.py refuses it), and counting them
-    would shrink the sigma every other decision uses."""
+    would shrink the sigma every other decision uses. `fitted`: parameters fitted on these runs
+    besides their commits' means (the workers' offsets, server/rules/worker_offsets.py), each taking a
+    degree of freedom (None when none is left)."""
     several = [group for group in groups if len(group) >= 2 and len(set(group)) > 1]
     if not several:
         return None
@@ -75,7 +77,9 @@ def pool(groups: Sequence[Sequence[float]]) -> Pooled | None:
     # No bound when most pairs are equal (runs that repeat exactly): their scale says nothing.
     bound = WINSOR * statistics.median(d for d, _ in pairs) / _MEDIAN_ABS_NORMAL or math.inf
     sum_sq = sum(weight * min(d, bound) ** 2 for d, weight in pairs)
-    df = sum(len(group) - 1 for group in several)
+    df = sum(len(group) - 1 for group in several) - fitted
+    if df < 1:
+        return None
     return Pooled(math.sqrt(sum_sq / df), df, sum(len(group) for group in several), len(several))
 
 

@@ -142,3 +142,14 @@ def test_one_far_run_moves_a_best_s_value_no_further_than_the_bound(seed: int, f
     near = bounded_mean([*values[:3], values[3] - 5 * SIGMA], SIGMA)
     assert bounded_mean([*values[:3], values[3] - far * SIGMA], SIGMA) == pytest.approx(near, rel=1e-12)
     assert bounded_mean([*values[:3], values[3] - far * SIGMA], SIGMA) > np.mean(values) - (1 + BOUND) * SIGMA
+
+
+def test_parameters_fitted_on_the_runs_take_their_degrees_of_freedom() -> None:
+    """Workers' offsets fitted on the same runs (server/crud/noise.py, Fleet.fitted) explain part of
+    their spread: each takes a degree of freedom, and none left means no estimate."""
+    groups = [[1.0, 1.002, 0.998], [2.0, 2.004]]
+    plain, fitted = pool(groups), pool(groups, fitted=1)
+    assert plain is not None and fitted is not None
+    assert (plain.df, fitted.df) == (3, 2)
+    assert fitted.sigma == pytest.approx(plain.sigma * math.sqrt(3 / 2))
+    assert pool(groups, fitted=3) is None
