@@ -37,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     origin = f"experiment {best.experiment_id}" if best.experiment_id else "the baseline"
     about = f"best: val_bpb {views.bpb(best.val_bpb)}, {origin}, commit {best.commit}"
+    if best.measured_on:
+        about += f"; measured: {best.measured_on}"
     if args.output is None:
         print(f"# {about}", file=sys.stderr)
         sys.stdout.write(best.train_py)

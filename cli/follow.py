@@ -66,7 +66,7 @@ def follow(
         try:
             # Subscribed before reading the experiment: whatever happens after this read is streamed.
             read_timeout = min(READ_TIMEOUT_S, max(remaining, 1.0))
-            with protocol.events(FOLLOWED_EVENTS, last_event_id, read_timeout) as events:
+            with client.events(FOLLOWED_EVENTS, last_event_id, read_timeout) as events:
                 experiment = client.experiment(current)
                 while experiment.status in FINAL_STATUSES:
                     if not experiment.rebased_to:

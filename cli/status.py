@@ -135,6 +135,8 @@ def show_overview(client: Client, args: argparse.Namespace) -> None:
         else:
             value = f"{views.bpb(best.val_bpb)}{spread}"
             print(f"best: val_bpb {value} ({origin}{runs}, commit {best.commit[:12]})")
+            if best.measured_on:
+                print(f"      measured: {best.measured_on}")
         print(f"noise: {views.noise(noise)}")
     queued, running = counts[ExperimentStatus.QUEUED], counts[ExperimentStatus.RUNNING]
     print(f"queue: {queued} queued, {running} running")

@@ -42,12 +42,15 @@ def progress(sample: ProgressEvent) -> str:
 
 
 def noise(estimate: NoiseOut | None) -> str:
-    """`sigma 0.0061 from 14 runs of 3 experiments (cpu)`, or why there is none yet."""
+    """`sigma 0.0061 from 14 runs of 3 experiments (cpu)`, with the workers' offsets on a fleet
+    (`; offsets gpu0 -0.0021, gpu1 +0.0021`), or why there is none yet."""
     if estimate is None or estimate.sigma is None:
         return "not measured yet"
+    offsets = ", ".join(f"{name} {offset:+.4f}" for name, offset in estimate.offsets.items())
     return (
         f"sigma {estimate.sigma:.4f} from {estimate.runs} runs of {estimate.experiments} "
         f"experiment{'' if estimate.experiments == 1 else 's'} ({estimate.platform})"
+        + (f"; offsets {offsets}" if offsets else "")
     )
 
 

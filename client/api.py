@@ -482,7 +482,7 @@ class Client:
     ) -> Iterator[Iterator[ServerEvent]]:
         """The server's live events (GET /events), typed (protocol/events.py), as they happen:
 
-            with protocol.events({EventType.KEPT}) as events:
+            with client.events({EventType.KEPT}) as events:
                 for event in events: ...
 
         `types` (default all) filters them; `last_event_id` resumes after a dropped stream from

@@ -265,6 +265,9 @@ class BestOut(BaseModel):
     experiment_id: int | None
     platform: str | None
     harness_id: str | None
+    measured_on: str | None = Field(
+        None, description="how its value was measured: its runs, on which workers, when, how fast they read"
+    )
     train_py: str
 
 
@@ -321,6 +324,11 @@ class NoiseOut(BaseModel):
     experiments: int = Field(description="experiments with several valid runs")
     current: bool = Field(description="the track's platform and harness: the estimate decisions use")
     updated_at: datetime
+    offsets: dict[str, float] = Field(
+        default_factory=dict,
+        description="on a fleet, each worker's offset now (by name): how much worse than the fleet its "
+        'runs read, taken off every run before it is compared (docs/api.md, "Decisions")',
+    )
 
 
 class RuleOut(BaseModel):

@@ -40,6 +40,9 @@ class RunState(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     FINISHED = "finished"  # a result was recorded
+    # A result was recorded, but it read so much worse than its reference that its machine was
+    # presumed slowed: not counted, and another run of the experiment queued (server/rules/judge.py, rerun).
+    SLOWED = "slowed"
     CANCELLED = "cancelled"  # dropped before it ran or while it ran
     INFRA_FAILED = "infra_failed"
 

@@ -52,6 +52,12 @@ class ServerSettings(BaseSettings):
     futility_margin: float = Field(1.0, ge=0.0, le=5.0, description="standard errors a candidate must keep")
     best_rerun_every: int = Field(0, ge=0, le=10_000, description="submissions per extra run of the best")
     # A fleet (docs/api.md, "Decisions"; measured in bench/research_night.py).
+    calibrate_every: int = Field(
+        4, ge=0, le=10_000, description="a worker's runs of a track per run of its best there (0: none)"
+    )
+    rerun_slowed_sigma: float = Field(
+        3.0, ge=0.0, le=100.0, description="pooled sigmas worse than its reference a run is run again at"
+    )
     worker_offsets: bool = Field(True, description="correct each run by its worker's offset")
     worker_offsets_half_life_h: float = Field(
         2.0, ge=0.0, le=10_000.0, description="hours over which an offset's runs count half (0: all alike)"
@@ -97,6 +103,7 @@ class ServerSettings(BaseSettings):
             screen_margin=self.screen_margin,
             futility_margin=self.futility_margin,
             max_runs=self.max_runs,
+            rerun_slowed=self.rerun_slowed_sigma,
         )
 
     @property

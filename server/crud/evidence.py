@@ -10,13 +10,15 @@ experiments' stored val_bpb stay the runs' own.
 from __future__ import annotations
 
 import statistics
+from datetime import datetime
 
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from protocol.result import RunResult
-from protocol.states import DECIDED_STATUS, Rule
+from protocol.states import DECIDED_STATUS, Rule, RunKind, RunState
 from server.crud import noise as noise_crud
+from server.crud.runs import count_runs
 from server.crud.tracks import TrackState
 from server.models import EXPERIMENTS, AnyRow
 from server.rules.failures import cause
@@ -27,6 +29,7 @@ from server.rules.judge import (
     Reference,
     RuleSettings,
     Sample,
+    Slowdown,
     Snapshot,
     run_counts,
 )
@@ -72,6 +75,55 @@ def count_run(
             half_life_h,
         )
     return before.with_run(result.val_bpb)
+
+
+def slowdown(
+    session: Session,
+    settings: RuleSettings,
+    track: TrackState,
+    experiment: AnyRow,
+    run: AnyRow,
+    result: RunResult,
+    worker_id: str,
+    now: datetime,
+    half_life_h: float | None,
+) -> Slowdown | None:
+    """What judge.rerun reads of a valid run before it is counted (under the noise-aware rule, with
+    RERUN_SLOWED_SIGMA set): a candidate's run against its base's value, a run of the best (or of
+    the baseline) against the best's own; None for any other run."""
+    if (
+        settings.rule != Rule.NOISE_AWARE
+        or not settings.rerun_slowed
+        or experiment.cancel_requested
+        or result.val_bpb is None
+        or not run_counts(
+            result.status, result.val_bpb, result.device, result.harness_id, track.platform, track.harness_id
+        )
+    ):
+        return None
+    decided = experiment.decision is not None or experiment.status in DECIDED_STATUS.values()
+    own = experiment.base_commit is None or (decided and run.kind == RunKind.REPEAT)
+    if decided and not own:
+        return None  # a decided candidate's run in flight: it only counts
+    noise = noise_crud.noise(session, track.id, track.platform, track.harness_id)
+    sigma = None if noise is None else noise.sigma
+    fleet = noise_crud.fleet(session, track.id, track.platform, track.harness_id, half_life_h)
+    if own:
+        values = fleet.measured(experiment.id)  # this run is not finished yet: not among them
+        level = bounded_mean(values, sigma) if values else None
+        against = "the best" if experiment.id == track.best_experiment_id else "its own value"
+    else:
+        base = _reference_sample(session, experiment.base_commit, track, settings.rule, noise, fleet)
+        level = base.sample.mean
+        against = "the best" if experiment.base_commit == track.best_commit else "its base"
+    return Slowdown(
+        number=run.number,
+        value=result.val_bpb - fleet.offset(worker_id, now),
+        level=level,
+        against=against,
+        sigma=sigma,
+        reruns=count_runs(session, experiment.id, state=RunState.SLOWED),
+    )
 
 
 def snapshot(
@@ -125,6 +177,8 @@ def snapshot(
         decided=decided,
         cancel_requested=bool(experiment.cancel_requested),
         is_best=track.best_experiment_id == experiment.id,
+        reruns=0 if decided else count_runs(session, experiment.id, state=RunState.SLOWED),
+        reference_provenance=reference.provenance,
     )
 
 
@@ -190,4 +244,8 @@ def _reference_sample(
         return Reference(Sample(row.valid_runs, row.val_bpb), measured)
     values = fleet.measured(row.id)
     sigma = None if noise is None else noise.sigma
-    return Reference(Sample(len(values), bounded_mean(values, sigma) if values else None), measured)
+    provenance = noise_crud.provenance(
+        session, row.id, row.base_commit is None, track.platform, track.harness_id
+    )
+    sample = Sample(len(values), bounded_mean(values, sigma) if values else None)
+    return Reference(sample, measured, provenance)

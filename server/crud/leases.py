@@ -133,14 +133,36 @@ def best_measurement(session: Session, track_id: int) -> BestMeasurement | None:
         return None
     best = session.get(Experiment, track.best_experiment_id)
     assert best is not None
-    noise = noise_crud.noise(session, track.id, track.platform, track.harness_id)
+    noise = noise_crud.current_view(session, track.id, track.platform, track.harness_id, track.name)
     return BestMeasurement(
         experiment_id=best.id,
         status=best.status,
         valid_runs=best.valid_runs,
-        noise_df=noise.df if noise is not None else None,
+        noise_runs=noise.runs if noise is not None else None,
         live_runs=live_runs(session, best.id),
     )
+
+
+_MADE_HERE = (
+    select(func.count())
+    .select_from(LEASES.join(RUNS, RUNS.c.id == LEASES.c.run_id))
+    .where(LEASES.c.worker_id == bindparam("worker_id"), RUNS.c.track_id == bindparam("track_id"))
+)
+_OTHER_HERE = (
+    select(LEASES.c.id)
+    .join(RUNS, RUNS.c.id == LEASES.c.run_id)
+    .where(LEASES.c.worker_id != bindparam("worker_id"), RUNS.c.track_id == bindparam("track_id"))
+    .limit(1)
+)
+
+
+def runs_made(session: Session, worker_id: str, track_id: int) -> tuple[int, bool]:
+    """The runs of the track this worker was given (its leases), and whether another worker was
+    given any."""
+    params = {"worker_id": worker_id, "track_id": track_id}
+    connection = session.connection()
+    made = int(connection.execute(_MADE_HERE, params).scalar() or 0)
+    return made, connection.execute(_OTHER_HERE, params).first() is not None
 
 
 def pick_run(

@@ -29,8 +29,8 @@ from sqlalchemy.orm import Session
 
 from protocol.schemas import NoiseOut
 from protocol.states import RunKind, RunState
-from server.models import EXPERIMENTS, NOISE, RUNS, AnyRow, NoiseEstimate, Result, utcnow
-from server.rules.judge import Noise
+from server.models import EXPERIMENTS, NOISE, RUNS, AnyRow, NoiseEstimate, Result, Worker, utcnow
+from server.rules.judge import Noise, Provenance
 from server.rules.noise_pool import pool
 from server.rules.worker_offsets import NO_OFFSETS, Measured, Offsets, corrected, worker_offsets
 
@@ -72,11 +72,11 @@ def counted_clause() -> ColumnElement[bool]:
         Result.val_bpb.is_not(None),
         Result.device == bindparam("platform"),
         Result.harness_id == bindparam("harness_id"),
-        RUNS.c.status == RunState.FINISHED,
     )
 
 
-_COUNTED = counted_clause()
+# A run presumed slowed (RunState.SLOWED, server/rules/judge.py, rerun) is not counted either.
+_COUNTED = and_(counted_clause(), RUNS.c.status == RunState.FINISHED)
 _RUN_COLUMNS = (Result.val_bpb, Result.worker_id, Result.received_at)
 # One experiment's valid confirmation runs (those after its screening run).
 _CONFIRMING = (
@@ -89,6 +89,18 @@ _VALID = (
     select(*_RUN_COLUMNS)
     .join(RUNS, RUNS.c.id == Result.run_id)
     .where(Result.experiment_id == bindparam("experiment_id"), _COUNTED)
+)
+# One experiment's valid measuring runs: who made them, when, how fast the machine read.
+_MEASURED_HOW = (
+    select(Worker.name, Result.received_at, Result.conditions)
+    .join(RUNS, RUNS.c.id == Result.run_id)
+    .join(Worker, Worker.id == Result.worker_id)
+    .where(
+        Result.experiment_id == bindparam("experiment_id"),
+        measuring_clause(bindparam("baseline")),
+        _COUNTED,
+    )
+    .order_by(Result.received_at)
 )
 # Every valid measuring run of a track's experiments on a platform and harness.
 _ALL_MEASURING = (
@@ -156,6 +168,43 @@ def fleet(
     made = Counter(run.worker for group in runs.values() for run in group)
     fitted = [[run for run in group if made[run.worker] >= OFFSET_MIN_RUNS] for group in runs.values()]
     return Fleet(dict(runs), workers, worker_offsets([group for group in fitted if group], half_life_h))
+
+
+def provenance(
+    session: Session, experiment_id: int, baseline: bool, platform: str | None, harness_id: str | None
+) -> Provenance | None:
+    """How the experiment's value was measured (its measuring runs), None before any."""
+    params = {
+        "experiment_id": experiment_id,
+        "baseline": baseline,
+        "platform": platform,
+        "harness_id": harness_id,
+    }
+    rows = list(session.connection().execute(_MEASURED_HOW, params))
+    if not rows:
+        return None
+    speeds = [row.conditions.get("speed_gflops") for row in rows if row.conditions]
+    return Provenance(
+        runs=len(rows),
+        workers=tuple(dict.fromkeys(row.name for row in rows)),
+        first=rows[0].received_at,
+        last=rows[-1].received_at,
+        speeds=tuple(speed for speed in speeds if speed is not None),
+    )
+
+
+def offsets_by_name(session: Session, measured: Fleet) -> dict[str, float]:
+    """Each worker's offset now, by its name (empty without offsets)."""
+    if measured.offsets is NO_OFFSETS:
+        return {}
+    workers = select(Worker.id, Worker.name).where(Worker.id.in_(list(measured.workers)))
+    names = {row.id: row.name for row in session.execute(workers)}
+    now = utcnow()
+    return {
+        names[worker_id]: measured.offset(worker_id, now)
+        for worker_id, index in measured.workers.items()
+        if index in measured.offsets.times and worker_id in names
+    }
 
 
 def valid_runs(
@@ -229,20 +278,33 @@ def noise(session: Session, track_id: int, platform: str | None, harness_id: str
 
 
 def estimates(
-    session: Session, track_id: int, platform: str | None, harness_id: str | None, track: str
+    session: Session,
+    track_id: int,
+    platform: str | None,
+    harness_id: str | None,
+    track: str,
+    half_life_h: float | None,
 ) -> list[NoiseOut]:
     """Every platform and harness the track measured, its pins' (the one decisions use) marked
-    current."""
+    current, with its workers' offsets."""
+    offsets = offsets_by_name(session, fleet(session, track_id, platform, harness_id, half_life_h))
     rows = session.scalars(
         select(NoiseEstimate)
         .where(NoiseEstimate.track_id == track_id)
         .order_by(NoiseEstimate.platform, NoiseEstimate.harness_id)
     )
-    return [view(e, (e.platform, e.harness_id) == (platform, harness_id), track) for e in rows]
+    views = []
+    for e in rows:
+        current = (e.platform, e.harness_id) == (platform, harness_id)
+        views.append(view(e, current, track, offsets if current else None))
+    return views
 
 
-def view(estimate: NoiseEstimate, current: bool, track: str) -> NoiseOut:
+def view(
+    estimate: NoiseEstimate, current: bool, track: str, offsets: dict[str, float] | None = None
+) -> NoiseOut:
     return NoiseOut(
+        offsets=offsets or {},
         track=track,
         platform=estimate.platform,
         harness_id=estimate.harness_id,

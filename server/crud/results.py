@@ -25,7 +25,7 @@ _RUN = select(RUNS).where(RUNS.c.id == bindparam("id"))
 _FINISH_RUN = (
     update(RUNS)
     .where(RUNS.c.id == bindparam("run_id"))
-    .values(status=RunState.FINISHED, finished_at=bindparam("now", type_=RUNS.c.finished_at.type))
+    .values(status=bindparam("state"), finished_at=bindparam("now", type_=RUNS.c.finished_at.type))
 )
 # The SET clause comes from the parameters: the columns the result and its decision change.
 _UPDATE_EXPERIMENT = update(EXPERIMENTS).where(EXPERIMENTS.c.id == bindparam("experiment_id"))
@@ -59,8 +59,9 @@ def run_row(session: Session, run_id: int) -> AnyRow:
     return session.connection().execute(_RUN, {"id": run_id}).one()
 
 
-def finish_run(session: Session, run_id: int, now: datetime) -> None:
-    session.connection().execute(_FINISH_RUN, {"run_id": run_id, "now": now})
+def finish_run(session: Session, run_id: int, now: datetime, state: RunState) -> None:
+    """The run ended with a result: FINISHED, or SLOWED (not counted, run again)."""
+    session.connection().execute(_FINISH_RUN, {"run_id": run_id, "now": now, "state": state})
 
 
 def insert_result(session: Session, row: dict[str, Any]) -> None:

@@ -75,9 +75,12 @@ def queue_runs(
     return numbers
 
 
-def count_runs(session: Session, experiment_id: int, kind: RunKind | None = None) -> int:
-    """How many runs the experiment has had (any state), or of one kind."""
+def count_runs(
+    session: Session, experiment_id: int, kind: RunKind | None = None, state: RunState | None = None
+) -> int:
+    """How many runs the experiment has had (any state), or of one kind, or in one state."""
     statement = _COUNT.where(RUNS.c.kind == kind) if kind is not None else _COUNT
+    statement = statement.where(RUNS.c.status == state) if state is not None else statement
     return int(session.connection().execute(statement, {"experiment_id": experiment_id}).scalar() or 0)
 
 

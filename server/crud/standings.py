@@ -29,6 +29,7 @@ class BestState:
     experiment_id: int | None
     platform: str | None
     harness_id: str | None
+    measured_on: str | None  # judge.Provenance in words
 
 
 def best(session: Session, track: TrackState) -> BestState | None:
@@ -36,6 +37,13 @@ def best(session: Session, track: TrackState) -> BestState | None:
         return None
     runs, mean = best_sample(session, track.id)
     estimate = noise_crud.noise(session, track.id, track.platform, track.harness_id)
+    provenance = None
+    if track.best_experiment_id is not None:
+        experiment = session.get(Experiment, track.best_experiment_id)
+        baseline = experiment is not None and experiment.base_commit is None
+        provenance = noise_crud.provenance(
+            session, track.best_experiment_id, baseline, track.platform, track.harness_id
+        )
     return BestState(
         track=track.name,
         commit=track.best_commit,
@@ -45,6 +53,7 @@ def best(session: Session, track: TrackState) -> BestState | None:
         experiment_id=track.best_experiment_id,
         platform=track.platform,
         harness_id=track.harness_id,
+        measured_on=provenance.in_words() if provenance is not None else None,
     )
 
 

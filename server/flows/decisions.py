@@ -88,15 +88,22 @@ REVOKED = "kept, then revoked"
 
 
 def settle(
-    ctx: AppContext, tx: Transaction, track: TrackState, experiment: AnyRow, verdict: Verdict
+    ctx: AppContext, tx: Transaction, track: TrackState, experiment: AnyRow, verdict: Verdict, kind: RunKind
 ) -> dict[str, object]:
     """Carry out the judge's verdict on the experiment a run's result was for: the experiment's
     new column values (the caller writes them with its own changes), after the effects (the
     best, runs queued or cancelled, git, events). `decision_reason` is among them exactly when
     this run decided something (a verdict, a cancellation, a revocation); a run that only counts
-    (Action.COUNT) changes nothing here, and the caller's answer says so."""
+    (Action.COUNT) changes nothing here, and the caller's answer says so. A run presumed slowed
+    (Action.RERUN) is run again: one more run of its `kind`, in its experiment's place."""
     if verdict.action is Action.COUNT:
         return {}
+    if verdict.action is Action.RERUN:
+        (number,) = queue_runs(tx.session, experiment.id, track.id, kind, experiment.queued_at)
+        tx.emit(Queued(experiment_id=experiment.id, run=number, why=verdict.reason, track=track.name))
+        if experiment.decision is not None or experiment.status in DECIDED_STATUS.values():
+            return {}  # a run of the best: it stays decided
+        return {"status": ExperimentStatus.QUEUED, "decision_reason": verdict.reason}
     if verdict.action is Action.CANCEL:
         cancel_queued_runs(tx.session, experiment.id, utcnow())
         return {
@@ -324,6 +331,20 @@ def best_repeats_due(ctx: AppContext, session: Session, track: TrackState) -> in
         since = submitted_since(session, track.id, track.best_since_experiment_id or 0)
         target += since // settings.best_rerun_every
     return max(0, target - value_runs(session, experiment.id, experiment.base_commit))
+
+
+def calibration_due(ctx: AppContext, runs_made: int, other_workers: bool) -> bool:
+    """Whether a worker's next run of a track is a run of the track's best (a calibration run): its
+    first run there and every CALIBRATE_EVERY-th after, once another worker runs the track too
+    (one worker needs no offset). Every worker then has runs of known code, on which the offsets
+    are fitted (server/crud/noise.py, Fleet)."""
+    every = ctx.settings.calibrate_every
+    return (
+        ctx.settings.decision_rule == Rule.NOISE_AWARE
+        and bool(every)
+        and other_workers
+        and runs_made % every == 0
+    )
 
 
 def queue_best_repeats(ctx: AppContext, session: Session, track: TrackState) -> int:

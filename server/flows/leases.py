@@ -2,7 +2,8 @@
 
 Each is one transaction over the rows of server/crud/leases.py. A claim hands out runs of the
 tracks the worker serves (server/flows/workers.py, `serving`) in the queue's order
-(crud.leases.pick_run), except, per track, while its best is not measured yet (`gates`); a
+(crud.leases.pick_run), except, per track, while its best is not measured yet (`gates`), and
+when the worker is due a run of the track's best (`calibration`); a
 first run whose base is no longer its track's best is carried over onto that best first
 (server.flows.decisions.reapply_before_running), then claimed again. A run that ends without a result
 (released, or its lease expired) is queued again or ended (`back_to_queue`).
@@ -12,20 +13,21 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from datetime import timedelta
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
 from protocol.events import Finished, Progress, Queued, Started
 from protocol.schemas import ClaimOut, HeartbeatOut, ProgressEventIn
-from protocol.states import ExperimentStatus, LeaseState, RunState
+from protocol.states import ExperimentStatus, LeaseState, RunKind, RunState
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import leases
-from server.crud.runs import cancel_queued_runs
+from server.crud.runs import cancel_queued_runs, queue_runs
 from server.crud.tokens import Principal
-from server.crud.tracks import name_of
-from server.flows.decisions import reapply_before_running
+from server.crud.tracks import current_best, name_of
+from server.flows.decisions import calibration_due, reapply_before_running
 from server.flows.workers import serving
 from server.models import AnyRow, Experiment, Run, utcnow
 from server.rules.gate import gate_for
@@ -81,6 +83,29 @@ def gates(ctx: AppContext, session: Session, tracks: tuple[int, ...]) -> tuple[l
     return open_, only
 
 
+def calibration(
+    ctx: AppContext, session: Session, worker_id: str, tracks: Sequence[int], now: datetime
+) -> AnyRow | None:
+    """A run of a track's best for this worker, now running, when one is due
+    (decisions.calibration_due) on a track with work queued: one of the best's queued runs, else a
+    repeat queued for it. None when none is due."""
+    for track_id in tracks:
+        made, others = leases.runs_made(session, worker_id, track_id)
+        if not calibration_due(ctx, made, others) or not leases.anything_queued(session, [track_id]):
+            continue
+        best = current_best(session, track_id)
+        if best.best_experiment_id is None:
+            continue
+        picked = leases.pick_run(session, now, (), (best.best_experiment_id,))
+        if picked is None:
+            experiment = session.get(Experiment, best.best_experiment_id)
+            assert experiment is not None
+            queue_runs(session, experiment.id, track_id, RunKind.REPEAT, experiment.queued_at)
+            picked = leases.pick_run(session, now, (), (experiment.id,))
+        return picked
+    return None
+
+
 def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | None:
     """Lease the next queued run to this worker, or None when nothing can run now."""
     check_worker(ctx, principal, worker_id)
@@ -99,7 +124,10 @@ def claim(ctx: AppContext, principal: Principal, worker_id: str) -> ClaimOut | N
         with ctx.transaction() as tx:
             touch(ctx, tx.session, worker_id)
             now = utcnow()
-            picked = leases.pick_run(tx.session, now, *gates(ctx, tx.session, tracks))
+            open_, only = gates(ctx, tx.session, tracks)
+            picked = calibration(ctx, tx.session, worker_id, open_, now) or leases.pick_run(
+                tx.session, now, open_, only
+            )
             if picked is None:
                 return None
             experiment = leases.start_experiment(tx.session, picked.experiment_id, now)

@@ -2,25 +2,30 @@
 
 One result, one pass through the layers: the result stored (server/crud/results.py), the run
 counted and the judge's snapshot read (server/crud/evidence.py), the verdict (server/rules/judge.py,
-pure), its effects (server/flows/decisions.py), the experiment's row written.
+pure), its effects (server/flows/decisions.py), the experiment's row written. A run presumed slowed
+(judge.rerun, read before the run is counted) is stored and not counted: its verdict is to run
+again.
 """
 
 from __future__ import annotations
 
+from sqlalchemy.orm import Session
+
 from protocol.events import Finished
-from protocol.result import INTEGRITY_CLASSES
+from protocol.result import INTEGRITY_CLASSES, RunResult
 from protocol.schemas import ResultIn, ResultOutcome
 from protocol.states import LeaseState, RunState
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import evidence, integrity, results
 from server.crud.leases import set_lease
+from server.crud.noise import RunStats
 from server.crud.tokens import Principal
-from server.crud.tracks import current_best
+from server.crud.tracks import TrackState, current_best
 from server.flows.decisions import settle
 from server.flows.leases import locked_lease, require_held
-from server.models import utcnow
-from server.rules.judge import NEEDS_FRESH_BEST, judge
+from server.models import AnyRow, utcnow
+from server.rules.judge import NEEDS_FRESH_BEST, Action, Verdict, judge, rerun
 from server.rules.lifecycle import check_experiment_move, check_run_move
 
 
@@ -50,8 +55,6 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
             )
         now = utcnow()
         set_lease(tx.session, lease.id, state=LeaseState.FINISHED, ended_at=now)
-        check_run_move(run.status, RunState.FINISHED)
-        results.finish_run(tx.session, run.id, now)
         fields = measured.model_dump(mode="json")
         fields["seed"] = run.seed if measured.seed is None else measured.seed
         extra = {key: fields.pop(key) for key in list(fields) if key not in results.RESULT_COLUMNS}
@@ -76,19 +79,20 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
         )
         track = current_best(tx.session, experiment.track_id)
         half_life_h = ctx.settings.offsets_half_life_h
-        after = evidence.count_run(tx.session, track, experiment, run, measured, half_life_h)
-        locked = False
-        while True:  # a verdict that moves the best or builds on it is reached again on the locked row
-            snapshot = evidence.snapshot(
-                tx.session, ctx.settings.rule, track, experiment, run, measured, after, half_life_h
-            )
-            verdict = judge(snapshot)
-            if locked or verdict.action not in NEEDS_FRESH_BEST:
-                break
-            track, locked = current_best(tx.session, experiment.track_id, lock=True), True
+        slowdown = evidence.slowdown(
+            tx.session, ctx.settings.rule, track, experiment, run, measured, lease.worker_id, now, half_life_h
+        )
+        verdict = rerun(slowdown, ctx.settings.rule) if slowdown is not None else None
+        state = RunState.FINISHED if verdict is None else RunState.SLOWED
+        check_run_move(run.status, state)
+        results.finish_run(tx.session, run.id, now, state)
+        after = RunStats(experiment.valid_runs, experiment.val_bpb, experiment.val_bpb_m2)
+        if verdict is None:
+            after = evidence.count_run(tx.session, track, experiment, run, measured, half_life_h)
+            verdict, track = _judged(ctx, tx.session, track, experiment, run, measured, after)
         changes: dict[str, object] = {"platform": measured.device}
         changes |= {"valid_runs": after.n, "val_bpb": after.mean, "val_bpb_m2": after.m2}
-        changes |= settle(ctx, tx, track, experiment, verdict)
+        changes |= settle(ctx, tx, track, experiment, verdict, run.kind)
         if measured.error_class in INTEGRITY_CLASSES and experiment.agent_id is not None:
             event = integrity.record_event(
                 tx.session.connection(),
@@ -111,15 +115,40 @@ def record_result(ctx: AppContext, principal: Principal, lease_id: str, body: Re
             run=run.number,
             decision=changes.get("decision", experiment.decision),
             status=changes.get("status", experiment.status),
-            reason=_reason(run.number, changes),
+            reason=_reason(run.number, changes, verdict),
         )
 
 
-def _reason(number: int, changes: dict[str, object]) -> str:
+def _judged(
+    ctx: AppContext,
+    session: Session,
+    track: TrackState,
+    experiment: AnyRow,
+    run: AnyRow,
+    measured: RunResult,
+    after: RunStats,
+) -> tuple[Verdict, TrackState]:
+    """The judge's verdict on the counted run, and the track it was reached on: a verdict that moves
+    the best or builds on it is reached again on the locked, fresh row."""
+    locked, half_life_h = False, ctx.settings.offsets_half_life_h
+    while True:
+        snapshot = evidence.snapshot(
+            session, ctx.settings.rule, track, experiment, run, measured, after, half_life_h
+        )
+        verdict = judge(snapshot)
+        if locked or verdict.action not in NEEDS_FRESH_BEST:
+            return verdict, track
+        track, locked = current_best(session, experiment.track_id, lock=True), True
+
+
+def _reason(number: int, changes: dict[str, object], verdict: Verdict) -> str:
     """What this run's result decided, in words: the decision's reason, or, for a run of an
     experiment decided before it (a repeat of the best, a measuring run of the baseline), that it
-    decided nothing: the old reason would read as if this run had decided it again."""
+    decided nothing: the old reason would read as if this run had decided it again. A run presumed
+    slowed says so."""
     if "decision_reason" in changes:
         return str(changes["decision_reason"] or "")
+    if verdict.action is Action.RERUN:
+        return verdict.reason
     runs = changes["valid_runs"]
     return f"run {number} of an experiment decided before it: {runs} valid runs now, nothing to decide"

@@ -3,7 +3,8 @@
 A rule on plain data (what crud.leases.best_measurement reads), applied by each claim
 (server/flows/leases.py) until it opens:
 - The best is measured under the greedy rule once it has a valid run; under the noise-aware rule
-  once the noise estimate on the project's pins rests on NOISE_RUNS runs (df >= NOISE_RUNS - 1).
+  once the noise estimate on the project's pins rests on NOISE_RUNS runs (on one worker, df >=
+  NOISE_RUNS - 1; on a fleet the workers' offsets take some of those degrees of freedom).
   Then the gate opens for good: a measurement is never lost.
 - Until then only the best's runs go out while it has any queued or running.
 - An unmeasured best with none left: one with valid runs is compared on those, and one that
@@ -27,7 +28,7 @@ class BestMeasurement:
     experiment_id: int
     status: ExperimentStatus
     valid_runs: int
-    noise_df: int | None  # of the noise estimate on the project's pins; None before there is one
+    noise_runs: int | None  # the noise estimate's on the project's pins; None before there is one
     live_runs: int  # queued or running
 
 
@@ -42,7 +43,7 @@ def gate_for(best: BestMeasurement | None, rule: Rule, noise_runs: int) -> Gate:
     if best is None:
         return Gate(only=None, measured=False)
     if rule == Rule.NOISE_AWARE:
-        measured = best.noise_df is not None and best.noise_df >= noise_runs - 1
+        measured = best.noise_runs is not None and best.noise_runs >= noise_runs
     else:
         measured = best.valid_runs > 0
     if measured:

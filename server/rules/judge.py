@@ -32,6 +32,13 @@ The noise-aware rule (docs/api.md, "Decisions"), for a candidate measured agains
 - When the reference is not the best any more, a keep (or a candidate still promising) is
   re-applied onto the new best instead: `rebase`.
 
+A run slowed by its machine (a busy host, a throttled GPU: fewer tokens in the time budget) only
+ever reads worse. A run that reads more than RERUN_SLOWED_SIGMA pooled sigmas worse than its
+reference (a candidate's: its base's value; a run of the best: the best's own), after its
+worker's offset, is not counted and its experiment runs again instead (`rerun`), at most
+MAX_RERUNS times per experiment, so that a change that is truly that bad is still reverted
+(docs/research_night.md measured what it restores). The decision then says how many were.
+
 A candidate whose valid runs (two or more) all gave the same val_bpb ignores its seed and its
 data: it is reverted as such, whatever its value (`_ignores_the_seed`).
 
@@ -44,7 +51,8 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from enum import StrEnum
 from statistics import NormalDist
 
@@ -65,11 +73,13 @@ class Action(StrEnum):
     COUNT = "count"  # a run of a decided experiment: counted, nothing to decide
     CANCEL = "cancel"  # its cancel was requested while it ran: recorded, not compared
     REVOKE = "revoke"  # a kept best's later run ended in an integrity class: revert it, restore its base
+    RERUN = "rerun"  # the run read as slowed: not counted, the experiment runs again (`rerun`)
 
 
 # Verdicts that move the best or build on it: decided again on the locked, fresh project row
 # (server/flows/results.py).
 NEEDS_FRESH_BEST = frozenset({Action.KEEP, Action.REBASE, Action.REVOKE})
+MAX_RERUNS = 2  # runs of one experiment presumed slowed and run again, at most
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,7 @@ class RuleSettings:
     screen_margin: float  # standard errors the first run must beat the reference by
     futility_margin: float  # standard errors a confirming candidate must stay ahead by
     max_runs: int
+    rerun_slowed: float = 0.0  # pooled sigmas worse than its reference a run is run again at (0: never)
 
 
 @dataclass(frozen=True)
@@ -93,12 +104,43 @@ class Sample:
 
 
 @dataclass(frozen=True)
+class Provenance:
+    """Where, when and under what conditions a commit's value was measured: its measuring runs'
+    workers (their names), the first and the last of them, and the machines' speed readings
+    (protocol.result.RunConditions) among them."""
+
+    runs: int
+    workers: tuple[str, ...]
+    first: datetime
+    last: datetime
+    speeds: tuple[float, ...] = ()
+
+    def in_words(self) -> str:
+        """`4 runs on gpu0, gpu1, 2026-12-07 17:02-17:20 UTC, speed 40.1-41.5 GFLOP/s` (more than
+        three workers: the first three and how many more)."""
+        shown = ", ".join(self.workers[:3]) + (f" +{len(self.workers) - 3}" if len(self.workers) > 3 else "")
+        start, end = f"{self.first:%Y-%m-%d %H:%M}", f"{self.last:%Y-%m-%d %H:%M}"
+        when = start if end == start else f"{start}-{end[11:] if end[:10] == start[:10] else end}"
+        words = f"{_runs(self.runs)} on {shown}, {when} UTC"
+        if self.speeds:
+            low, high = min(self.speeds), max(self.speeds)
+            speed = f"{low:.1f}" if high - low < 0.05 else f"{low:.1f}-{high:.1f}"
+            words += f", speed {speed} GFLOP/s"
+        return words
+
+
+def _runs(n: int) -> str:
+    return "1 run" if n == 1 else f"{n} runs"
+
+
+@dataclass(frozen=True)
 class Reference:
     """What a candidate is compared with: the sample, and whether its commit was measured at all
     (a kept change whose repeats are not in yet has been measured, but has no sample yet)."""
 
     sample: Sample
     measured: bool
+    provenance: Provenance | None = None
 
 
 @dataclass(frozen=True)
@@ -145,6 +187,22 @@ class Snapshot:
     decided: bool = False  # the experiment was decided before this run (the rest is then unread)
     cancel_requested: bool = False
     is_best: bool = False  # the experiment is the project's best now
+    reruns: int = 0  # its runs presumed slowed and run again (`rerun`)
+    reference_provenance: Provenance | None = None  # how the reference's value was measured
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """A valid run as `rerun` reads it: its value less its worker's offset, the level it is measured
+    against (None: not known yet) and what that is, the pooled noise, and the experiment's runs
+    already presumed slowed."""
+
+    number: int
+    value: float
+    level: float | None
+    against: str  # "the best", "its base"
+    sigma: float | None
+    reruns: int
 
 
 @dataclass(frozen=True)
@@ -245,8 +303,40 @@ def run_counts(
     )
 
 
+def rerun(slowdown: Slowdown, settings: RuleSettings) -> Verdict | None:
+    """Action.RERUN when the run reads more than `rerun_slowed` pooled sigmas worse than its level
+    and its experiment has had fewer than MAX_RERUNS such runs; None when it counts."""
+    level, sigma = slowdown.level, slowdown.sigma
+    if not settings.rerun_slowed or level is None or not sigma or slowdown.reruns >= MAX_RERUNS:
+        return None
+    excess = slowdown.value - level
+    if excess <= settings.rerun_slowed * sigma:
+        return None
+    return Verdict(
+        Action.RERUN,
+        f"run {slowdown.number} read {excess:+.4f} ({excess / sigma:.1f} sigma) against "
+        f"{slowdown.against} {fmt_bpb(level)}, after its worker's offset: presumed slowed, not counted, "
+        f"run again (re-run {slowdown.reruns + 1} of at most {MAX_RERUNS})",
+    )
+
+
 def judge(snapshot: Snapshot) -> Verdict:
-    """The verdict on an experiment after one of its runs was reported."""
+    """The verdict on an experiment after one of its runs was reported; a decision on a comparison
+    says how the reference's value was measured (where, when, how fast the machines read), and
+    how many of the candidate's runs were presumed slowed and run again."""
+    verdict = _verdict(snapshot)
+    if verdict.action in (Action.COUNT, Action.CANCEL, Action.REVOKE):
+        return verdict
+    reason = verdict.reason
+    provenance = snapshot.reference_provenance
+    if verdict.comparison is not None and provenance is not None and verdict.action is not Action.CONFIRM:
+        reason += f"; {_reference_name(snapshot)} measured: {provenance.in_words()}"
+    if snapshot.reruns:
+        reason += f" ({_runs(snapshot.reruns)} presumed slowed, run again)"
+    return replace(verdict, reason=reason)
+
+
+def _verdict(snapshot: Snapshot) -> Verdict:
     if snapshot.decided:
         return _after_decision(snapshot)
     if snapshot.cancel_requested:

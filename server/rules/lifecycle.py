@@ -42,9 +42,10 @@ EXPERIMENT_MOVES: Mapping[ExperimentStatus, frozenset[ExperimentStatus]] = {
 RUN_MOVES: Mapping[RunState, frozenset[RunState]] = {
     RunState.QUEUED: frozenset({RunState.RUNNING, RunState.CANCELLED}),
     RunState.RUNNING: frozenset(
-        {RunState.FINISHED, RunState.QUEUED, RunState.CANCELLED, RunState.INFRA_FAILED}
+        {RunState.FINISHED, RunState.SLOWED, RunState.QUEUED, RunState.CANCELLED, RunState.INFRA_FAILED}
     ),
     RunState.FINISHED: frozenset(),
+    RunState.SLOWED: frozenset(),
     RunState.CANCELLED: frozenset({RunState.QUEUED}),
     RunState.INFRA_FAILED: frozenset({RunState.QUEUED}),
 }

@@ -19,12 +19,12 @@ NOISE_RUNS = 3
 
 @pytest.mark.parametrize("rule", list(Rule))
 def test_every_small_case_follows_the_rule(rule: Rule) -> None:
-    cases = itertools.product(list(ExperimentStatus), range(3), [None, 0, 1, 2, 3], range(3))
-    for status, valid, df, live in cases:
-        verdict = gate_for(BestMeasurement(BEST, status, valid, df, live), rule, NOISE_RUNS)
+    cases = itertools.product(list(ExperimentStatus), range(3), [None, 0, 2, 3, 4], range(3))
+    for status, valid, pooled, live in cases:
+        verdict = gate_for(BestMeasurement(BEST, status, valid, pooled, live), rule, NOISE_RUNS)
         # Measured: greedy, a valid run; noise-aware, the estimate rests on NOISE_RUNS runs.
-        measured = valid > 0 if rule == Rule.GREEDY else df is not None and df + 1 >= NOISE_RUNS
-        case = (rule, status, valid, df, live)
+        measured = valid > 0 if rule == Rule.GREEDY else pooled is not None and pooled >= NOISE_RUNS
+        case = (rule, status, valid, pooled, live)
         assert verdict.measured == measured, case
         if measured:
             assert verdict.only is None, case  # open for good
@@ -46,7 +46,7 @@ measurements = st.builds(
     experiment_id=st.integers(1, 10**6),
     status=st.sampled_from(list(ExperimentStatus)),
     valid_runs=st.integers(0, 50),
-    noise_df=st.none() | st.integers(0, 50),
+    noise_runs=st.none() | st.integers(0, 50),
     live_runs=st.integers(0, 50),
 )
 
@@ -61,7 +61,7 @@ def test_it_names_no_experiment_but_the_best_and_more_runs_never_unmeasure_it(
         best.experiment_id,
         best.status,
         best.valid_runs + 1,
-        (best.noise_df or 0) + 1,
+        (best.noise_runs or 0) + 1,
         best.live_runs,
     )
     assert gate_for(more, rule, noise_runs).measured or not verdict.measured

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from statistics import NormalDist
 
 import mpmath
@@ -22,15 +23,19 @@ from protocol.states import Rule
 from server.crud.noise import counted_clause
 from server.models import Base, Result
 from server.rules.judge import (
+    MAX_RERUNS,
     Action,
     Evidence,
     JudgedRun,
     Noise,
+    Provenance,
     RuleSettings,
     Sample,
+    Slowdown,
     Snapshot,
     compare,
     judge,
+    rerun,
     run_counts,
     t_quantile,
 )
@@ -460,3 +465,30 @@ def test_which_runs_count_is_one_rule_in_python_in_the_judges_words_and_in_sql(
             query = select(Result.__table__.c.id).where(counted_clause())
             found = set(connection.execute(query, {"platform": platform, "harness_id": harness}).scalars())
             assert found == expected
+
+
+def test_a_run_far_worse_than_its_level_is_run_again_a_bounded_number_of_times() -> None:
+    rule = replace(RULE, rerun_slowed=3.0)
+    far = Slowdown(number=2, value=1.0031, level=1.0, against="the best", sigma=0.001, reruns=0)
+    verdict = rerun(far, rule)
+    assert verdict is not None and verdict.action is Action.RERUN
+    assert verdict.reason == (
+        "run 2 read +0.0031 (3.1 sigma) against the best 1.0000, after its worker's offset: presumed "
+        "slowed, not counted, run again (re-run 1 of at most 2)"
+    )
+    assert rerun(replace(far, value=1.0029), rule) is None  # within 3 sigma: counted
+    assert rerun(replace(far, value=0.99), rule) is None  # better: never slowed
+    assert rerun(replace(far, reruns=MAX_RERUNS), rule) is None  # run again enough: counted
+    assert rerun(replace(far, sigma=None), rule) is None and rerun(replace(far, level=None), rule) is None
+    assert rerun(far, RULE) is None  # RERUN_SLOWED_SIGMA 0: never
+
+
+def test_how_a_value_was_measured_in_words() -> None:
+    start = datetime(2026, 12, 7, 17, 2, tzinfo=UTC)
+    one = Provenance(runs=1, workers=("gpu0",), first=start, last=start)
+    assert one.in_words() == "1 run on gpu0, 2026-12-07 17:02 UTC"
+    many = Provenance(5, ("a", "b", "c", "d", "e"), start, start + timedelta(days=1), (40.0, 41.52))
+    assert (
+        many.in_words()
+        == "5 runs on a, b, c +2, 2026-12-07 17:02-2026-12-08 17:02 UTC, speed 40.0-41.5 GFLOP/s"
+    )

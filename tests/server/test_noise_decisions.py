@@ -18,7 +18,15 @@ from server.main import create_app
 from server.rules.noise_pool import BOUND
 from tests.server.conftest import serve
 
-NOISE = {"decision_rule": "noise_aware", "noise_runs": 3, "best_repeats": 3, "best_rerun_every": 0}
+# No calibration runs (tests/server/test_fleet_decisions.py): they would put runs of the best
+# between the runs these tests hand to their workers.
+NOISE = {
+    "decision_rule": "noise_aware",
+    "noise_runs": 3,
+    "best_repeats": 3,
+    "best_rerun_every": 0,
+    "calibrate_every": 0,
+}
 
 
 def t_cdf(t: float, df: int) -> float:
@@ -128,7 +136,10 @@ def test_a_promising_candidate_is_confirmed_ahead_of_newer_work_and_kept_as_effe
     se = sigma * math.sqrt(1 / 2 + 1 / 3)
     p = t_cdf(-0.0055 / se, 2)
     assert kept.decision == "keep" and kept.run == 2
-    assert kept.reason == f"-0.0055 ± {se:.4f} (2 vs 3 runs), p = {p:.3f}: kept"
+    # The decision says how the best's value was measured (the baseline's runs, on this worker).
+    assert kept.reason.startswith(
+        f"-0.0055 ± {se:.4f} (2 vs 3 runs), p = {p:.3f}: kept; best measured: 3 runs on gpu0, "
+    )
     view = agent.experiment(good.id)
     comparison = view.comparison
     assert comparison.effect == pytest.approx(-0.0055) and comparison.se == pytest.approx(se)
@@ -353,7 +364,7 @@ def test_a_change_queued_on_a_former_best_runs_on_the_current_one(measured, base
     assert moved.reason.startswith("the best moved before it ran (from ")
     assert claim.experiment_id == moved.rebased_to and claim.run == 1
     assert agent.experiment(claim.experiment_id).base == agent.best().commit
-    worker.report(claim, 1.003)
+    worker.report(claim, 0.991)  # not ahead: reverted (within 3 sigma: not presumed slowed)
     assert worker.claim().experiment_id == on_side.id  # its base was never the best: it runs there
 
 

@@ -84,7 +84,9 @@ def get_noise(ctx: Ctx, _reader: Reader, track: TrackQuery = None) -> NoiseListO
     settings = ctx.settings
     with ctx.db.read() as session:
         state = resolve(session, track)
-        estimates = noise.estimates(session, state.id, state.platform, state.harness_id, state.name)
+        estimates = noise.estimates(
+            session, state.id, state.platform, state.harness_id, state.name, settings.offsets_half_life_h
+        )
     return NoiseListOut(rule=RuleOut.model_validate(settings, from_attributes=True), estimates=estimates)
 
 
