@@ -34,7 +34,6 @@ from server.rules.judge import (
     run_counts,
 )
 from server.rules.noise_pool import bounded_mean
-from server.rules.worker_offsets import NO_OFFSETS
 
 # The oldest experiment of a commit on the track (by_commit), as the sample a candidate is compared
 # with.
@@ -191,7 +190,7 @@ def _candidate_sample(
 ) -> Sample:
     """The candidate's valid runs: their mean less the mean offset of the workers that made them."""
     identical = stats.n >= 2 and stats.m2 == 0.0
-    if fleet.offsets is NO_OFFSETS or stats.mean is None:
+    if fleet.offsets is None or stats.mean is None:
         return Sample(stats.n, stats.mean, identical)
     rows = noise_crud.valid_runs(session, experiment_id, track.platform, track.harness_id, confirming=False)
     return Sample(len(rows), statistics.fmean(fleet.corrected(rows)), identical)

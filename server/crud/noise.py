@@ -9,7 +9,9 @@ evidence than it should).
 
 On a fleet every run is first corrected by its worker's offset (`Fleet`, server/rules/worker_offsets.py),
 fitted on the same measuring runs: runs of known code, never a candidate's. With one worker (or
-WORKER_OFFSETS off) there are no offsets and the values are the runs' own.
+WORKER_OFFSETS off) there are no offsets and the values are the runs' own. server/rules/worker_offsets.py
+(numpy) is imported only where offsets are fitted: the CLI imports this module, and numpy's
+threads must not start before `autoresearch work` blocks its stop signals (worker/signals.py).
 
 Each new measuring run pools the track's again (`update_estimate`): server/rules/noise_pool.py, a
 winsorized pooled sigma that one far-off run cannot blow up. The row stores it as sum_sq = df *
@@ -23,6 +25,7 @@ import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from sqlalchemy import ColumnElement, and_, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session
@@ -32,7 +35,9 @@ from protocol.states import RunKind, RunState
 from server.models import EXPERIMENTS, NOISE, RUNS, AnyRow, NoiseEstimate, Result, Worker, utcnow
 from server.rules.judge import Noise, Provenance
 from server.rules.noise_pool import pool
-from server.rules.worker_offsets import NO_OFFSETS, Measured, Offsets, corrected, worker_offsets
+
+if TYPE_CHECKING:  # numpy, imported where offsets are fitted (`fleet`): module docstring
+    from server.rules.worker_offsets import Measured, Offsets
 
 
 @dataclass(frozen=True)
@@ -128,16 +133,18 @@ class Fleet:
 
     runs: dict[int, list[Measured]] = field(default_factory=dict)
     workers: dict[str, int] = field(default_factory=dict)  # worker id: its Measured.worker
-    offsets: Offsets = NO_OFFSETS
+    offsets: Offsets | None = None  # None: no offsets (one worker, or WORKER_OFFSETS off)
 
     @property
     def fitted(self) -> int:
         """Parameters the offsets took from the measuring runs: one per worker with an offset, less
         one (they centre on 0); noise_pool.pool takes as many degrees of freedom."""
-        return max(len(self.offsets.times) - 1, 0)
+        return len(self.offsets.times) - 1 if self.offsets is not None else 0
 
     def offset(self, worker_id: str, at: datetime) -> float:
         """The worker's offset at `at` (0 without offsets, or for a worker with no measuring run)."""
+        if self.offsets is None:
+            return 0.0
         return self.offsets.at(self.workers.get(worker_id, -1), at.timestamp())
 
     def corrected(self, rows: list[AnyRow]) -> list[float]:
@@ -146,7 +153,9 @@ class Fleet:
 
     def measured(self, experiment_id: int) -> list[float]:
         """The experiment's measuring runs, corrected."""
-        return corrected(self.runs.get(experiment_id, []), self.offsets)
+        offsets = self.offsets
+        runs = self.runs.get(experiment_id, [])
+        return [run.value - (offsets.at(run.worker, run.time) if offsets else 0.0) for run in runs]
 
 
 def fleet(
@@ -155,6 +164,8 @@ def fleet(
     """The track's measuring runs on its platform and harness, and the offsets fitted on the runs of
     the workers with OFFSET_MIN_RUNS of them or more (none with `half_life_h` None: WORKER_OFFSETS
     off)."""
+    from server.rules.worker_offsets import Measured, worker_offsets
+
     if platform is None or harness_id is None:
         return Fleet()
     params = {"track_id": track_id, "platform": platform, "harness_id": harness_id}
@@ -167,7 +178,8 @@ def fleet(
         return Fleet(dict(runs), workers)
     made = Counter(run.worker for group in runs.values() for run in group)
     fitted = [[run for run in group if made[run.worker] >= OFFSET_MIN_RUNS] for group in runs.values()]
-    return Fleet(dict(runs), workers, worker_offsets([group for group in fitted if group], half_life_h))
+    offsets = worker_offsets([group for group in fitted if group], half_life_h)
+    return Fleet(dict(runs), workers, offsets if offsets.times else None)
 
 
 def provenance(
@@ -195,7 +207,7 @@ def provenance(
 
 def offsets_by_name(session: Session, measured: Fleet) -> dict[str, float]:
     """Each worker's offset now, by its name (empty without offsets)."""
-    if measured.offsets is NO_OFFSETS:
+    if measured.offsets is None:
         return {}
     workers = select(Worker.id, Worker.name).where(Worker.id.in_(list(measured.workers)))
     names = {row.id: row.name for row in session.execute(workers)}
