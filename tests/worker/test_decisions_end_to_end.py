@@ -90,7 +90,9 @@ def test_noise_is_measured_seed_changes_are_never_kept_and_a_real_improvement_is
     assert comparison.runs >= 2 and comparison.effect < 0 and comparison.upper_bound < 0
     assert comparison.p_value < 0.001
     assert re.fullmatch(
-        r"-\d\.\d{4} ± \d\.\d{4} \(\d vs \d runs\), p (= \d\.\d{3}|< 0\.001): kept", kept.reason
+        r"-\d\.\d{4} ± \d\.\d{4} \(\d vs \d runs\), p (= \d\.\d{3}|< 0\.001): kept; "
+        r"best measured: \d runs on gpu[01](, gpu[01])?, [-0-9: ]+ UTC, speed [-0-9.]+ GFLOP/s",
+        kept.reason,
     )
     assert len({r.seed for r in kept.runs}) == len(kept.runs)  # every run its own seed
     page = httpx.get(f"{project.url}/experiments/{better}", timeout=30).text
