@@ -68,3 +68,21 @@ def bigram_fixed_steps(lr: float, steps: int, seed_expression: str = "ctx.seed")
     return TEMPLATE.format(
         how_long=f"for {steps} steps", imports="", lr=lr, seed_expression=seed_expression, loop=loop
     )
+
+
+WHOLE_BUDGET_LOOP = """    for step in itertools.count():
+        if ctx.time_left() < 0.2:
+            break
+"""
+
+
+def bigram_whole_budget(lr: float) -> str:
+    """The bigram trained for as long as the budget lasts: what it scores depends on how many steps
+    the machine takes in that time, as a real train.py's does on a slower GPU."""
+    return TEMPLATE.format(
+        how_long="for the whole budget",
+        imports="\nimport itertools\n",
+        lr=lr,
+        seed_expression="ctx.seed",
+        loop=WHOLE_BUDGET_LOOP,
+    )
