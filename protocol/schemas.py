@@ -319,7 +319,10 @@ class NoiseOut(BaseModel):
     sigma: float | None = Field(
         description="pooled standard deviation of val_bpb between runs of one train.py"
     )
-    df: int = Field(description="degrees of freedom: the sum over experiments of their valid runs minus one")
+    df: int = Field(
+        description="degrees of freedom: the sum over experiments of their valid runs minus one, less one "
+        "for each worker offset fitted on them"
+    )
     runs: int = Field(description="valid runs it rests on (of experiments with several)")
     experiments: int = Field(description="experiments with several valid runs")
     current: bool = Field(description="the track's platform and harness: the estimate decisions use")
