@@ -56,7 +56,7 @@ class ServerSettings(BaseSettings):
         4, ge=0, le=10_000, description="a worker's runs of a track per run of its best there (0: none)"
     )
     rerun_slowed_sigma: float = Field(
-        3.0, ge=0.0, le=100.0, description="pooled sigmas worse than its reference a run is run again at"
+        0.0, ge=0.0, le=100.0, description="sigmas worse than its reference a run is run again at (0: never)"
     )
     worker_offsets: bool = Field(True, description="correct each run by its worker's offset")
     worker_offsets_half_life_h: float = Field(

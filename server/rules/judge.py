@@ -33,11 +33,12 @@ The noise-aware rule (docs/api.md, "Decisions"), for a candidate measured agains
   re-applied onto the new best instead: `rebase`.
 
 A run slowed by its machine (a busy host, a throttled GPU: fewer tokens in the time budget) only
-ever reads worse. A run that reads more than RERUN_SLOWED_SIGMA pooled sigmas worse than its
-reference (a candidate's: its base's value; a run of the best: the best's own), after its
-worker's offset, is not counted and its experiment runs again instead (`rerun`), at most
-MAX_RERUNS times per experiment, so that a change that is truly that bad is still reverted
-(docs/research_night.md measured what it restores). The decision then says how many were.
+ever reads worse. With RERUN_SLOWED_SIGMA set (off by default: docs/api.md says why), a run that
+reads more than that many pooled sigmas worse than its reference (a candidate's: its base's
+value; a run of the best: the best's own), after its worker's offset, is not counted and its
+experiment runs again instead (`rerun`), at most MAX_RERUNS times per experiment, so that a
+change that is truly that bad is still reverted (docs/research_night.md measured what it
+restores). The decision then says how many were.
 
 A candidate whose valid runs (two or more) all gave the same val_bpb ignores its seed and its
 data: it is reverted as such, whatever its value (`_ignores_the_seed`).

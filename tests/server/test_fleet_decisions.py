@@ -86,10 +86,10 @@ def test_each_worker_runs_the_best_first_and_every_fourth_run(
 def test_a_run_far_worse_than_its_reference_is_run_again_at_most_twice(
     live_factory, worker_factory, baseline_source: str
 ) -> None:
-    """A run more than RERUN_SLOWED_SIGMA (3) pooled sigma worse than the best is presumed slowed:
-    recorded, not counted, and run again; after two such re-runs the next run counts, so a change
-    that is truly that bad is still reverted, and its decision says so."""
-    live = live_factory(**FLEET)
+    """With RERUN_SLOWED_SIGMA at 3 (off by default), a run more than 3 pooled sigma worse than the
+    best is presumed slowed: recorded, not counted, and run again; after two such re-runs the next
+    run counts, so a change that is truly that bad is still reverted, and its decision says so."""
+    live = live_factory(**FLEET, rerun_slowed_sigma=3.0)
     worker = worker_factory(live)
     for value in (1.0, 1.002, 0.998, 1.0):  # sigma about 0.0016
         worker.run_next(value)
@@ -115,7 +115,7 @@ def test_a_run_far_worse_than_its_reference_is_run_again_at_most_twice(
 def test_a_slowed_repeat_of_the_best_does_not_pin_its_value(live_factory, worker_factory) -> None:
     """The best's own runs are checked against its value: a slowed repeat is run again, and the
     noise and the best's value rest on the runs that were not slowed."""
-    live = live_factory(**FLEET)
+    live = live_factory(**FLEET, rerun_slowed_sigma=3.0)
     worker = worker_factory(live)
     for value in (1.0, 1.002, 0.998):
         worker.run_next(value)

@@ -66,12 +66,6 @@ def project(tmp_path: Path, test_data: tuple[HarnessSettings, PreparedPaths]) ->
         BEST_RERUN_EVERY="0",
         # As in test_decisions_end_to_end.py: a null change is not kept by a 5 % chance.
         ALPHA="0.001",
-        # This VM's CPU speed moves both ways from run to run (one worker's runs took 113 to 1,003
-        # steps in the same budget, its cgroup's quota notwithstanding): not the one-sided
-        # slow-downs that re-running presumes, and re-running only the worse runs would bias a
-        # candidate's mean down (it kept a null change here). Re-runs are tested in
-        # tests/server/test_fleet_decisions.py.
-        RERUN_SLOWED_SIGMA="0",
     )
     try:
         yield project
