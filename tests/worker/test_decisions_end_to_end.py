@@ -50,6 +50,9 @@ def project(tmp_path: Path, test_data: tuple[HarnessSettings, PreparedPaths]) ->
         ALPHA="0.001",
         MAX_RUNS="4",
         BEST_RERUN_EVERY="0",
+        # Calibration runs and workers' offsets are test_fleet_end_to_end.py's; here they would
+        # only add runs of the best between the decisions.
+        CALIBRATE_EVERY="0",
     )
     try:
         yield project
