@@ -24,6 +24,7 @@ from protocol.states import ExperimentStatus, LeaseState, RunKind, RunState
 from server.context import AppContext
 from server.core.problems import Problem
 from server.crud import leases
+from server.crud.results import locked_experiment
 from server.crud.runs import cancel_queued_runs, queue_runs
 from server.crud.tokens import Principal
 from server.crud.tracks import current_best, name_of
@@ -98,8 +99,9 @@ def calibration(
             continue
         picked = leases.pick_run(session, now, (), (best.best_experiment_id,))
         if picked is None:
-            experiment = session.get(Experiment, best.best_experiment_id)
-            assert experiment is not None
+            # Concurrent claims can all find no queued run of the best: the first to lock its row
+            # queues one (the next number), the others then see it committed and queue after it.
+            experiment = locked_experiment(session, best.best_experiment_id)
             queue_runs(session, experiment.id, track_id, RunKind.REPEAT, experiment.queued_at)
             picked = leases.pick_run(session, now, (), (experiment.id,))
         return picked

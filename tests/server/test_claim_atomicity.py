@@ -6,6 +6,7 @@ import threading
 from collections import Counter
 
 from protocol.schemas import SubmitIn
+from protocol.states import Rule
 from server.crud.tokens import Principal
 from server.flows import leases
 from server.flows.submit import submit
@@ -95,3 +96,33 @@ def test_claims_straight_at_the_database_under_heavy_contention(
 
     _race(len(workers), drain)
     assert sorted(got) == sorted(submitted)
+
+
+def test_first_claims_at_once_each_run_the_best_under_a_number_of_its_own(
+    live_any_db, worker_factory, baseline_source
+) -> None:
+    """Under the noise-aware rule a worker's first claim on a track is a run of the best (a
+    calibration run), queued as it claims. 16 first claims at once each get one, numbered apart:
+    on PostgreSQL concurrent claims queued the same run number and answered 500 (the fleet bench
+    at 1,000 workers) until the best's row was locked first."""
+    live = live_any_db
+    settings = live.ctx.settings
+    settings.decision_rule, settings.noise_runs, settings.best_rerun_every = Rule.NOISE_AWARE, 2, 0
+    workers = [worker_factory(live, f"w{i}") for i in range(16)]
+    workers[0].run_next(1.0)
+    workers[0].run_next(1.002)  # the baseline's two runs: the noise is measured, the gate opens
+    _queue(live, baseline_source, 32)  # work queued: calibration runs are due
+    with live.ctx.db.read() as session:
+        owners = {w.worker_id: session.get(Worker, w.worker_id).token_id for w in workers[1:]}
+    got: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def first_claim(index: int) -> None:
+        worker_id = workers[index + 1].worker_id
+        claim = leases.claim(live.ctx, Principal(owners[worker_id], "worker", "w"), worker_id)
+        assert claim is not None
+        with lock:
+            got.append((claim.experiment_id, claim.run))
+
+    _race(len(owners), first_claim)
+    assert sorted(got) == [(1, number) for number in range(3, 3 + len(owners))]  # the baseline's
