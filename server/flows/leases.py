@@ -91,8 +91,11 @@ def calibration(
     (decisions.calibration_due) on a track with work queued: one of the best's queued runs, else a
     repeat queued for it. None when none is due."""
     for track_id in tracks:
+        # Idle long polls wake here with nothing queued: that one query first, then the runs made.
+        if not leases.anything_queued(session, [track_id]):
+            continue
         made, others = leases.runs_made(session, worker_id, track_id)
-        if not calibration_due(ctx, made, others) or not leases.anything_queued(session, [track_id]):
+        if not calibration_due(ctx, made, others):
             continue
         best = current_best(session, track_id)
         if best.best_experiment_id is None:
