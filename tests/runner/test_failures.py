@@ -95,7 +95,8 @@ def test_sleeping_past_the_deadline_is_a_timeout(
     killed_at = re.search(r"killed at the hard deadline, ([\d.]+) s after start", result.error_message)
     assert killed_at is not None, result.error_message
     assert float(killed_at.group(1)) == pytest.approx(deadline, abs=0.06)  # printed to 0.1 s
-    assert result.startup_seconds + result.training_seconds >= deadline
+    # Each of the two is rounded to the millisecond, so their sum may fall 1 ms short.
+    assert result.startup_seconds + result.training_seconds >= deadline - 0.001
 
 
 def test_training_past_the_budget_is_over_budget_and_still_scored(run_candidate, tmp_path: Path) -> None:
