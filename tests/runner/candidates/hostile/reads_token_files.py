@@ -3,7 +3,9 @@
 # honest_build_model and honest_train.
 """Hostile: looks for the prepared token files (at their host path, where the sandbox used to
 mount them, and anywhere it can see a file of that name) to train on them before its clock
-starts; trains honestly if it finds none."""
+starts (in train(), before its first batch); trains honestly if it finds none. The search is not
+in build_model, which the score sandboxes run too: walking the whole tree there would cost the
+score phase's startup allowance and make the run invalid for a reason this test is not about."""
 
 import os
 
@@ -25,14 +27,13 @@ def find_token_files():
     return found
 
 
-def build_model(ctx):
+def train(model, ctx):
     found = find_token_files()
     print("FOUND" if found else "NO TOKEN FILES", found, flush=True)
     if found:
         import numpy as np
 
         tokens = np.fromfile(next(path for path in found if path.endswith("tokens.bin")), dtype=np.uint16)
-        model = honest_build_model(ctx)
         optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
         rows = torch.from_numpy(tokens[: len(tokens) // 65 * 65].astype("int64")).view(-1, 65)
         for first in range(0, len(rows), BATCH_SIZE):
@@ -41,5 +42,4 @@ def build_model(ctx):
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-        return model
-    return honest_build_model(ctx)
+    honest_train(model, ctx)
