@@ -50,21 +50,24 @@ def _start_up(data_dir: Path, port: int, **env: str) -> subprocess.Popen[str]:
 
 def _wait_for(url: str, proc: subprocess.Popen[str], done, timeout_s: float) -> dict:
     deadline = time.monotonic() + timeout_s
+    last: object = None
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
         try:
             answer = httpx.get(url, timeout=5.0)
-            if answer.status_code == 200 and done(answer.json()):
+            last = answer.json() if answer.status_code == 200 else answer.text
+            if answer.status_code == 200 and done(last):
                 return answer.json()
-        except httpx.HTTPError:
-            pass
+        except httpx.HTTPError as error:
+            last = repr(error)
         time.sleep(0.5)
-    raise AssertionError(f"{url} did not reach the wanted state within {timeout_s} s")
+    raise AssertionError(f"{url} did not reach the wanted state within {timeout_s} s; last answer: {last}")
 
 
 def _interrupt(proc: subprocess.Popen[str], data_dir: Path, sig: signal.Signals) -> str:
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=120)
+    print(out)  # shown with a failure, whichever assertion it is
     assert proc.returncode == 0, out
     # Nothing that `up` started may outlive it: every child's command line names the data dir.
     left = subprocess.run(["pgrep", "-f", str(data_dir)], capture_output=True, text=True).stdout.split()
