@@ -15,9 +15,9 @@ from __future__ import annotations
 # Training may overrun the budget by one last step and the weight save; beyond this it is over
 # budget and can never be kept. 2 % of the budget on every preset that ranks changes (h100, cpu,
 # gpu-check): at most 2 % more training. The floor is what an honest run of a second needs on a
-# loaded machine, its last step, save and the sandbox's exit together (docs/runner.md, "Time
-# accounting", has the measurements); on the `test` preset's 3 s it is a sixth of the budget.
-OVER_BUDGET_TOLERANCE_MIN_S = 0.5
+# loaded, slow machine, its last step, save and the sandbox's exit together (docs/runner.md, "Time
+# accounting", has the measurements); on the `test` preset's 3 s it is a third of the budget.
+OVER_BUDGET_TOLERANCE_MIN_S = 1.0
 OVER_BUDGET_TOLERANCE_FRACTION = 0.02
 # Between the over-budget line and the hard kill: time to notice the budget is up and exit.
 DEADLINE_GRACE_MIN_S = 5.0
