@@ -57,7 +57,7 @@ def _wait_for(url: str, proc: subprocess.Popen[str], done, timeout_s: float) -> 
             answer = httpx.get(url, timeout=5.0)
             last = answer.json() if answer.status_code == 200 else answer.text
             if answer.status_code == 200 and done(last):
-                return answer.json()
+                return last  # type: ignore[return-value]
         except httpx.HTTPError as error:
             last = repr(error)
         time.sleep(0.5)
