@@ -1,8 +1,8 @@
 """A fleet with a slow worker, end to end: a real server (noise-aware rule, worker offsets on) and
 two real workers running real sandboxed train.py files on the `test` preset, each on a CPU of
-known speed whatever else the machine runs (testkit/cpu_quota.py): one has one CPU, the other
-SHARE of one, so that it takes fewer steps in the time budget and every run it makes reads worse,
-as a slower GPU's do.
+known speed whatever else the machine runs (testkit/cpu_quota.py): one has a CPU of its own, the
+other SHARE of another, so that it takes fewer steps in the time budget and every run it makes
+reads worse, as a slower GPU's do.
 
 The candidates train a bigram for the whole budget (testkit.candidates.bigram_whole_budget), so
 what a run scores depends on the steps its machine took. The server must estimate the slow
@@ -35,7 +35,7 @@ pytestmark = [
 ]
 
 LR = 0.003  # far from converged after a budget's steps: fewer steps read clearly worse
-SHARE = 0.5  # of one CPU, for the slow worker: its runs read clearly worse
+SHARE = 0.5  # of its CPU, for the slow worker: its runs read clearly worse
 
 
 def measuring_runs(project: Project) -> list[tuple[str, float]]:
@@ -80,8 +80,9 @@ def test_a_slow_workers_offset_is_estimated_and_no_do_nothing_change_is_kept(pro
     slow = project.worker("slow")
     assert slow.proc is not None
     tag = uuid.uuid4().hex[:8]
+    fast_cpu, slow_cpu = cpu_quota.cpus()[:2]
     with contextlib.ExitStack() as groups:
-        groups.enter_context(cpu_quota.cpu_group(slow.proc.pid, f"autoresearch-slow-{tag}", SHARE))
+        groups.enter_context(cpu_quota.cpu_group(slow.proc.pid, f"autoresearch-slow-{tag}", slow_cpu, SHARE))
         with project.agent() as agent:
             nulls = [
                 agent.submit(f"a comment {i}", train_py=bigram_whole_budget(LR) + f"# comment {i}\n").id
@@ -90,7 +91,7 @@ def test_a_slow_workers_offset_is_estimated_and_no_do_nothing_change_is_kept(pro
             slow.wait_for_log(CLAIMED)
             fast = project.worker("fast")
             assert fast.proc is not None
-            groups.enter_context(cpu_quota.cpu_group(fast.proc.pid, f"autoresearch-fast-{tag}", 1.0))
+            groups.enter_context(cpu_quota.cpu_group(fast.proc.pid, f"autoresearch-fast-{tag}", fast_cpu))
             decided = [project.final(i, timeout=300) for i in nulls]
             (estimate,) = agent.noise().estimates
         project.close()
