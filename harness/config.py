@@ -75,6 +75,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval_batch_rows": 16,
         "probe_share": 0.01,
         "compile_allowance": 15.0,  # the suite runs many sandboxes at once on 2 cores
+        # Half the budget: an honest run's last step, save and exit took up to 1.1 s in CI.
+        "overrun_floor_s": 1.5,
         "train_tokens_max": 2_000_000,
         "memory_limit_gb": 4.0,
         "work_disk_gb": 0.5,
@@ -139,6 +141,9 @@ class HarnessSettings(BaseSettings):
     # probability harness.runner.scoring.score_plan.PROBE_POWER: it sets the probe's size (docs/runner.md).
     probe_share: float = Field(default=0.01, gt=0.0, lt=1.0)
     compile_allowance: float = 0.0  # seconds of startup/compile not counted as training
+    # The least a run may train past the budget and still be within it (else 2 % of the budget:
+    # harness.runner.timing); it decides only on budgets under 50 s.
+    overrun_floor_s: float = Field(default=1.0, ge=0.0)
     train_tokens_max: int = 0  # 0 = all prepared training tokens
     memory_limit_gb: float = 0.0  # 0 = no limit beyond the machine's
     # Size of the train sandbox's work folder (a tmpfs, so RAM). Never 0: for tmpfs that means no cap.
@@ -183,6 +188,7 @@ def scoring_fields(settings: HarnessSettings) -> dict[str, Any]:
         "vocab_size": settings.vocab_size,
         "eval_tokens": settings.eval_tokens,
         "compile_allowance": settings.compile_allowance,
+        "overrun_floor_s": settings.overrun_floor_s,
         "train_tokens_max": settings.train_tokens_max,
         "corpus_max_bytes": settings.corpus_max_bytes,
         "tokenizer_max_chars": settings.tokenizer_max_chars,

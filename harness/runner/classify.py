@@ -101,13 +101,13 @@ def train_failure(outcome: TrainOutcome, settings: HarnessSettings) -> Ending | 
 
 
 def over_budget(outcome: TrainOutcome, settings: HarnessSettings) -> Ending | None:
-    budget = settings.time_budget
-    if not timing.is_over_budget(outcome.training_seconds, budget):
+    budget, floor = settings.time_budget, settings.overrun_floor_s
+    if not timing.is_over_budget(outcome.training_seconds, budget, floor):
         return None
     return (
         "over_budget",
         "over_budget",
         f"trained {outcome.training_seconds:.1f} s, more than the budget of {budget:g} s + "
-        f"{timing.over_budget_tolerance(budget):g} s tolerance; "
+        f"{timing.over_budget_tolerance(budget, floor):g} s tolerance; "
         "train() must return once ctx.time_left() <= 0",
     )

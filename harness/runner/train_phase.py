@@ -345,7 +345,9 @@ def watch(
             if note_first_request(sandbox, outcome, spawned_at):
                 on_training()
             credit = timing.startup_credit(outcome.started_after, now - spawned_at, outcome.allowance)
-            outcome.deadline_after = timing.train_deadline(settings.time_budget, credit)
+            outcome.deadline_after = timing.train_deadline(
+                settings.time_budget, credit, settings.overrun_floor_s
+            )
             deadline = spawned_at + outcome.deadline_after
             if now >= next_sample:
                 pids = process.pids()  # one listing of the sandbox's processes for both samples

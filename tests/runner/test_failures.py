@@ -76,7 +76,7 @@ def test_nan_loss_fails_fast(settings: HarnessSettings, run_candidate, tmp_path:
     result = run_candidate(compose(tmp_path, "broken/nan_loss.py"), compile_allowance=5.0)
     assert (result.status, result.error_class) == ("crash", "nan_loss"), result.log_tail
     assert "nan" in result.error_message.lower()
-    deadline = timing.train_deadline(settings.time_budget, 5.0)
+    deadline = timing.train_deadline(settings.time_budget, 5.0, settings.overrun_floor_s)
     assert result.startup_seconds + result.training_seconds < deadline - 1.0
 
 
@@ -90,8 +90,9 @@ def test_sleeping_past_the_deadline_is_a_timeout(
     # Killed at the deadline counted from the end of its startup (its first ctx.log), not from
     # the end of the whole allowance: the deadline it was killed at, and not before it. (How late
     # after it the kill lands is the machine's scheduling: a second on a slow host.)
-    deadline = timing.train_deadline(1.0, result.startup_seconds)
-    assert timing.train_deadline(1.0, chosen["compile_allowance"]) - deadline > 0.5  # the two differ
+    floor = settings.overrun_floor_s
+    deadline = timing.train_deadline(1.0, result.startup_seconds, floor)
+    assert timing.train_deadline(1.0, chosen["compile_allowance"], floor) - deadline > 0.5  # the two differ
     killed_at = re.search(r"killed at the hard deadline, ([\d.]+) s after start", result.error_message)
     assert killed_at is not None, result.error_message
     assert float(killed_at.group(1)) == pytest.approx(deadline, abs=0.06)  # printed to 0.1 s
@@ -99,12 +100,16 @@ def test_sleeping_past_the_deadline_is_a_timeout(
     assert result.startup_seconds + result.training_seconds >= deadline - 0.001
 
 
-def test_training_past_the_budget_is_over_budget_and_still_scored(run_candidate, tmp_path: Path) -> None:
+def test_training_past_the_budget_is_over_budget_and_still_scored(
+    settings: HarnessSettings, run_candidate, tmp_path: Path
+) -> None:
     budget = 1.0
-    overrun = timing.over_budget_tolerance(budget) + 1.5
-    result = run_candidate(compose(tmp_path, "hostile/over_budget.py", overrun_s=overrun), time_budget=budget)
+    tolerance = timing.over_budget_tolerance(budget, settings.overrun_floor_s)
+    result = run_candidate(
+        compose(tmp_path, "hostile/over_budget.py", overrun_s=tolerance + 1.5), time_budget=budget
+    )
     assert (result.status, result.error_class) == ("over_budget", "over_budget"), result.log_tail
-    assert result.training_seconds > budget + timing.over_budget_tolerance(budget)
+    assert result.training_seconds > budget + tolerance
     assert result.val_bpb is not None  # measured, for the record; over_budget is never kept
 
 
@@ -116,14 +121,16 @@ def test_startup_is_not_training_time_up_to_the_allowance(
     assert result.status == "ok", result.log_tail
     assert result.startup_seconds >= 2.0
     assert result.training_seconds <= settings.time_budget + timing.over_budget_tolerance(
-        settings.time_budget
+        settings.time_budget, settings.overrun_floor_s
     )
 
 
-def test_startup_beyond_the_allowance_counts_as_training(run_candidate, tmp_path: Path) -> None:
+def test_startup_beyond_the_allowance_counts_as_training(
+    settings: HarnessSettings, run_candidate, tmp_path: Path
+) -> None:
     """Only `compile_allowance` seconds of startup are free: a first step that comes only once
     ctx.time_left() is below minus the tolerance makes the run over budget."""
-    overrun = timing.over_budget_tolerance(3.0) + 0.5
+    overrun = timing.over_budget_tolerance(3.0, settings.overrun_floor_s) + 0.5
     candidate = compose(tmp_path, "broken/late_first_step.py", over_s=overrun)
     result = run_candidate(candidate, compile_allowance=1.0, time_budget=3.0)
     assert result.startup_seconds == pytest.approx(1.0, abs=0.01)
@@ -131,7 +138,9 @@ def test_startup_beyond_the_allowance_counts_as_training(run_candidate, tmp_path
     assert (result.status, result.error_class) == ("over_budget", "over_budget"), result.log_tail
 
 
-def test_memory_limit_holds_for_many_processes_together(run_candidate, tmp_path: Path) -> None:
+def test_memory_limit_holds_for_many_processes_together(
+    settings: HarnessSettings, run_candidate, tmp_path: Path
+) -> None:
     """Five children of 600 MB each stay under the per-process limit of 2 GB, but not under the
     sandbox's total: the kernel kills one, and the run fails fast instead of at the deadline."""
     candidate = compose(tmp_path, "hostile/allocates_in_children.py", children=5, child_bytes=600 << 20)
@@ -141,7 +150,10 @@ def test_memory_limit_holds_for_many_processes_together(run_candidate, tmp_path:
     assert (result.status, result.error_class) == ("crash", "out_of_memory"), result.log_tail
     assert "limit 2 GB" in result.error_message
     # Stopped when the kernel killed a child, not at the deadline.
-    assert result.startup_seconds + result.training_seconds < timing.train_deadline(30.0, 20.0) - 0.5
+    assert (
+        result.startup_seconds + result.training_seconds
+        < timing.train_deadline(30.0, 20.0, settings.overrun_floor_s) - 0.5
+    )
 
 
 @pytest.mark.parametrize(("part", "scorer_started"), [("broken/build_model_raises.py", False), (None, True)])

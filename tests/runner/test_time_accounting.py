@@ -46,7 +46,7 @@ def test_training_without_ever_logging_counts_in_full(run_candidate, tmp_path: P
 
 @pytest.mark.parametrize("part", ["hostile/logs_late.py", "hostile/copies_data_early.py"])
 def test_training_before_the_first_log_does_not_stretch_the_budget(
-    run_candidate, tmp_path: Path, part: str
+    settings: HarnessSettings, run_candidate, tmp_path: Path, part: str
 ) -> None:
     """Logging late, or training on batches copied while building the model: the clock ran from
     the first batch asked for."""
@@ -54,7 +54,9 @@ def test_training_before_the_first_log_does_not_stretch_the_budget(
     result = run_candidate(candidate, time_budget=BUDGET_S, compile_allowance=ALLOWANCE_S)
     assert result.status == "ok", result.log_tail
     # ctx.time_left() counted from its first request, so it stopped at the budget...
-    assert trained_for(result.log_tail) <= BUDGET_S + timing.over_budget_tolerance(BUDGET_S)
+    assert trained_for(result.log_tail) <= BUDGET_S + timing.over_budget_tolerance(
+        BUDGET_S, settings.overrun_floor_s
+    )
     # ...and the harness counted all of it, the silent part included.
     assert result.training_seconds >= trained_for(result.log_tail) - CLOCK_SLACK_S
     assert result.startup_seconds < ALLOWANCE_S / 2
@@ -74,10 +76,13 @@ def test_token_files_are_not_visible_in_the_train_sandbox(
 
 
 @pytest.mark.parametrize("silent_s", [0.0, 1.0])
-def test_time_left_inside_agrees_with_the_harness(run_candidate, tmp_path: Path, silent_s: float) -> None:
+def test_time_left_inside_agrees_with_the_harness(
+    settings: HarnessSettings, run_candidate, tmp_path: Path, silent_s: float
+) -> None:
     """An honest candidate that stops when ctx.time_left() <= 0 is never over budget, however
     late it logs: time_left counts from the first request for data as the harness does."""
     candidate = compose(tmp_path, "hostile/logs_late.py", silent_s=silent_s)
     result = run_candidate(candidate, time_budget=BUDGET_S, compile_allowance=ALLOWANCE_S)
     assert result.status == "ok", result.log_tail
-    assert BUDGET_S <= result.training_seconds <= BUDGET_S + timing.over_budget_tolerance(BUDGET_S)
+    tolerance = timing.over_budget_tolerance(BUDGET_S, settings.overrun_floor_s)
+    assert BUDGET_S <= result.training_seconds <= BUDGET_S + tolerance
