@@ -12,7 +12,8 @@ Why pinned: a quota is one pool for the group across all CPUs. A worker starts i
 model sandboxes at idle priority while a run trains (docs/runner.md), and on a second CPU they
 used the pool as fast as the training did: a worker with a quota of one CPU trained with about
 half of one while they imported torch, so its runs read no better than those of a worker with
-half a CPU (docs/benchmarks.md, "Fleet test"). On one CPU, idle priority yields to the training.
+half a CPU (docs/benchmarks.md, "Research night", the row of a real slow worker). On one CPU,
+idle priority yields to the training.
 
 The harness puts each sandbox in cgroups of its own only in the pids, memory and cpuacct
 hierarchies (harness/runner/limits.py), so a sandbox stays in its worker's cpu and cpuset groups.
@@ -42,8 +43,9 @@ def _v2_parent() -> Path | None:
 def available() -> bool:
     """Whether this process may make cgroups with a CPU quota and a CPU of their own here (root,
     cgroup v1 or v2, two CPUs at least so that two workers each have one)."""
-    parents = [_v2_parent()] if _v2_parent() else [CGROUP_ROOT / "cpu", CGROUP_ROOT / "cpuset"]
-    writable = all(parent is not None and os.access(parent, os.W_OK) for parent in parents)
+    v2 = _v2_parent()
+    parents = [v2] if v2 is not None else [CGROUP_ROOT / "cpu", CGROUP_ROOT / "cpuset"]
+    writable = all(os.access(parent, os.W_OK) for parent in parents)
     return os.geteuid() == 0 and writable and len(os.sched_getaffinity(0)) >= 2
 
 

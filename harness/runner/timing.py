@@ -16,7 +16,7 @@ from __future__ import annotations
 # budget and can never be kept. 2 % of the budget on every preset that ranks changes (h100, cpu,
 # gpu-check): at most 2 % more training. Below the preset's floor (HarnessSettings.overrun_floor_s)
 # only on short budgets, where an honest run's last step, save and exit on a loaded machine are
-# more than 2 % (docs/runner.md, "What is left", has the measurements).
+# more than 2 % (docs/runner.md, "What is left to an attacker", has the measurements).
 OVER_BUDGET_TOLERANCE_FRACTION = 0.02
 # Between the over-budget line and the hard kill: time to notice the budget is up and exit.
 DEADLINE_GRACE_MIN_S = 5.0
